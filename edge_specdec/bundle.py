@@ -1,0 +1,231 @@
+"""The bundle: the folder that the export stage writes and the runtime reads.
+
+Layout (paths relative to the bundle folder):
+    manifest.json                  what is inside, with the sha256 and size of every other file
+    vocab_map.npz                  token byte strings of both sides and the draft<->target token map
+    target/openvino_model.xml|bin  the target as a stateful OpenVINO IR
+    target/openvino_tokenizer.xml|bin, target/openvino_detokenizer.xml|bin
+    target/config.json, tokenizer files (tokenizer.json, tokenizer_config.json, chat template ...)
+    draft/...                      the same for the draft (absent in a target-only bundle)
+
+Only the standard library is used here, so that the runtime can load a bundle without the export extra.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .errors import BundleError
+
+FORMAT_NAME = "edge-specdec-bundle"
+MANIFEST_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+VOCAB_MAP_FILE = "vocab_map.npz"
+ROLES = ("target", "draft")
+MODEL_XML = "openvino_model.xml"
+TOKENIZER_XML = "openvino_tokenizer.xml"
+DETOKENIZER_XML = "openvino_detokenizer.xml"
+REQUIRED_MODEL_FILES = (MODEL_XML, "openvino_model.bin", TOKENIZER_XML, "openvino_tokenizer.bin",
+                        DETOKENIZER_XML, "openvino_detokenizer.bin")
+
+_REEXPORT = "re-export it with `edge-specdec export ... --force`"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_records(folder: Path, exclude: tuple[str, ...] = (MANIFEST_FILE,)) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every file below folder, keyed by POSIX relative path."""
+    records = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel not in exclude:
+            records[rel] = {"sha256": sha256_file(path), "size": path.stat().st_size}
+    return records
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One side of a bundle (target or draft) as the manifest describes it."""
+    role: str
+    folder: Path
+    info: dict[str, Any]
+
+    @property
+    def model_xml(self) -> Path:
+        return self.folder / MODEL_XML
+
+    @property
+    def tokenizer_xml(self) -> Path:
+        return self.folder / TOKENIZER_XML
+
+    @property
+    def detokenizer_xml(self) -> Path:
+        return self.folder / DETOKENIZER_XML
+
+    @property
+    def special_tokens(self) -> dict[str, Any]:
+        return self.info["special_tokens"]
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return list(self.info["special_tokens"]["eos_token_ids"])
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def target(self) -> ModelEntry:
+        return ModelEntry("target", self.path / "target", self.manifest["target"])
+
+    @property
+    def draft(self) -> Optional[ModelEntry]:
+        info = self.manifest.get("draft")
+        return None if info is None else ModelEntry("draft", self.path / "draft", info)
+
+    @property
+    def vocabulary(self) -> dict[str, Any]:
+        return self.manifest["vocabulary"]
+
+    @property
+    def vocab_map_path(self) -> Path:
+        return self.path / VOCAB_MAP_FILE
+
+    def load_vocab_map(self):
+        from .vocab_map import VocabMap
+        return VocabMap.load(self.vocab_map_path)
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise BundleError(f"no bundle at {path}: the folder does not exist. "
+                          "Create one with `edge-specdec export --target SRC --draft SRC --out DIR`.")
+    if not path.is_dir():
+        raise BundleError(f"{path} is a file, not a bundle folder. Pass the folder that `edge-specdec export` wrote.")
+    mpath = path / MANIFEST_FILE
+    if not mpath.is_file():
+        raise BundleError(f"{mpath} is missing, so {path} is not an edge-specdec bundle (or an export was "
+                          f"interrupted). Pass the folder that `edge-specdec export` wrote, or {_REEXPORT}.")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{mpath} is not valid JSON ({exc}); {_REEXPORT}.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise BundleError(f"{mpath} is not an edge-specdec manifest (no \"format\": \"{FORMAT_NAME}\"); "
+                          f"pass the folder that `edge-specdec export` wrote.")
+    version = manifest.get("manifest_version")
+    if version != MANIFEST_VERSION:
+        if isinstance(version, int) and version > MANIFEST_VERSION:
+            fix = "upgrade edge-specdec (`pip install -U edge-specdec`) or export the bundle again with this version"
+        else:
+            fix = _REEXPORT
+        raise BundleError(f"{mpath} has manifest version {version!r}, but this edge-specdec reads version "
+                          f"{MANIFEST_VERSION}: {fix}.")
+    return manifest
+
+
+def _check_files(path: Path, manifest: dict[str, Any], verify: bool,
+                 progress: Optional[Callable[[str], None]]) -> None:
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise BundleError(f"{path / MANIFEST_FILE} lists no files; {_REEXPORT}.")
+    for rel in files:
+        if not (path / rel).is_file():
+            raise BundleError(f"{path / rel} is missing from the bundle (the manifest lists it); {_REEXPORT}, "
+                              "or copy the whole bundle folder again.")
+    if manifest.get("draft") is not None and verify and _looks_swapped(path, files):
+        raise BundleError(f"{path}: the files in target/ and draft/ are swapped (each matches the other's checksums). "
+                          "Rename the folders back, or export again with the larger model as --target.")
+    for rel, rec in files.items():
+        fpath = path / rel
+        if fpath.stat().st_size != rec["size"]:
+            raise BundleError(f"{fpath} has {fpath.stat().st_size} bytes but the manifest says {rec['size']}: "
+                              f"the file is damaged or was replaced; {_REEXPORT}.")
+        if verify:
+            if progress and rec["size"] > 50_000_000:
+                progress(f"verifying {rel} ({rec['size'] / 1e6:.0f} MB)")
+            if sha256_file(fpath) != rec["sha256"]:
+                raise BundleError(f"{fpath} does not match its sha256 in the manifest: the file is damaged or was "
+                                  f"changed after export; {_REEXPORT}.")
+
+
+def _looks_swapped(path: Path, files: dict[str, dict[str, Any]]) -> bool:
+    probe = "target/" + MODEL_XML
+    twin = "draft/" + MODEL_XML
+    if probe not in files or twin not in files or not (path / probe).is_file():
+        return False
+    return sha256_file(path / probe) == files[twin]["sha256"] != files[probe]["sha256"]
+
+
+def load_bundle(path: str | Path, verify: bool = True,
+                progress: Optional[Callable[[str], None]] = None) -> Bundle:
+    """Open a bundle folder and validate it.
+
+    verify=True checks the sha256 of every file (a few seconds for a GB-sized bundle); verify=False checks
+    only that every file is there with the right size.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    for key in ("target", "vocabulary", "files"):
+        if key not in manifest:
+            raise BundleError(f"{path / MANIFEST_FILE} has no {key!r} entry; {_REEXPORT}.")
+    _check_files(path, manifest, verify, progress)
+    bundle = Bundle(path, manifest)
+    for entry in (bundle.target, bundle.draft):
+        if entry is None:
+            continue
+        for name in REQUIRED_MODEL_FILES:
+            if f"{entry.role}/{name}" not in manifest["files"]:
+                raise BundleError(f"{path / MANIFEST_FILE} does not list {entry.role}/{name}; {_REEXPORT}.")
+    return bundle
+
+
+def describe(bundle: Bundle) -> str:
+    """A human-readable summary for `edge-specdec info`."""
+    m = bundle.manifest
+    lines = [f"bundle   {bundle.path}",
+             f"made     {m.get('created', '?')} by edge-specdec {m.get('tool_versions', {}).get('edge-specdec', '?')}"]
+    for entry in (bundle.target, bundle.draft):
+        if entry is None:
+            lines.append("draft    none (target-only bundle: prompt lookup still works)")
+            continue
+        info = entry.info
+        w = info["weights"]
+        settings = ", ".join(f"{k} {v}" for k, v in w.items()
+                             if k not in ("format", "elements_by_type", "share_by_type") and v not in (None, False))
+        stored = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(w.get("share_by_type", {}).items(),
+                                                                    key=lambda kv: -kv[1]))
+        special = info["special_tokens"]
+        lines += [
+            f"{entry.role:<8} {info['source']['given']}  ({info['source']['kind']})",
+            f"         {info.get('architecture', '?')}, {info['num_parameters'] / 1e6:.1f}M parameters, "
+            f"weights {w['format']}" + (f" ({settings})" if settings else ""),
+            f"         stored as {stored}",
+            f"         vocabulary {info['tokenizer_size']} tokens (logits {info['logits_size']}), "
+            f"context {info.get('max_position_embeddings', '?')}, "
+            f"BOS {special.get('bos_token')!r} EOS {special.get('eos_token')!r} ids {special.get('eos_token_ids')}",
+            f"         size on disk {info['size_bytes'] / 1e6:.1f} MB",
+        ]
+    v = m["vocabulary"]
+    if v["relation"] == "identical":
+        lines.append("vocab    identical: standard speculative decoding applies")
+    elif v["relation"] == "heterogeneous":
+        lines.append(f"vocab    heterogeneous: {v['intersection']} token strings in common = "
+                     f"{100 * v['target_share']:.1f}% of the target's, {100 * v['draft_share']:.1f}% of the draft's")
+    total = sum(r["size"] for r in m["files"].values())
+    lines.append(f"files    {len(m['files'])} files, {total / 1e6:.1f} MB")
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("tool_versions", {}).items())
+    lines.append(f"tools    {versions}")
+    return "\n".join(lines)

@@ -1,0 +1,131 @@
+"""The `edge-specdec` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+from . import __version__
+from .errors import EdgeSpecdecError
+
+EXPORT_EXAMPLES = """\
+examples:
+  # a heterogeneous pair: any small model can draft for any target
+  edge-specdec export --target Qwen/Qwen2.5-Coder-1.5B-Instruct \\
+      --draft HuggingFaceTB/SmolLM2-135M-Instruct --out bundles/qwen-smol
+
+  # local folders, int8 target, fp16 draft
+  edge-specdec export --target ./qwen-1.5b --draft ./qwen-0.5b --out bundles/qwen \\
+      --target-weights int8 --draft-weights fp16
+
+  # a GGUF file as the source, int4 with a smaller group size and AWQ on calibration text
+  edge-specdec export --target model.gguf --draft ./small --out bundles/b \\
+      --target-group-size 64 --target-awq --target-dataset calib.txt
+
+SRC is a local Hugging Face folder (config.json, weights, tokenizer.json), a hub id (ORG/NAME, needs the
+hub to be reachable) or a .gguf file. The bundle is written atomically: an interrupted export leaves
+nothing behind, and --force replaces an existing bundle only once the new one is complete.
+"""
+
+
+def _add_weight_options(parser: argparse.ArgumentParser, role: str, default: str) -> None:
+    group = parser.add_argument_group(f"{role} weights")
+    group.add_argument(f"--{role}-weights", default=default, metavar="FORMAT",
+                       help=f"int4 | int8 | fp16 | fp32 (default {default})")
+    group.add_argument(f"--{role}-group-size", type=int, metavar="N",
+                       help="int4 group size (default 128; -1 = one scale per channel)")
+    group.add_argument(f"--{role}-ratio", type=float, metavar="R",
+                       help="share of layers in int4, the rest in int8 (default 1.0)")
+    group.add_argument(f"--{role}-sym", action="store_true", help="symmetric quantization (default asymmetric)")
+    group.add_argument(f"--{role}-awq", action="store_true", help="AWQ (data-aware with --%s-dataset)" % role)
+    group.add_argument(f"--{role}-scale-estimation", action="store_true", help="scale estimation (needs a dataset)")
+    group.add_argument(f"--{role}-dataset", metavar="FILE", help="calibration text, one sample per line")
+    group.add_argument(f"--{role}-group-size-fallback", default="adjust", choices=("adjust", "ignore", "error"),
+                       help="layers the group size does not divide: adjust (default), ignore or error")
+
+
+def _weights(args: argparse.Namespace, role: str):
+    from .export.convert import WeightSettings
+
+    get = lambda name: getattr(args, f"{role}_{name}")  # noqa: E731
+    return WeightSettings(format=get("weights"), group_size=get("group_size"), ratio=get("ratio"), sym=get("sym"),
+                          awq=get("awq"), scale_estimation=get("scale_estimation"), dataset=get("dataset"),
+                          group_size_fallback=get("group_size_fallback"))
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_bundle
+
+    progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else None
+    export_bundle(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
+                  draft_weights=_weights(args, "draft"), force=args.force,
+                  allow_larger_draft=args.allow_larger_draft, progress=progress)
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from .bundle import describe, load_bundle
+
+    bundle = load_bundle(args.bundle, verify=not args.no_verify,
+                         progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(bundle.manifest, indent=2, ensure_ascii=False))
+    else:
+        print(describe(bundle))
+        print("checksums verified" if not args.no_verify else "checksums not verified (--no-verify)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edge-specdec",
+        description="Lossless speculative decoding on OpenVINO: a small draft model (of any vocabulary) proposes "
+                    "tokens, the target verifies them, and the output is exactly the target's own.")
+    parser.add_argument("--version", action="version", version=f"edge-specdec {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("export", help="convert and compress a (target, draft) pair into one bundle",
+                       description="Convert a target and a draft model to OpenVINO IR, compress their weights with "
+                                   "NNCF, convert their tokenizers and precompute the vocabulary map, into one "
+                                   "bundle folder. Needs the export extra: pip install 'edge-specdec[export]'.",
+                       epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", required=True, metavar="SRC", help="the model whose output you want")
+    p.add_argument("--draft", metavar="SRC", help="the small model that drafts (omit for a target-only bundle)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the bundle folder to write")
+    p.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
+    p.add_argument("--allow-larger-draft", action="store_true", help="export even if the draft is the larger model")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _add_weight_options(p, "target", "int4")
+    _add_weight_options(p, "draft", "int8")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("info", help="validate a bundle and show what is inside",
+                       description="Validate a bundle (files present, sizes and sha256 checksums) and print a summary.",
+                       epilog="example:\n  edge-specdec info bundles/qwen-smol\n  edge-specdec info bundles/qwen-smol "
+                              "--json | jq .vocabulary", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", help="a bundle folder written by `edge-specdec export`")
+    p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+    p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks (sizes are still checked)")
+    p.set_defaults(func=_cmd_info)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except EdgeSpecdecError as exc:
+        print(f"edge-specdec: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("edge-specdec: interrupted; nothing was left half-written.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

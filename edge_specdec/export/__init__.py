@@ -1,0 +1,244 @@
+"""The export stage: a (target, draft) pair of Hugging Face models -> one self-contained OpenVINO bundle.
+
+    from edge_specdec.export import export_bundle, WeightSettings
+    export_bundle("Qwen/Qwen2.5-Coder-1.5B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "bundles/qwen-smol",
+                  target_weights=WeightSettings("int4"), draft_weights=WeightSettings("int8"))
+
+Needs the export extra (optimum-intel, nncf, torch, transformers): pip install 'edge-specdec[export]'.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+import uuid
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .. import __version__
+from ..bundle import FORMAT_NAME, MANIFEST_FILE, MANIFEST_VERSION, VOCAB_MAP_FILE, file_records, read_manifest
+from ..errors import BundleError, ExportError
+from ..vocab_map import NO_TOKEN, VocabMap, build_vocab_map
+from .convert import WeightSettings, export_model, export_tokenizer, quiet_libraries
+from .sources import ResolvedSource, count_parameters, optional_json, read_config, resolve_source
+from .token_bytes import TokenTable, token_table
+
+__all__ = ["export_bundle", "WeightSettings"]
+
+_TOOLS = ("openvino", "openvino-tokenizers", "optimum-intel", "optimum", "nncf", "transformers", "torch",
+          "tokenizers", "numpy")
+
+
+def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
+                  target_weights: WeightSettings = WeightSettings("int4"),
+                  draft_weights: WeightSettings = WeightSettings("int8"),
+                  force: bool = False, allow_larger_draft: bool = False,
+                  progress: Optional[Callable[[str], None]] = None) -> Path:
+    """Export target (and draft, unless None) into the bundle folder `out`; return its path.
+
+    The bundle is written into a temporary folder beside `out` and renamed into place only when complete, so
+    a failed or interrupted export leaves no half bundle and never damages an existing one.
+    """
+    say = _timed(progress)
+    out = Path(out).expanduser().absolute()
+    _check_output(out, force)
+    settings = {"target": target_weights.validate("target")}
+    if draft is not None:
+        settings["draft"] = draft_weights.validate("draft")
+    sources = {"target": target, "draft": draft}
+
+    token = uuid.uuid4().hex[:8]
+    partial = out.parent / f".{out.name}.partial-{token}"
+    scratch = out.parent / f".{out.name}.scratch-{token}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        partial.mkdir()
+        scratch.mkdir()
+        with quiet_libraries():
+            resolved = {role: resolve_source(src, scratch, role, say) for role, src in sources.items() if src}
+            params = {role: count_parameters(r.folder) for role, r in resolved.items()}
+            if "draft" in params and params["draft"] > params["target"] and not allow_larger_draft:
+                raise ExportError(
+                    f"the draft ({params['draft'] / 1e6:.1f}M parameters) is larger than the target "
+                    f"({params['target'] / 1e6:.1f}M): did you swap --target and --draft? The target is the large model "
+                    "whose output you want; the draft is the small, fast one. Pass --allow-larger-draft to export anyway.")
+            entries, tables = {}, {}
+            for role in resolved:
+                src = resolved[role]
+                say(f"[{role}] converting {src.given} to OpenVINO IR, weights {settings[role].format} "
+                    f"({params[role] / 1e6:.1f}M parameters)")
+                role_scratch = scratch / role
+                role_scratch.mkdir()
+                stats = export_model(src.folder, partial / role, settings[role], role_scratch, say)
+                shutil.rmtree(role_scratch, ignore_errors=True)
+                say(f"[{role}] converting the tokenizer with openvino-tokenizers")
+                export_tokenizer(src.folder, partial / role)
+                tables[role] = token_table(src.folder)
+                entries[role] = _model_entry(src, partial / role, settings[role], stats, params[role], tables[role])
+        say("computing the vocabulary map")
+        vocabulary = _write_vocab_map(partial, entries, tables)
+        manifest = {
+            "format": FORMAT_NAME,
+            "manifest_version": MANIFEST_VERSION,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tool_versions": _tool_versions(),
+            "platform": {"python": platform.python_version(), "machine": platform.machine()},
+            "target": entries["target"],
+            "draft": entries.get("draft"),
+            "vocabulary": vocabulary,
+        }
+        say("hashing files")
+        manifest["files"] = file_records(partial)
+        (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                             encoding="utf-8")
+        _move_into_place(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    say(f"bundle written to {out}")
+    return out
+
+
+def _timed(progress: Optional[Callable[[str], None]]) -> Callable[[str], None]:
+    start = time.monotonic()
+
+    def say(message: str) -> None:
+        if progress is not None:
+            progress(f"[{time.monotonic() - start:6.1f}s] {message}")
+    return say
+
+
+def _check_output(out: Path, force: bool) -> None:
+    if not out.exists():
+        if out.parent.exists() and not os.access(out.parent, os.W_OK):
+            raise ExportError(f"cannot write into {out.parent}: permission denied. Choose another --out.")
+        return
+    if not out.is_dir():
+        raise ExportError(f"--out {out} is an existing file. Choose a folder path for the bundle.")
+    is_empty = not any(out.iterdir())
+    if is_empty:
+        return
+    try:
+        read_manifest(out)
+        is_bundle = True
+    except BundleError:
+        is_bundle = False
+    if not is_bundle:
+        raise ExportError(f"--out {out} is a folder with other content, not an edge-specdec bundle: refusing to "
+                          "replace it, even with --force. Choose a new or empty folder.")
+    if not force:
+        raise ExportError(f"--out {out} already holds a bundle. Pass --force to replace it (the old bundle is kept "
+                          "until the new one is complete), or choose another folder.")
+
+
+def _move_into_place(partial: Path, out: Path) -> None:
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        out.rename(old)
+    try:
+        partial.rename(out)
+    except BaseException:
+        if old is not None:
+            old.rename(out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _special_tokens(source: Path) -> dict[str, Any]:
+    """BOS/EOS/PAD/UNK of one side, and every EOS id generation should stop at."""
+    tcfg = optional_json(source / "tokenizer_config.json") or {}
+    gcfg = optional_json(source / "generation_config.json") or {}
+    mcfg = read_config(source)
+    spec = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+    by_content = {t["content"]: t["id"] for t in spec.get("added_tokens", [])}
+    vocab = spec.get("model", {}).get("vocab")
+    if isinstance(vocab, dict):
+        by_content = {**vocab, **by_content}
+    out: dict[str, Any] = {}
+    for name in ("bos", "eos", "pad", "unk"):
+        value = tcfg.get(f"{name}_token")
+        if isinstance(value, dict):
+            value = value.get("content")
+        out[f"{name}_token"] = value
+        out[f"{name}_token_id"] = by_content.get(value) if value is not None else None
+    eos_ids = []
+    for candidate in (out["eos_token_id"], gcfg.get("eos_token_id"), mcfg.get("eos_token_id")):
+        for i in candidate if isinstance(candidate, list) else [candidate]:
+            if isinstance(i, int) and i not in eos_ids:
+                eos_ids.append(i)
+    out["eos_token_ids"] = eos_ids
+    return out
+
+
+def _model_entry(src: ResolvedSource, folder: Path, settings: WeightSettings, stats: dict[str, Any],
+                 params: int, table: TokenTable) -> dict[str, Any]:
+    import openvino as ov
+
+    config = read_config(src.folder)
+    model = ov.Core().read_model(folder / "openvino_model.xml")
+    logits_size = model.output("logits").get_partial_shape()[2].get_length()
+    return {
+        "source": src.describe(),
+        "architecture": (config.get("architectures") or [config.get("model_type")])[0],
+        "model_type": config.get("model_type"),
+        "num_parameters": params,
+        "max_position_embeddings": config.get("max_position_embeddings") or config.get("n_positions"),
+        "weights": {**settings.to_manifest(), **stats},
+        "logits_size": logits_size,
+        "tokenizer_size": len(table),
+        "tokenizer_style": table.style,
+        "special_tokens": _special_tokens(src.folder),
+        "inputs": [i.get_any_name() for i in model.inputs],
+        "size_bytes": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
+    }
+
+
+def _write_vocab_map(partial: Path, entries: dict[str, Any], tables: dict[str, TokenTable]) -> dict[str, Any]:
+    target = tables["target"]
+    draft = tables.get("draft", target)
+    t_entry = entries["target"]
+    d_entry = entries.get("draft", t_entry)
+    vmap = build_vocab_map(target.pieces, target.byte_fallback, t_entry["logits_size"],
+                           t_entry["special_tokens"]["eos_token_id"],
+                           draft.pieces, draft.byte_fallback, d_entry["logits_size"],
+                           d_entry["special_tokens"]["eos_token_id"])
+    vmap.save(partial / VOCAB_MAP_FILE)
+    if "draft" not in tables:
+        relation = "target-only"
+    else:
+        relation = "identical" if target.pieces == draft.pieces else "heterogeneous"
+    return vocabulary_summary(vmap, relation)
+
+
+def vocabulary_summary(vmap: VocabMap, relation: str) -> dict[str, Any]:
+    t_text = vmap.target.has_text
+    d_text = vmap.draft.has_text
+    t_shared = int(((vmap.target_to_draft != NO_TOKEN) & t_text).sum())
+    d_shared = int(((vmap.draft_to_target != NO_TOKEN) & d_text).sum())
+    return {
+        "relation": relation,
+        "file": VOCAB_MAP_FILE,
+        "target_text_tokens": int(t_text.sum()),
+        "draft_text_tokens": int(d_text.sum()),
+        "intersection": d_shared,
+        "target_share": round(t_shared / max(1, int(t_text.sum())), 4),
+        "draft_share": round(d_shared / max(1, int(d_text.sum())), 4),
+    }
+
+
+def _tool_versions() -> dict[str, str]:
+    versions = {"edge-specdec": __version__}
+    for name in _TOOLS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions

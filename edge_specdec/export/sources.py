@@ -1,0 +1,124 @@
+"""Where a model comes from: a local Hugging Face folder, a hub id, or a local .gguf file.
+
+resolve_source() turns any of them into a local Hugging Face folder (config, weights, tokenizer.json),
+downloading or converting into a scratch folder when needed, and says what it was given.
+"""
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..errors import SourceError
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    given: str      # what the user passed
+    kind: str       # "local", "hub" or "gguf"
+    folder: Path    # a local Hugging Face folder
+
+    def describe(self) -> dict[str, Any]:
+        return {"given": self.given, "kind": self.kind}
+
+
+def resolve_source(src: str, scratch: Path, role: str, progress: Callable[[str], None]) -> ResolvedSource:
+    path = Path(src).expanduser()
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise SourceError(f"--{role} {src}: no such .gguf file. Check the path.")
+        return ResolvedSource(src, "gguf", _from_gguf(path, scratch / f"{role}-from-gguf", progress))
+    if path.is_dir():
+        check_hf_folder(path, role)
+        return ResolvedSource(src, "local", path)
+    if path.exists():
+        raise SourceError(f"--{role} {src}: a file, but not a .gguf file. Pass a Hugging Face model folder "
+                          "(with config.json), a hub id such as Qwen/Qwen2.5-Coder-1.5B-Instruct, or a .gguf file.")
+    if _HUB_ID.match(src) and not src.startswith((".", "/", "~")):
+        return ResolvedSource(src, "hub", _from_hub(src, role, progress))
+    raise SourceError(f"--{role} {src}: no such folder or file, and not a hub id of the form ORG/NAME. "
+                      "Check the path, or pass a hub id such as Qwen/Qwen2.5-Coder-1.5B-Instruct.")
+
+
+def check_hf_folder(folder: Path, role: str) -> None:
+    if not (folder / "config.json").is_file():
+        raise SourceError(f"--{role} {folder}: no config.json there, so it is not a Hugging Face model folder. "
+                          "Pass the folder that holds config.json, the weights and tokenizer.json.")
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("pytorch_model*.bin")):
+        raise SourceError(f"--{role} {folder}: no weights (*.safetensors or pytorch_model*.bin) in the folder. "
+                          "Download the complete model folder.")
+    if not (folder / "tokenizer.json").is_file():
+        raise SourceError(f"--{role} {folder}: no tokenizer.json (a Hugging Face fast tokenizer) in the folder. "
+                          "Load the tokenizer with transformers and save_pretrained() it into the folder.")
+
+
+def _from_hub(repo_id: str, role: str, progress: Callable[[str], None]) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - huggingface_hub comes with the export extra
+        raise SourceError(f"--{role} {repo_id}: downloading from the hub needs huggingface_hub; "
+                          "install the export extra: pip install 'edge-specdec[export]'.") from None
+    progress(f"downloading {repo_id} from the Hugging Face hub")
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=[
+            "*.json", "*.safetensors", "*.jinja", "*.model", "*.txt", "tokenizer*"]))
+    except Exception as exc:  # network errors, unknown repos, gated repos: all end here
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SourceError(f"--{role} {repo_id}: could not download it from the Hugging Face hub ({reason}). "
+                          "If this machine is offline, download the model folder on a machine that is online "
+                          "and pass its local path instead.") from None
+    check_hf_folder(folder, role)
+    return folder
+
+
+def _from_gguf(path: Path, out: Path, progress: Callable[[str], None]) -> Path:
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:  # pragma: no cover
+        raise SourceError("reading .gguf files needs transformers and gguf: pip install 'edge-specdec[export]'.")
+    progress(f"reading {path.name} (GGUF weights are dequantized to float before export)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except Exception as exc:
+        raise SourceError(f"{path}: transformers could not read this GGUF file ({exc}). transformers reads GGUF "
+                          "files of the common architectures (llama, qwen2, mistral, ...); for others, export from "
+                          "the original Hugging Face folder instead.") from None
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    del model
+    check_hf_folder(out, "gguf")
+    return out
+
+
+def count_parameters(folder: Path) -> int:
+    """Parameters in a Hugging Face folder, read from the safetensors headers without loading weights.
+
+    Falls back to the weight files' size in bytes / 2 for PyTorch .bin weights (a rough figure)."""
+    total = 0
+    for st in folder.glob("*.safetensors"):
+        with open(st, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        for name, meta in header.items():
+            if name != "__metadata__":
+                n = 1
+                for dim in meta["shape"]:
+                    n *= dim
+                total += n
+    if total == 0:
+        total = sum(p.stat().st_size for p in folder.glob("pytorch_model*.bin")) // 2
+    return total
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+
+
+def optional_json(path: Path) -> Optional[dict[str, Any]]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

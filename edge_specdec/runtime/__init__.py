@@ -1,0 +1,1 @@
+"""The runtime: loads a bundle and decodes with OpenVINO, openvino-tokenizers and numpy only."""

@@ -1,0 +1,107 @@
+"""The vocabulary map between a draft and a target: computed at export, loaded by the runtime (numpy only).
+
+Saved as one .npz with, for each side, every token's bytes (concatenated, with offsets) and a flag for
+tokens that spell no text (special tokens, ids past the tokenizer), plus the two maps:
+draft_to_target[d] is the target token with exactly d's bytes (or -1), target_to_draft the reverse.
+Where several tokens share bytes (a regular token and a <0xNN> byte-fallback token), the map points to the
+regular one, and among equals to the lowest id. EOS is mapped to EOS explicitly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+NO_TOKEN = -1
+
+
+@dataclass
+class TokenBytes:
+    """All token byte strings of one vocabulary, packed."""
+    data: np.ndarray      # uint8, every token's bytes one after the other
+    offsets: np.ndarray   # int64 [n + 1]
+    has_text: np.ndarray  # bool [n]: False for special tokens and ids without a tokenizer entry
+
+    @classmethod
+    def pack(cls, pieces: Sequence[Optional[bytes]], size: Optional[int] = None) -> "TokenBytes":
+        size = len(pieces) if size is None else size
+        padded = list(pieces[:size]) + [None] * max(0, size - len(pieces))
+        offsets = np.zeros(size + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([0 if p is None else len(p) for p in padded])
+        data = np.frombuffer(b"".join(p for p in padded if p), dtype=np.uint8).copy()
+        has_text = np.array([p is not None for p in padded], dtype=bool)
+        return cls(data, offsets, has_text)
+
+    def __len__(self) -> int:
+        return len(self.has_text)
+
+    def piece(self, token_id: int) -> Optional[bytes]:
+        if not self.has_text[token_id]:
+            return None
+        return self.data[self.offsets[token_id]:self.offsets[token_id + 1]].tobytes()
+
+    def pieces(self) -> list[Optional[bytes]]:
+        return [self.piece(i) for i in range(len(self))]
+
+
+@dataclass
+class VocabMap:
+    target: TokenBytes
+    draft: TokenBytes
+    draft_to_target: np.ndarray  # int32 [draft size]
+    target_to_draft: np.ndarray  # int32 [target size]
+
+    @property
+    def intersection(self) -> int:
+        return int((self.draft_to_target != NO_TOKEN).sum())
+
+    def save(self, path: Path) -> None:
+        arrays = {"draft_to_target": self.draft_to_target, "target_to_draft": self.target_to_draft}
+        for side in ("target", "draft"):
+            tb: TokenBytes = getattr(self, side)
+            arrays.update({f"{side}_data": tb.data, f"{side}_offsets": tb.offsets, f"{side}_has_text": tb.has_text})
+        with open(path, "wb") as f:
+            np.savez_compressed(f, **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> "VocabMap":
+        with np.load(path, allow_pickle=False) as z:
+            sides = {side: TokenBytes(z[f"{side}_data"], z[f"{side}_offsets"], z[f"{side}_has_text"])
+                     for side in ("target", "draft")}
+            return cls(sides["target"], sides["draft"], z["draft_to_target"], z["target_to_draft"])
+
+
+def _index(pieces: Sequence[Optional[bytes]], byte_fallback: Sequence[bool]) -> dict[bytes, int]:
+    """bytes -> preferred token id: regular tokens before byte-fallback ones, lowest id first."""
+    index: dict[bytes, int] = {}
+    for prefer_fallback in (False, True):
+        for i, piece in enumerate(pieces):
+            if piece and bool(byte_fallback[i]) == prefer_fallback:
+                index.setdefault(piece, i)
+    return index
+
+
+def _one_way(src: Sequence[Optional[bytes]], dst_index: dict[bytes, int], size: int) -> np.ndarray:
+    out = np.full(size, NO_TOKEN, dtype=np.int32)
+    for i, piece in enumerate(src[:size]):
+        if piece:
+            out[i] = dst_index.get(piece, NO_TOKEN)
+    return out
+
+
+def build_vocab_map(target_pieces: Sequence[Optional[bytes]], target_fallback: Sequence[bool], target_size: int,
+                    target_eos: Optional[int],
+                    draft_pieces: Sequence[Optional[bytes]], draft_fallback: Sequence[bool], draft_size: int,
+                    draft_eos: Optional[int]) -> VocabMap:
+    """Map every token of each side to the token of the other side that spells exactly the same bytes.
+
+    *_size is the number of logits of each model (it may exceed the tokenizer's vocabulary).
+    """
+    d2t = _one_way(draft_pieces, _index(target_pieces, target_fallback), draft_size)
+    t2d = _one_way(target_pieces, _index(draft_pieces, draft_fallback), target_size)
+    if target_eos is not None and draft_eos is not None and draft_eos < draft_size and target_eos < target_size:
+        d2t[draft_eos] = target_eos
+        t2d[target_eos] = draft_eos
+    return VocabMap(TokenBytes.pack(target_pieces, target_size), TokenBytes.pack(draft_pieces, draft_size), d2t, t2d)

@@ -1,0 +1,59 @@
+"""The command line: help that teaches, exit codes, errors on stderr, export and info end to end."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import tree_state
+from edge_specdec.cli import main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edge_specdec.cli", *args], capture_output=True, text=True)
+
+
+def test_help_teaches_by_example():
+    proc = run_cli("export", "--help")
+    assert proc.returncode == 0
+    for needle in ("examples:", "--target", "--draft", "--target-weights", "--draft-group-size", ".gguf", "--force"):
+        assert needle in proc.stdout, needle
+
+
+def test_no_command_prints_help():
+    proc = run_cli()
+    assert proc.returncode == 2 and "export" in proc.stdout and "info" in proc.stdout
+
+
+def test_cli_export_and_info(model_dir, tmp_path):
+    out = tmp_path / "bundle"
+    proc = run_cli("export", "--target", str(model_dir("qwen2-bytelevel")), "--draft",
+                   str(model_dir("gpt2-prefixspace")), "--out", str(out), "--target-weights", "int8",
+                   "--draft-weights", "fp16")
+    assert proc.returncode == 0, proc.stderr
+    assert "[target] converting" in proc.stderr and "bundle written to" in proc.stderr
+    info = run_cli("info", str(out))
+    assert info.returncode == 0, info.stderr
+    assert "heterogeneous" in info.stdout and "checksums verified" in info.stdout
+    manifest = json.loads(run_cli("info", str(out), "--json").stdout)
+    assert manifest["draft"]["weights"]["format"] == "fp16"
+    assert manifest["target"]["weights"]["format"] == "int8"
+    # the same command again: refused without --force, and nothing changes
+    before = tree_state(tmp_path)
+    again = run_cli("export", "--target", str(model_dir("qwen2-bytelevel")), "--draft",
+                    str(model_dir("gpt2-prefixspace")), "--out", str(out))
+    assert again.returncode == 1 and "already holds a bundle" in again.stderr and "Traceback" not in again.stderr
+    assert tree_state(tmp_path) == before
+
+
+@pytest.mark.parametrize("args,message", [
+    (["info", "/no/such/bundle"], "does not exist"),
+    (["export", "--target", "/no/such/model", "--out", "/tmp/x"], "no such folder or file"),
+    (["export", "--target", "x", "--out", "y", "--target-weights", "int2"], "choose one of int4, int8, fp16, fp32"),
+])
+def test_cli_errors_are_one_clear_line(args, message, capsys):
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("edge-specdec: error: ") and message in err and "Traceback" not in err
