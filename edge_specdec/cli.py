@@ -77,6 +77,61 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+RUN_EXAMPLES = """\
+examples:
+  edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --max-new-tokens 64
+  edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3
+  echo "Summarize: ..." | edge-specdec run bundles/qwen --prompt - --algorithm prompt-lookup
+  edge-specdec run bundles/qwen --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7 --json
+
+algorithms: auto (standard for a same-vocabulary draft, else prompt-lookup), none (the target alone),
+standard (draft model + verification), prompt-lookup (n-gram matches, no draft model). Output is the
+target's own: identical to --algorithm none under greedy decoding, the same distribution when sampling.
+"""
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt_file:
+        try:
+            return open(args.prompt_file, encoding="utf-8").read()
+        except OSError as exc:
+            raise EdgeSpecdecError(f"cannot read --prompt-file {args.prompt_file}: {exc.strerror}.") from None
+    if args.prompt == "-":
+        return sys.stdin.read()
+    if args.prompt is None:
+        raise EdgeSpecdecError("no prompt: pass --prompt TEXT, --prompt - (read stdin) or --prompt-file FILE.")
+    return args.prompt
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .runtime import GenerationConfig, Pipeline
+
+    prompt = _read_prompt(args)
+    if not prompt.strip():
+        raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
+                              ignore_eos=args.ignore_eos)
+    config.validate()
+    pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device)
+    stream = None if args.json else (lambda text: print(text, end="", flush=True))
+    result = pipe.generate(prompt, config, algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
+                           adaptive=args.adaptive, confidence=args.confidence, on_text=stream)
+    stats = result.stats.as_dict()
+    if args.json:
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stop_reason": result.stop_reason,
+                          "algorithm": result.extra["algorithm"], "stats": stats}, ensure_ascii=False))
+    else:
+        print()
+        print(f"[{result.extra['algorithm']}] {stats['new_tokens']} tokens in {stats['seconds']:.2f} s = "
+              f"{stats['tokens_per_s']:.1f} tokens/s; {stats['target_passes']} target passes, "
+              f"{stats['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {stats['acceptance']:.2f} "
+              f"({stats['draft_tokens_accepted']}/{stats['draft_tokens_proposed']}); time: draft "
+              f"{stats['draft_seconds']:.2f} s, target {stats['target_seconds']:.2f} s, loop "
+              f"{stats['loop_seconds']:.2f} s; stop: {result.stop_reason}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-specdec",
@@ -108,6 +163,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks (sizes are still checked)")
     p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("run", help="generate text from a bundle, with speculative decoding",
+                       description="Generate with the bundle's target, drafting with its draft model or prompt "
+                                   "lookup. Text streams to stdout, statistics go to stderr.",
+                       epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", help="a bundle folder written by `edge-specdec export`")
+    p.add_argument("--prompt", metavar="TEXT", help="the prompt; - reads it from stdin")
+    p.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
+    p.add_argument("--algorithm", default="auto", choices=("auto", "none", "standard", "prompt-lookup"))
+    p.add_argument("--num-assistant-tokens", type=int, default=5, metavar="K", help="tokens drafted per round")
+    p.add_argument("--adaptive", action="store_true", help="adapt K: +2 when all are accepted, -1 otherwise")
+    p.add_argument("--confidence", type=float, default=0.0, metavar="P",
+                   help="stop drafting when the draft's top probability falls below P")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
+    p.add_argument("--seed", type=int, help="random seed for sampling")
+    p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
+    p.add_argument("--target-device", default="CPU", help="OpenVINO device for the target (default CPU)")
+    p.add_argument("--draft-device", default="CPU", help="OpenVINO device for the draft (default CPU)")
+    p.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
+    p.set_defaults(func=_cmd_run)
     return parser
 
 

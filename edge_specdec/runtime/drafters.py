@@ -1,0 +1,123 @@
+"""Drafters propose the next tokens (in the target's vocabulary); the verifier decides what to keep.
+
+Every drafter has one method, propose(sequence, k) -> Proposal, and hears the outcome of each round
+through accepted(n). A proposal carries, for each drafted token, the draft distribution q it was drawn
+from (None when the drafter is deterministic: then q is the one-hot of the token).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+import numpy as np
+
+from .sampling import GenerationConfig, distribution, sample
+from .session import ModelSession
+
+
+@dataclass
+class Proposal:
+    tokens: list[int] = field(default_factory=list)
+    q: Optional[list[np.ndarray]] = None  # one distribution per token, or None for deterministic drafts
+
+
+class Drafter(Protocol):
+    def propose(self, sequence: list[int], k: int) -> Proposal: ...
+
+    def accepted(self, n: int, proposed: int) -> None: ...
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def sync_and_feed(session: ModelSession, sequence: list[int], extra: list[int]) -> np.ndarray:
+    """Bring the session's cache to sequence + extra and return the logits from sequence[-1] on.
+
+    Rolls back to the longest prefix the cache shares with `sequence` (keeping at least the last token of
+    sequence to feed), then feeds the rest in one block. Returns len(extra) + 1 rows.
+    """
+    keep = min(common_prefix(session.tokens, sequence), len(sequence) - 1)
+    session.truncate(keep)
+    rows = session.feed(sequence[keep:] + extra)
+    return rows[-(len(extra) + 1):]
+
+
+class DraftModelDrafter:
+    """A same-vocabulary draft model: k tokens one at a time, from the same distribution transform as the target.
+
+    confidence: stop drafting early when the draft's top probability falls below it (0 = never).
+    """
+
+    def __init__(self, session: ModelSession, config: GenerationConfig, rng: np.random.Generator,
+                 confidence: float = 0.0):
+        self.session, self.config, self.rng, self.confidence = session, config, rng, confidence
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        proposal = Proposal([], None if self.config.greedy else [])
+        row = sync_and_feed(self.session, sequence, [])[-1]
+        for i in range(k):
+            if self.config.greedy:
+                token = int(np.argmax(row))
+                top = _top_probability(row) if self.confidence else 1.0
+            else:
+                q = distribution(row, self.config)
+                token = sample(q, self.rng)
+                proposal.q.append(q)
+                top = float(q.max())
+            proposal.tokens.append(token)
+            if i + 1 == k or (self.confidence and top < self.confidence):
+                break
+            row = self.session.feed([token])[-1]
+        return proposal
+
+    def accepted(self, n: int, proposed: int) -> None:
+        pass  # the next propose() re-syncs the cache to the accepted sequence
+
+
+def _top_probability(row: np.ndarray) -> float:
+    x = row.astype(np.float64) - row.max()
+    return float(1.0 / np.exp(x).sum())
+
+
+class PromptLookupDrafter:
+    """No draft model: continue the longest recent n-gram match found earlier in the prompt or the output."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        arr = np.asarray(sequence)
+        for n in range(min(self.max_ngram, len(sequence) - 1), self.min_ngram - 1, -1):
+            tail = arr[-n:]
+            windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)
+            hits = np.flatnonzero((windows == tail).all(axis=1))
+            for start in hits[::-1]:  # most recent match first
+                follow = arr[start + n:start + n + k]
+                if len(follow):
+                    return Proposal([int(t) for t in follow], None)
+        return Proposal([], None)
+
+    def accepted(self, n: int, proposed: int) -> None:
+        pass
+
+
+class DraftLength:
+    """How many tokens to draft next round: fixed, or adaptive (+2 when all were accepted, -1 otherwise)."""
+
+    def __init__(self, k: int = 5, adaptive: bool = False, k_max: int = 16):
+        self.k, self.adaptive, self.k_max = k, adaptive, k_max
+
+    def update(self, accepted: int, proposed: int) -> None:
+        if self.adaptive and proposed:
+            self.k = min(self.k_max, self.k + 2) if accepted == proposed else max(1, self.k - 1)

@@ -1,0 +1,110 @@
+"""The decode loop: draft, verify in one target pass, keep the agreed prefix plus one target token."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from .drafters import Drafter, DraftLength, Proposal, sync_and_feed
+from .sampling import GenerationConfig
+from .session import ContextOverflowError, ModelSession
+from .text import TextStream
+from .verify import verify
+
+
+@dataclass
+class Stats:
+    new_tokens: int = 0
+    rounds: int = 0
+    target_passes: int = 0
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    seconds: float = 0.0
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.draft_tokens_accepted / self.draft_tokens_proposed if self.draft_tokens_proposed else 0.0
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        return self.new_tokens / self.target_passes if self.target_passes else 0.0
+
+    def as_dict(self) -> dict:
+        loop = self.seconds - self.draft_seconds - self.target_seconds
+        return {**asdict(self), "tokens_per_s": round(self.tokens_per_s, 3), "acceptance": round(self.acceptance, 4),
+                "mean_tokens_per_target_pass": round(self.tokens_per_target_pass, 3), "loop_seconds": loop}
+
+
+@dataclass
+class Result:
+    text: str
+    token_ids: list[int]
+    stats: Stats
+    stop_reason: str = "length"
+    extra: dict = field(default_factory=dict)
+
+
+def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConfig, stream: TextStream,
+             drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
+             rng: Optional[np.random.Generator] = None,
+             on_text: Optional[Callable[[str], None]] = None) -> Result:
+    """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass."""
+    config.validate()
+    if target.max_context is not None and len(prompt_ids) + config.max_new_tokens > target.max_context:
+        raise ContextOverflowError(
+            f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({config.max_new_tokens}) exceed the "
+            f"target's context of {target.max_context} tokens: shorten the prompt or lower max_new_tokens.")
+    rng = rng or np.random.default_rng(config.seed)
+    eos = set() if config.ignore_eos else set(config.eos_token_ids or [])
+    stats, seq, out, reason = Stats(), list(prompt_ids), [], "length"
+    start = time.perf_counter()
+    target.reset()
+    while len(out) < config.max_new_tokens and reason == "length":
+        t0 = time.perf_counter()
+        k = min(draft_length.k, config.max_new_tokens - len(out) - 1) if drafter and draft_length else 0
+        proposal = drafter.propose(seq, k) if k > 0 else Proposal()
+        t1 = time.perf_counter()
+        rows = sync_and_feed(target, seq, proposal.tokens)  # one target pass over the whole proposal
+        n, nxt = verify(rows, proposal, config, rng)
+        target.rollback(len(proposal.tokens) - n)
+        t2 = time.perf_counter()
+        if drafter:
+            drafter.accepted(n, len(proposal.tokens))
+            if draft_length:
+                draft_length.update(n, len(proposal.tokens))
+        new = proposal.tokens[:n] + [nxt]
+        stats.rounds += 1
+        stats.target_passes += 1
+        stats.draft_tokens_proposed += len(proposal.tokens)
+        stats.draft_tokens_accepted += n
+        stats.draft_seconds += t1 - t0
+        stats.target_seconds += t2 - t1
+        for token in new[:config.max_new_tokens - len(out)]:
+            seq.append(token)
+            out.append(token)
+            if token in eos:
+                reason = "eos"
+                break
+            text = stream.push([token])
+            if on_text and text:
+                on_text(text)
+            if config.stop_strings and any(s in stream.text for s in config.stop_strings):
+                reason = "stop_string"
+                break
+    tail = stream.finish()
+    if on_text and tail:
+        on_text(tail)
+    stats.new_tokens = len(out)
+    stats.seconds = time.perf_counter() - start
+    text = stream.text
+    if reason == "stop_string":
+        text = text[:min(text.find(s) for s in config.stop_strings if s in text)]
+    return Result(text, out, stats, reason)

@@ -1,0 +1,69 @@
+"""Generation options and the logits -> distribution transform, applied identically to target and draft."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import EdgeSpecdecError
+
+
+@dataclass
+class GenerationConfig:
+    """The options users know from Hugging Face and OpenVINO GenAI.
+
+    temperature 0 means greedy decoding; top_k 0 and top_p 1.0 switch those filters off. eos_token_ids None
+    takes the bundle's; stop_strings end generation once the text contains one of them (the text is cut
+    before it).
+    """
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+    eos_token_ids: Optional[list[int]] = None
+    stop_strings: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> "GenerationConfig":
+        if self.max_new_tokens < 1:
+            raise EdgeSpecdecError(f"max_new_tokens must be at least 1 (got {self.max_new_tokens}).")
+        if self.temperature < 0:
+            raise EdgeSpecdecError(f"temperature must be >= 0 (got {self.temperature}); 0 means greedy.")
+        if self.top_k < 0:
+            raise EdgeSpecdecError(f"top_k must be >= 0 (got {self.top_k}); 0 switches it off.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise EdgeSpecdecError(f"top_p must be in (0, 1] (got {self.top_p}); 1.0 switches it off.")
+        return self
+
+
+def distribution(logits: np.ndarray, config: GenerationConfig) -> np.ndarray:
+    """Rows of logits -> rows of probabilities (float64) after temperature, top-k and top-p."""
+    x = np.asarray(logits, dtype=np.float64) / config.temperature
+    if config.top_k and config.top_k < x.shape[-1]:
+        kth = np.partition(x, -config.top_k, axis=-1)[..., -config.top_k, None]
+        x = np.where(x < kth, -np.inf, x)
+    x = x - x.max(axis=-1, keepdims=True)
+    p = np.exp(x)
+    p /= p.sum(axis=-1, keepdims=True)
+    if config.top_p < 1.0:
+        order = np.argsort(-p, axis=-1)
+        sorted_p = np.take_along_axis(p, order, axis=-1)
+        # keep the smallest set whose mass reaches top_p: a token stays if the mass before it is < top_p
+        keep_sorted = (np.cumsum(sorted_p, axis=-1) - sorted_p) < config.top_p
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, axis=-1)
+        p = np.where(keep, p, 0.0)
+        p /= p.sum(axis=-1, keepdims=True)
+    return p
+
+
+def sample(p: np.ndarray, rng: np.random.Generator) -> int:
+    """One draw from a probability vector (inverse CDF; robust to rounding)."""
+    cdf = np.cumsum(p)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(p) - 1))

@@ -1,0 +1,39 @@
+"""Verification of a proposal against the target's logits: the step that makes speculation lossless.
+
+Greedy: accept while the drafted token is the target's argmax; the next token is the target's argmax.
+Sampling (Leviathan et al. / Chen et al.): accept token x with probability min(1, p(x) / q(x)); on the first
+rejection draw from norm(max(0, p - q)); when all are accepted draw a bonus token from the last p.
+A deterministic drafter (q = one-hot) makes this: accept with probability p(x), else draw from p with x removed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .drafters import Proposal
+from .sampling import GenerationConfig, distribution, sample
+
+
+def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig,
+           rng: np.random.Generator) -> tuple[int, int]:
+    """rows: target logits, len(proposal.tokens) + 1 of them. Returns (accepted count, next token)."""
+    tokens = proposal.tokens
+    if config.greedy:
+        choice = rows.argmax(axis=-1)
+        n = 0
+        while n < len(tokens) and tokens[n] == choice[n]:
+            n += 1
+        return n, int(choice[n])
+    p = distribution(rows, config)
+    for i, x in enumerate(tokens):
+        q_x = 1.0 if proposal.q is None else proposal.q[i][x]
+        if rng.random() * q_x < p[i, x]:  # accept with probability min(1, p/q)
+            continue
+        if proposal.q is None:
+            residual = p[i].copy()
+            residual[x] = 0.0
+        else:
+            residual = np.maximum(p[i] - proposal.q[i], 0.0)
+        if residual.sum() <= 0.0:  # p == q up to rounding: any draw from p is exact
+            residual = p[i]
+        return i, sample(residual, rng)
+    return len(tokens), sample(p[len(tokens)], rng)
