@@ -204,3 +204,13 @@ def test_load_swapped_folders(bundle_copy):
     (bundle_copy / "tmp").rename(bundle_copy / "draft")
     with pytest.raises(BundleError, match=r"target/ and draft/ are swapped"):
         load_bundle(bundle_copy)
+
+
+def test_tokenizer_that_converts_differently_is_refused(tmp_path, model_dir, monkeypatch):
+    """The export checks the OpenVINO tokenizer against Hugging Face's; a disagreement stops it cleanly.
+    Literal '<0xNN>' text is a known disagreement for SentencePiece-style tokenizers (see test_export)."""
+    import edge_specdec.export.convert as convert
+
+    monkeypatch.setattr(convert, "PARITY_STRINGS", convert.PARITY_STRINGS + ("<0x41> looks like a byte token",))
+    export_fails(tmp_path, r"disagrees with its Hugging Face tokenizer on '<0x41> looks like a byte token'",
+                 target=str(model_dir(TARGET)), draft=str(model_dir("llama-metaspace")), out=tmp_path / "b")

@@ -1,4 +1,4 @@
-"""The runtime side (bundle loading, vocabulary map, `edge-specdec info`) never imports the export stack."""
+"""The runtime (bundle loading, vocabulary map, decoding, `edge-specdec info`) never imports the export stack."""
 from __future__ import annotations
 
 import json
@@ -16,13 +16,19 @@ bundle = load_bundle(sys.argv[1])
 vmap = bundle.load_vocab_map()
 assert vmap.intersection > 0
 main(["info", sys.argv[1]])
+from edge_specdec.runtime import GenerationConfig, Pipeline
+pipe = Pipeline(sys.argv[2])
+result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=8), algorithm="standard")
+assert result.stats.new_tokens >= 1 and result.stats.draft_tokens_proposed > 0
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 """
 
 
 def test_runtime_never_imports_export_stack(bundle_dir):
     bundle = bundle_dir("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(bundle)], capture_output=True, text=True, check=True)
+    same_vocab = bundle_dir("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(bundle), str(same_vocab)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     loaded = set(json.loads(lines[-1]))
     assert "openvino" not in HEAVY and "numpy" in loaded  # the probe really loaded the vocabulary map

@@ -24,29 +24,36 @@ pytestmark = [
 ]
 
 
-def test_real_heterogeneous_pair_with_gguf_draft(tmp_path):
-    """Qwen2.5-Coder-0.5B (folder, int8) + SmolLM2-135M straight from its GGUF file (int8)."""
+def test_real_heterogeneous_pair(tmp_path):
+    """Qwen2.5-Coder-0.5B (int8) + SmolLM2-135M (int8) from their folders: overlap and tokenizer parity."""
     import openvino as ov
     from transformers import AutoTokenizer
 
-    out = export_bundle(str(ROOT / "hf/qwen2.5-coder-0.5b-instruct"), str(ROOT / "gguf/SmolLM2-135M-Instruct.Q4_1.gguf"),
-                        tmp_path / "b", target_weights=WeightSettings("int8"), draft_weights=WeightSettings("int8"),
-                        progress=print)
+    folders = {"target": ROOT / "hf/qwen2.5-coder-0.5b-instruct", "draft": ROOT / "hf/smollm2-135m-instruct"}
+    out = export_bundle(str(folders["target"]), str(folders["draft"]), tmp_path / "b",
+                        target_weights=WeightSettings("int8"), draft_weights=WeightSettings("int8"), progress=print)
     bundle = load_bundle(out)
-    assert bundle.draft.info["source"]["kind"] == "gguf"
     vocab = bundle.vocabulary
     print(vocab)
     assert vocab["relation"] == "heterogeneous" and 35_000 < vocab["intersection"] < 45_000
     core = ov.Core()
-    # the reference for each side is the Hugging Face tokenizer read from the same source (the GGUF reader's
-    # SmolLM2 tokenizer adds a BOS token where the original folder's does not)
-    for entry, hf in ((bundle.target, AutoTokenizer.from_pretrained(ROOT / "hf/qwen2.5-coder-0.5b-instruct")),
-                      (bundle.draft, AutoTokenizer.from_pretrained(ROOT / "gguf",
-                                                                   gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"))):
+    for entry in (bundle.target, bundle.draft):
+        hf = AutoTokenizer.from_pretrained(folders[entry.role])
         encode = core.compile_model(entry.tokenizer_xml, "CPU")
         for text in HOSTILE_STRINGS:
             assert encode([text])["input_ids"][0].tolist() == hf(text)["input_ids"], (entry.role, text)
     vmap = bundle.load_vocab_map()
-    mapped = np.flatnonzero(vmap.draft_to_target >= 0)
-    assert all(vmap.draft.piece(i) == vmap.target.piece(vmap.draft_to_target[i]) for i in mapped[:5000]
-               if i != bundle.draft.special_tokens["eos_token_id"])
+    eos = bundle.draft.special_tokens["eos_token_id"]
+    mapped = [i for i in np.flatnonzero(vmap.draft_to_target >= 0) if i != eos]
+    assert all(vmap.draft.piece(i) == vmap.target.piece(vmap.draft_to_target[i]) for i in mapped)
+
+
+def test_real_gguf_source_is_read_and_its_tokenizer_checked(tmp_path):
+    """SmolLM2 from its GGUF file: transformers reads it, but the tokenizer it rebuilds converts to an OpenVINO
+    tokenizer that splits ' ' differently; the export's parity check must refuse it rather than ship it."""
+    from edge_specdec.errors import ExportError
+
+    with pytest.raises(ExportError, match=r"disagrees with its Hugging Face tokenizer on ' '"):
+        export_bundle(str(ROOT / "gguf/SmolLM2-135M-Instruct.Q4_1.gguf"), None, tmp_path / "b",
+                      target_weights=WeightSettings("int8"), progress=print)
+    assert not any(tmp_path.iterdir())

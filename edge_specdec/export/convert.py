@@ -198,6 +198,11 @@ def weight_statistics(model_xml: Path) -> dict[str, Any]:
     return {"elements_by_type": counts, "share_by_type": {k: round(v / total, 4) for k, v in counts.items()}}
 
 
+# Spot checks of the converted tokenizer against the Hugging Face one, run at every export.
+PARITY_STRINGS = ("Hello world", " ", "  two  spaces", "tabs\tand\nnew lines\r\n", "def f(x):\n    return x + 1",
+                  "emoji 😀 and 中文 and e\u0301", "ÀÉÎÕÜ ß", "1234567890 3.14")
+
+
 def export_tokenizer(source: Path, out: Path) -> None:
     """Convert the source's Hugging Face tokenizer to OpenVINO tokenizer and detokenizer IRs in `out`."""
     import openvino as ov
@@ -221,3 +226,12 @@ def export_tokenizer(source: Path, out: Path) -> None:
         if not (out / name).is_file() or (out / name).stat().st_size == 0:
             raise ExportError(f"tokenizer conversion for {source} did not write {name}: openvino-tokenizers "
                               "skipped it. The runtime cannot work without it; check the tokenizer.json.")
+    encode = ov.Core().compile_model(out / "openvino_tokenizer.xml", "CPU")
+    for text in PARITY_STRINGS:
+        want = hf(text)["input_ids"]
+        got = encode([text])["input_ids"][0].tolist()
+        if got != want:
+            raise ExportError(f"the OpenVINO tokenizer converted from {source} disagrees with its Hugging Face "
+                              f"tokenizer on {text!r}: {got[:12]} vs {want[:12]}. The runtime would see other "
+                              "tokens than the model was trained on. If the source is a .gguf file, export from "
+                              "the original Hugging Face folder instead.")

@@ -1,0 +1,203 @@
+"""The runtime core: KV rollback parity, lossless greedy and sampling, stops, streaming, `edge-specdec run`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime.session import ContextOverflowError, ModelSession
+from edge_specdec.runtime.text import TextStream
+from edge_specdec.vocab_map import TokenBytes
+from hostile_text import HOSTILE_STRINGS
+
+SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
+
+
+@pytest.fixture(scope="module")
+def pipe(bundle_dir):
+    return Pipeline(bundle_dir(*SAME_VOCAB))
+
+
+def test_session_rollback_matches_plain_decoding(bundle_dir):
+    """Block prefill, feed-5/keep-2 rounds and cache compaction all give the logits of one-token decoding."""
+    session = ModelSession(load_target_xml(bundle_dir))
+    seq = np.random.default_rng(0).integers(0, 700, 60).tolist()
+    ref = np.stack([session.feed([t])[0] for t in seq])
+    session.reset()
+    assert np.abs(session.feed(seq) - ref).max() < 1e-4
+    session.reset()
+    session.feed(seq[:10])
+    cur = 10
+    while cur + 5 <= len(seq):
+        rows = session.feed(seq[cur:cur + 5])
+        assert np.abs(rows - ref[cur:cur + 5]).max() < 1e-4
+        session.rollback(3)
+        cur += 2
+    assert session.physical_length > session.length  # rolled-back slots are masked, not copied
+    session.reset()
+    session.feed(seq[:5])
+    for _ in range(30):  # enough rejected slots to force a compaction
+        session.feed(seq[5:15])
+        session.rollback(10)
+    assert session.physical_length < 5 + 30 * 10
+    assert np.abs(session.feed(seq[5:15]) - ref[5:15]).max() < 1e-4
+
+
+def load_target_xml(bundle_dir):
+    from edge_specdec.bundle import load_bundle
+    return load_bundle(bundle_dir(*SAME_VOCAB)).target.model_xml
+
+
+PROMPTS = [s for s in HOSTILE_STRINGS if s.strip()] + ["def fib(n):\n    if n < 2:\n        return n\n",
+                                                      "a b a b a b a b", "The quick brown fox"]
+
+
+@pytest.mark.parametrize("algorithm,k,adaptive", [("standard", 1, False), ("standard", 3, False),
+                                                  ("standard", 6, False), ("standard", 2, True),
+                                                  ("prompt-lookup", 4, False), ("prompt-lookup", 2, True)])
+def test_greedy_is_lossless(pipe, algorithm, k, adaptive):
+    for prompt in PROMPTS:
+        config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
+        base = pipe.generate(prompt, config, algorithm="none")
+        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, adaptive=adaptive)
+        assert spec.token_ids == base.token_ids, (algorithm, k, prompt)
+        assert spec.text == base.text
+        assert spec.stats.new_tokens == 24 and spec.stats.target_passes <= base.stats.target_passes
+    assert base.stats.target_passes == 24 and base.stats.draft_tokens_proposed == 0
+
+
+def first_tokens(pipe, algorithm, seeds, config_kwargs, n_tokens=2):
+    out = Counter()
+    for seed in seeds:
+        config = GenerationConfig(max_new_tokens=n_tokens, seed=seed, ignore_eos=True, **config_kwargs)
+        out[tuple(pipe.generate("def f", config, algorithm=algorithm, num_assistant_tokens=3).token_ids)] += 1
+    return out
+
+
+def homogeneity_pvalue(a: Counter, b: Counter) -> float:
+    """Chi-square test that two samples come from one distribution (rare outcomes pooled)."""
+    from scipy.stats import chi2_contingency
+
+    keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
+    common = [k for k in keys if a[k] + b[k] >= 10]
+    table = [[a[k] for k in common] + [sum(a[k] for k in keys if k not in common)],
+             [b[k] for k in common] + [sum(b[k] for k in keys if k not in common)]]
+    if table[0][-1] + table[1][-1] == 0:
+        table = [row[:-1] for row in table]
+    return chi2_contingency(np.array(table)).pvalue
+
+
+SAMPLING = {"temperature": 0.3, "top_k": 40, "top_p": 0.95}
+N_SAMPLES = 600
+ALPHA = 1e-3  # false-alarm rate of each distribution test
+
+
+def test_sampling_is_lossless(pipe):
+    """The first two sampled tokens have the target's distribution (chi-square, false-alarm rate 0.1%)."""
+    base = first_tokens(pipe, "none", range(N_SAMPLES), SAMPLING)
+    spec = first_tokens(pipe, "standard", range(10_000, 10_000 + N_SAMPLES), SAMPLING)
+    lookup = first_tokens(pipe, "prompt-lookup", range(20_000, 20_000 + N_SAMPLES), SAMPLING)
+    assert len(base) > 5, "the test distribution is too concentrated to tell anything"
+    assert homogeneity_pvalue(base, spec) > ALPHA
+    assert homogeneity_pvalue(base, lookup) > ALPHA
+
+
+def test_sampling_test_catches_a_broken_acceptance_rule(pipe, monkeypatch):
+    """Accepting every drafted token (ignoring p/q) yields the draft's distribution, and the test sees it."""
+    import edge_specdec.runtime.generate as gen
+
+    def accept_everything(rows, proposal, config, rng):
+        from edge_specdec.runtime.sampling import distribution, sample
+        return len(proposal.tokens), sample(distribution(rows[-1], config), rng)
+
+    base = first_tokens(pipe, "none", range(N_SAMPLES), SAMPLING)
+    monkeypatch.setattr(gen, "verify", accept_everything)
+    broken = first_tokens(pipe, "standard", range(10_000, 10_000 + N_SAMPLES), SAMPLING)
+    assert homogeneity_pvalue(base, broken) < ALPHA
+
+
+def test_seed_makes_sampling_reproducible(pipe):
+    config = dict(max_new_tokens=12, temperature=1.0, seed=42, ignore_eos=True)
+    a = pipe.generate("x = ", GenerationConfig(**config), algorithm="standard")
+    b = pipe.generate("x = ", GenerationConfig(**config), algorithm="standard")
+    assert a.token_ids == b.token_ids
+
+
+def test_eos_stops_generation_identically(pipe):
+    base = pipe.generate("def f", GenerationConfig(max_new_tokens=20, ignore_eos=True), algorithm="none")
+    eos = base.token_ids[5]
+    stop_at = base.token_ids.index(eos)
+    for algorithm in ("none", "standard", "prompt-lookup"):
+        result = pipe.generate("def f", GenerationConfig(max_new_tokens=20, eos_token_ids=[eos]), algorithm=algorithm)
+        assert result.token_ids == base.token_ids[:stop_at + 1] and result.stop_reason == "eos"
+
+
+def test_stop_string_cuts_the_text(pipe):
+    base = pipe.generate("def f", GenerationConfig(max_new_tokens=20, ignore_eos=True), algorithm="none")
+    needle = base.text[8:10]
+    assert needle
+    result = pipe.generate("def f", GenerationConfig(max_new_tokens=20, ignore_eos=True, stop_strings=[needle]),
+                           algorithm="standard")
+    assert result.stop_reason == "stop_string"
+    assert result.text == base.text[:base.text.find(needle)]
+
+
+def test_streaming_never_splits_a_character():
+    emoji = "😀".encode()
+    pieces = TokenBytes.pack([bytes([b]) for b in emoji] + [b"a", "é".encode()])
+    stream = TextStream(pieces)
+    emitted = [stream.push([i]) for i in range(4)]
+    assert emitted == ["", "", "", "😀"]
+    assert stream.push([4, 5]) == "aé"
+
+
+def test_context_overflow_is_refused_before_work(pipe):
+    context = pipe.target.max_context
+    with pytest.raises(ContextOverflowError, match="exceed the target's context"):
+        pipe.generate("hello", GenerationConfig(max_new_tokens=context))
+
+
+@pytest.mark.parametrize("kwargs,match", [({"max_new_tokens": 0}, "max_new_tokens"), ({"temperature": -1}, "temperature"),
+                                          ({"top_p": 0.0}, "top_p"), ({"top_k": -3}, "top_k")])
+def test_bad_generation_options(pipe, kwargs, match):
+    from edge_specdec.errors import EdgeSpecdecError
+    with pytest.raises(EdgeSpecdecError, match=match):
+        pipe.generate("hello", GenerationConfig(**kwargs))
+
+
+def test_standard_needs_a_same_vocabulary_draft(bundle_dir):
+    from edge_specdec.errors import EdgeSpecdecError
+    hetero = Pipeline(bundle_dir("qwen2-bytelevel", "llama-metaspace", "int8", "int8"))
+    with pytest.raises(EdgeSpecdecError, match="needs a draft with the target's vocabulary"):
+        hetero.generate("hello", algorithm="standard")
+
+
+def test_cli_run_json(bundle_dir):
+    bundle = bundle_dir(*SAME_VOCAB)
+    runs = {}
+    for algorithm in ("none", "standard"):
+        proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle), "--prompt", "def f(x):",
+                               "--max-new-tokens", "16", "--algorithm", algorithm, "--ignore-eos", "--json"],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        runs[algorithm] = json.loads(proc.stdout)
+    for key in ("new_tokens", "tokens_per_s", "target_passes", "draft_tokens_proposed", "draft_tokens_accepted"):
+        assert key in runs["standard"]["stats"]
+    assert runs["standard"]["token_ids"] == runs["none"]["token_ids"]
+    assert runs["standard"]["text"] == runs["none"]["text"] and len(runs["none"]["token_ids"]) == 16
+    assert runs["standard"]["stats"]["draft_tokens_proposed"] > 0
+
+
+def test_cli_run_streams_text_and_stats(bundle_dir):
+    proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)), "--prompt",
+                           "-", "--max-new-tokens", "8"], input="def f(x):", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "tokens/s" in proc.stderr and "target passes" in proc.stderr
+    empty = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)),
+                            "--prompt", "   "], capture_output=True, text=True)
+    assert empty.returncode == 1 and "the prompt is empty" in empty.stderr
