@@ -124,11 +124,11 @@ def test_failure_mid_export_leaves_no_half_bundle(bundle_copy, model_dir, monkey
     calls = []
     real = export_mod.export_tokenizer
 
-    def fail_on_draft(source, out):
+    def fail_on_draft(source, out, name):
         calls.append(out)
         if out.name == "draft":
             raise error
-        return real(source, out)
+        return real(source, out, name)
 
     monkeypatch.setattr(export_mod, "export_tokenizer", fail_on_draft)
     parent = bundle_copy.parent

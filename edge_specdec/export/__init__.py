@@ -76,7 +76,7 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
                 stats = export_model(src.folder, partial / role, settings[role], role_scratch, say)
                 shutil.rmtree(role_scratch, ignore_errors=True)
                 say(f"[{role}] converting the tokenizer with openvino-tokenizers")
-                export_tokenizer(src.folder, partial / role)
+                export_tokenizer(src.folder, partial / role, src.given)
                 tables[role] = token_table(src.folder)
                 entries[role] = _model_entry(src, partial / role, settings[role], stats, params[role], tables[role])
         say("computing the vocabulary map")

@@ -203,8 +203,11 @@ PARITY_STRINGS = ("Hello world", " ", "  two  spaces", "tabs\tand\nnew lines\r\n
                   "emoji 😀 and 中文 and e\u0301", "ÀÉÎÕÜ ß", "1234567890 3.14")
 
 
-def export_tokenizer(source: Path, out: Path) -> None:
-    """Convert the source's Hugging Face tokenizer to OpenVINO tokenizer and detokenizer IRs in `out`."""
+def export_tokenizer(source: Path, out: Path, name: Optional[str] = None) -> None:
+    """Convert the source's Hugging Face tokenizer to OpenVINO tokenizer and detokenizer IRs in `out`.
+
+    name: how to call the source in errors (the user's own words for it; default the folder)."""
+    name = name or str(source)
     import openvino as ov
     try:
         from openvino_tokenizers import convert_tokenizer
@@ -231,7 +234,7 @@ def export_tokenizer(source: Path, out: Path) -> None:
         want = hf(text)["input_ids"]
         got = encode([text])["input_ids"][0].tolist()
         if got != want:
-            raise ExportError(f"the OpenVINO tokenizer converted from {source} disagrees with its Hugging Face "
+            raise ExportError(f"the OpenVINO tokenizer converted from {name} disagrees with its Hugging Face "
                               f"tokenizer on {text!r}: {got[:12]} vs {want[:12]}. The runtime would see other "
                               "tokens than the model was trained on. If the source is a .gguf file, export from "
                               "the original Hugging Face folder instead.")
