@@ -151,3 +151,17 @@ def test_target_only_bundle(bundle_dir):
     assert bundle.vocabulary["relation"] == "target-only"
     assert not any(rel.startswith("draft/") for rel in bundle.manifest["files"])
     assert json.loads((bundle.path / "manifest.json").read_text())["draft"] is None
+
+
+def test_data_aware_int4_with_calibration_text(model_dir, tmp_path):
+    """AWQ and scale estimation on a calibration text file run, and the manifest records them."""
+    from edge_specdec.export import WeightSettings, export_bundle
+
+    calib = tmp_path / "calib.txt"
+    calib.write_text("def add(a, b):\n    return a + b\nprint('hello world')\nclass A:\n    pass\n")
+    settings = WeightSettings("int4", group_size=32, awq=True, scale_estimation=True, dataset=str(calib))
+    bundle = load_bundle(export_bundle(str(model_dir("qwen2-bytelevel")), None, tmp_path / "b",
+                                       target_weights=settings))
+    weights = bundle.target.info["weights"]
+    assert weights["awq"] and weights["scale_estimation"] and weights["dataset"] == str(calib)
+    assert weights["group_size"] == 32 and weights["share_by_type"]["u4"] >= 0.25
