@@ -219,15 +219,15 @@ def export_tokenizer(source: Path, out: Path, name: Optional[str] = None) -> Non
     try:
         tokenizer, detokenizer = convert_tokenizer(hf, with_detokenizer=True, skip_special_tokens=True)
     except Exception as exc:
-        raise ExportError(f"openvino-tokenizers could not convert the tokenizer of {source} "
+        raise ExportError(f"openvino-tokenizers could not convert the tokenizer of {name} "
                           f"({type(exc).__name__}: {exc}). The runtime needs it; a tokenizer.json with a supported "
                           "pre-tokenizer is required.") from exc
     ov.save_model(tokenizer, out / "openvino_tokenizer.xml")
     ov.save_model(detokenizer, out / "openvino_detokenizer.xml")
-    for name in ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "openvino_detokenizer.xml",
-                 "openvino_detokenizer.bin"):
-        if not (out / name).is_file() or (out / name).stat().st_size == 0:
-            raise ExportError(f"tokenizer conversion for {source} did not write {name}: openvino-tokenizers "
+    for fname in ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "openvino_detokenizer.xml",
+                  "openvino_detokenizer.bin"):
+        if not (out / fname).is_file() or (out / fname).stat().st_size == 0:
+            raise ExportError(f"tokenizer conversion for {name} did not write {fname}: openvino-tokenizers "
                               "skipped it. The runtime cannot work without it; check the tokenizer.json.")
     encode = ov.Core().compile_model(out / "openvino_tokenizer.xml", "CPU")
     for text in PARITY_STRINGS:
