@@ -201,3 +201,9 @@ def test_cli_run_streams_text_and_stats(bundle_dir):
     empty = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)),
                             "--prompt", "   "], capture_output=True, text=True)
     assert empty.returncode == 1 and "the prompt is empty" in empty.stderr
+
+
+def test_generate_leaves_the_callers_config_alone(pipe):
+    config = GenerationConfig(max_new_tokens=2)
+    pipe.generate("hi", config, algorithm="none")
+    assert config.eos_token_ids is None

@@ -1,7 +1,7 @@
 """Drafters propose the next tokens (in the target's vocabulary); the verifier decides what to keep.
 
-Every drafter has one method, propose(sequence, k) -> Proposal, and hears the outcome of each round
-through accepted(n). A proposal carries, for each drafted token, the draft distribution q it was drawn
+Every drafter has one method, propose(sequence, k) -> Proposal; the sequence it is given already holds
+the outcome of the previous round, so a drafter with a cache re-syncs to it there. A proposal carries, for each drafted token, the draft distribution q it was drawn
 from (None when the drafter is deterministic: then q is the one-hot of the token).
 """
 from __future__ import annotations
@@ -23,8 +23,6 @@ class Proposal:
 
 class Drafter(Protocol):
     def propose(self, sequence: list[int], k: int) -> Proposal: ...
-
-    def accepted(self, n: int, proposed: int) -> None: ...
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -81,9 +79,6 @@ class DraftModelDrafter:
             row = self.session.feed([token])[-1]
         return proposal
 
-    def accepted(self, n: int, proposed: int) -> None:
-        pass  # the next propose() re-syncs the cache to the accepted sequence
-
 
 def _top_probability(row: np.ndarray) -> float:
     x = row.astype(np.float64) - row.max()
@@ -107,9 +102,6 @@ class PromptLookupDrafter:
                 if len(follow):
                     return Proposal([int(t) for t in follow], None)
         return Proposal([], None)
-
-    def accepted(self, n: int, proposed: int) -> None:
-        pass
 
 
 class DraftLength:

@@ -76,10 +76,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         n, nxt = verify(rows, proposal, config, rng)
         target.rollback(len(proposal.tokens) - n)
         t2 = time.perf_counter()
-        if drafter:
-            drafter.accepted(n, len(proposal.tokens))
-            if draft_length:
-                draft_length.update(n, len(proposal.tokens))
+        if draft_length:
+            draft_length.update(n, len(proposal.tokens))
         new = proposal.tokens[:n] + [nxt]
         stats.rounds += 1
         stats.target_passes += 1

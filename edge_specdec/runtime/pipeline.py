@@ -9,6 +9,7 @@ A Pipeline holds one KV cache per model, so it is not thread-safe: use one Pipel
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -55,8 +56,8 @@ class Pipeline:
                  algorithm: str = "auto", num_assistant_tokens: int = 5, adaptive: bool = False,
                  confidence: float = 0.0, on_text: Optional[Callable[[str], None]] = None) -> Result:
         config = config or GenerationConfig()
-        if config.eos_token_ids is None:
-            config.eos_token_ids = self.bundle.target.eos_token_ids
+        if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
+            config = dataclasses.replace(config, eos_token_ids=self.bundle.target.eos_token_ids)
         prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not prompt_ids:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
