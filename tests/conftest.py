@@ -19,6 +19,8 @@ MODELS = {
     "qwen2-bytelevel-small": ("qwen2", "bytelevel", 32, 1),    # same-vocabulary draft
     "llama-metaspace": ("llama", "metaspace", 32, 2),          # Llama-2 style tokenizer draft
     "gpt2-prefixspace": ("gpt2", "prefixspace", 32, 3),        # prefix-space tokenizer draft
+    "llama-metaspace-large": ("llama", "metaspace", 64, 4),    # targets of the other tokenizer styles
+    "gpt2-prefixspace-large": ("gpt2", "prefixspace", 64, 5),
 }
 
 

@@ -18,7 +18,9 @@ from .session import ModelSession
 @dataclass
 class Proposal:
     tokens: list[int] = field(default_factory=list)
-    q: Optional[list[np.ndarray]] = None  # one distribution per token, or None for deterministic drafts
+    # the distribution each token was drawn from (over the target's vocabulary); None, or a None entry, where
+    # there is none (a deterministic draft): verification then treats it as one-hot
+    q: Optional[list[Optional[np.ndarray]]] = None
 
 
 class Drafter(Protocol):

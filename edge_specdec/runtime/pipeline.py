@@ -18,13 +18,20 @@ import openvino as ov
 
 from ..bundle import Bundle, load_bundle
 from ..errors import EdgeSpecdecError
-from .drafters import DraftLength, DraftModelDrafter, PromptLookupDrafter
+from .drafters import Drafter, DraftLength, DraftModelDrafter, PromptLookupDrafter
 from .generate import Result, generate
+from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
+from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .session import ModelSession
-from .text import PromptTokenizer, TextStream
+from .slrs import SLRSDrafter
+from .text import PromptTokenizer, TextStream, decode
 
-ALGORITHMS = ("auto", "none", "standard", "prompt-lookup")
+ALGORITHMS = ("auto", "none", "standard", "prompt-lookup", "slem", "tli", "slrs")
+NEEDS_DRAFT = ("standard", "slem", "tli", "slrs")
+HETEROGENEOUS = ("slem", "tli", "slrs")
+# auto picks TLI for sampling when at least this share of the draft's vocabulary exists in the target's
+TLI_MIN_DRAFT_SHARE = 0.5
 
 
 class Pipeline:
@@ -40,17 +47,47 @@ class Pipeline:
                                   max_context=draft.info.get("max_position_embeddings")) if draft else None
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
         self.vocab_map = self.bundle.load_vocab_map()
+        self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
+        self.draft_tokenizer = PromptTokenizer(draft.tokenizer_xml, core) if draft else None
+        self.draft_retokenizer = Retokenizer(self.draft_tokenizer.encode, self.vocab_map.draft) if draft else None
 
-    def resolve_algorithm(self, algorithm: str) -> str:
+    def resolve_algorithm(self, algorithm: str, config: Optional[GenerationConfig] = None) -> str:
+        """The algorithm to run: `auto` follows the vocabulary relation and the sampling mode."""
         if algorithm not in ALGORITHMS:
             raise EdgeSpecdecError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
-        relation = self.bundle.vocabulary["relation"]
+        vocabulary = self.bundle.vocabulary
+        relation = vocabulary["relation"]
+        if algorithm in NEEDS_DRAFT and self.draft is None:
+            raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft model, but this bundle has only a "
+                                   f"target. Use prompt-lookup or none, or export the bundle with --draft.")
         if algorithm == "auto":
-            return "standard" if relation == "identical" else "prompt-lookup"
+            if relation == "identical":
+                return "standard"
+            if relation == "target-only":
+                return "prompt-lookup"
+            greedy = config is None or config.greedy
+            return "slem" if greedy or vocabulary.get("draft_share", 0) < TLI_MIN_DRAFT_SHARE else "tli"
         if algorithm == "standard" and relation != "identical":
             raise EdgeSpecdecError(f"algorithm 'standard' needs a draft with the target's vocabulary, but this "
-                                   f"bundle's relation is {relation!r}. Use prompt-lookup or none.")
+                                   f"bundle's relation is {relation!r}. Use slem, tli, slrs or auto.")
         return algorithm
+
+    def _drafter(self, name: str, prompt: Union[str, list[int]], prompt_ids: list[int], config: GenerationConfig,
+                 rng: np.random.Generator, confidence: float) -> Optional[Drafter]:
+        if name == "standard":
+            return DraftModelDrafter(self.draft, config, rng, confidence)
+        if name == "prompt-lookup":
+            return PromptLookupDrafter()
+        if name not in HETEROGENEOUS:
+            return None
+        text = prompt if isinstance(prompt, str) else decode(self.vocab_map.target, prompt_ids)
+        context = DraftTextContext(self.draft, self.draft_retokenizer, self.vocab_map, len(prompt_ids),
+                                   self.draft_tokenizer.encode(text))
+        if name == "tli":
+            return TLIDrafter(context, self.vocab_map, config, rng, self.target.vocab_size)
+        draft_eos = self.bundle.draft.info["special_tokens"].get("eos_token_id")
+        kind = SLEMDrafter if name == "slem" else SLRSDrafter
+        return kind(context, self.target_retokenizer, self.vocab_map, config, rng, draft_eos)
 
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                  algorithm: str = "auto", num_assistant_tokens: int = 5, adaptive: bool = False,
@@ -63,14 +100,12 @@ class Pipeline:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
         if num_assistant_tokens < 1:
             raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
-        name = self.resolve_algorithm(algorithm)
+        name = self.resolve_algorithm(algorithm, config)
         rng = np.random.default_rng(config.seed)
-        drafter = None
-        if name == "standard":
-            drafter = DraftModelDrafter(self.draft, config, rng, confidence)
-        elif name == "prompt-lookup":
-            drafter = PromptLookupDrafter()
+        drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
         result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
                           DraftLength(num_assistant_tokens, adaptive), rng, on_text)
         result.extra["algorithm"] = name
+        if isinstance(drafter, SLRSDrafter):
+            result.extra["slrs_rounds"] = {"exact": drafter.rounds_exact, "slem_fallback": drafter.rounds_fallback}
         return result

@@ -3,7 +3,9 @@
 Greedy: accept while the drafted token is the target's argmax; the next token is the target's argmax.
 Sampling (Leviathan et al. / Chen et al.): accept token x with probability min(1, p(x) / q(x)); on the first
 rejection draw from norm(max(0, p - q)); when all are accepted draw a bonus token from the last p.
-A deterministic drafter (q = one-hot) makes this: accept with probability p(x), else draw from p with x removed.
+A token without a distribution (q None: a deterministic drafter, or a token re-tokenized from draft text) is
+treated as q = one-hot: accept with probability p(x), else draw from p with x removed. That is lossless for
+any proposal, however it was made: the output token has distribution p either way.
 """
 from __future__ import annotations
 
@@ -25,14 +27,15 @@ def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig,
         return n, int(choice[n])
     p = distribution(rows, config)
     for i, x in enumerate(tokens):
-        q_x = 1.0 if proposal.q is None else proposal.q[i][x]
+        q = None if proposal.q is None else proposal.q[i]
+        q_x = 1.0 if q is None else q[x]
         if rng.random() * q_x < p[i, x]:  # accept with probability min(1, p/q)
             continue
-        if proposal.q is None:
+        if q is None:
             residual = p[i].copy()
             residual[x] = 0.0
         else:
-            residual = np.maximum(p[i] - proposal.q[i], 0.0)
+            residual = np.maximum(p[i] - q, 0.0)
         if residual.sum() <= 0.0:  # p == q up to rounding: any draw from p is exact
             residual = p[i]
         return i, sample(residual, rng)

@@ -1,0 +1,156 @@
+"""Drafters for a draft model whose vocabulary differs from the target's (Timor et al., ICML 2025).
+
+All three talk to the decode loop like any drafter: propose(sequence, k) returns target tokens, and for
+each either the distribution it was drawn from (rejection sampling) or None (the target keeps the token
+only if it picks it itself; lossless for any proposal). The draft's cache follows the target's text through
+`DraftTextContext`, so the tokens the target wrote itself (a correction, a bonus token) reach the draft as text.
+
+- SLEMDrafter: draft tokens -> text -> target tokens (re-tokenized with a window, see retokenize.py).
+- TLIDrafter: the draft samples only tokens that exist in both vocabularies, so each maps 1:1 to a target
+  token and its (renormalized) probability is the proposal distribution of standard rejection sampling.
+- SLRSDrafter lives in slrs.py.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..vocab_map import NO_TOKEN, VocabMap
+from .drafters import Proposal, sync_and_feed
+from .retokenize import Retokenizer
+from .sampling import GenerationConfig, distribution, sample
+from .session import ModelSession
+
+RESPLIT = 2  # generated draft tokens re-tokenized together with newly accepted text
+
+
+class DraftTextContext:
+    """The draft model's view of the text: its own tokenization of the prompt, then of the accepted text.
+
+    sync(sequence) brings the draft's cache to the text of the target's sequence: tokens the draft itself
+    proposed and the target accepted are kept as they are (no tokenizer call on that path); other text is
+    re-tokenized together with the last RESPLIT draft tokens, and the cache is rolled back to the first
+    token that changed and fed only what it lacks.
+    """
+
+    def __init__(self, session: ModelSession, retokenizer: Retokenizer, vocab_map: VocabMap,
+                 prompt_len: int, prompt_draft_ids: list[int]):
+        self.session, self.retok, self.target_pieces = session, retokenizer, vocab_map.target
+        self.prompt_len, self.n_prompt = prompt_len, len(prompt_draft_ids)
+        self.ids = list(prompt_draft_ids)   # prompt + generated text, in draft tokens
+        self.covered = 0                    # bytes of generated text that self.ids spell
+        self.text = bytearray()             # generated text (target side)
+        self.seen = 0                       # generated target tokens already in self.text
+        self.last_draft: list[int] = []     # the previous proposal's draft tokens
+
+    def sync(self, sequence: list[int]) -> tuple[np.ndarray, bytes]:
+        """Returns the draft's logits for the next token and the accepted bytes it could not spell (rare)."""
+        for token in sequence[self.prompt_len + self.seen:]:
+            self.text += self.target_pieces.piece(token) or b""
+        self.seen = len(sequence) - self.prompt_len
+        pending = bytes(self.text[self.covered:])
+        for token in self.last_draft:  # the hot path: the target accepted the draft's own tokens
+            piece = self.retok.pieces.piece(token)
+            if not piece or not pending.startswith(piece):
+                break
+            self.ids.append(token)
+            self.covered += len(piece)
+            pending = pending[len(piece):]
+        self.last_draft = []
+        if pending:
+            cut = max(self.n_prompt, len(self.ids) - RESPLIT)
+            redo = self.retok.bytes_of(self.ids[cut:]) + pending
+            ids = self.retok.continuation(self.ids[:cut], redo)
+            self.covered += len(self.retok.bytes_of(ids)) - (len(redo) - len(pending))
+            self.ids[cut:] = ids
+            pending = bytes(self.text[self.covered:])
+        return sync_and_feed(self.session, self.ids, [])[-1], pending
+
+
+class _TextDrafter:
+    """Shared by SLEM and SLRS: draft k tokens, turn their text into target tokens."""
+
+    def __init__(self, context: DraftTextContext, target_retokenizer: Retokenizer, vocab_map: VocabMap,
+                 config: GenerationConfig, rng: np.random.Generator, draft_eos: Optional[int]):
+        self.ctx, self.target_retok, self.vocab_map = context, target_retokenizer, vocab_map
+        self.config, self.rng, self.draft_eos = config, rng, draft_eos
+        self.special = ~vocab_map.draft.has_text
+        if draft_eos is not None:
+            self.special[draft_eos] = False
+
+    def draft_distribution(self, row: np.ndarray) -> np.ndarray:
+        """q over the draft vocabulary: the config's transform, special tokens other than EOS removed."""
+        row = np.where(self.special, -np.inf, row)
+        if self.config.greedy:
+            q = np.zeros(len(row))
+            q[int(np.argmax(row))] = 1.0
+            return q
+        return distribution(row, self.config)
+
+    def draft(self, row: np.ndarray, k: int) -> list[int]:
+        """k draft tokens from the cache's current end (fewer if EOS comes first)."""
+        tokens: list[int] = []
+        for i in range(k):
+            token = sample(self.draft_distribution(row), self.rng)
+            tokens.append(token)
+            if token == self.draft_eos or i + 1 == k:
+                break
+            row = self.ctx.session.feed([token])[-1]
+        return tokens
+
+    def to_target(self, sequence: list[int], drafted: list[int], skip: bytes = b"") -> list[int]:
+        """The target tokens that spell the drafted text (after `skip` bytes already proposed)."""
+        ended = bool(drafted) and drafted[-1] == self.draft_eos
+        text = self.ctx.retok.bytes_of(drafted[:-1] if ended else drafted)[len(skip):]
+        tokens = self.target_retok.continuation(sequence, text)
+        if ended and self.target_retok.bytes_of(tokens) == text:
+            tokens.append(int(self.vocab_map.draft_to_target[self.draft_eos]))
+        return tokens
+
+
+class SLEMDrafter(_TextDrafter):
+    """String-level exact match: the target keeps the longest prefix it would have written itself."""
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        row, pending = self.ctx.sync(sequence)
+        if pending:
+            return Proposal()
+        drafted = self.draft(row, k)
+        self.ctx.last_draft = drafted
+        tokens = self.to_target(sequence, drafted)
+        return Proposal(tokens, None if self.config.greedy else [None] * len(tokens))
+
+
+class TLIDrafter:
+    """Token-level intersection: the draft samples inside the shared tokens; rejection sampling in the target's vocabulary."""
+
+    def __init__(self, context: DraftTextContext, vocab_map: VocabMap, config: GenerationConfig,
+                 rng: np.random.Generator, target_size: int):
+        self.ctx, self.config, self.rng, self.target_size = context, config, rng, target_size
+        self.d2t = vocab_map.draft_to_target[:context.session.vocab_size]
+        self.shared = self.d2t != NO_TOKEN
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        row, pending = self.ctx.sync(sequence)
+        if pending or not self.shared.any():
+            return Proposal()
+        proposal = Proposal([], None if self.config.greedy else [])
+        drafted: list[int] = []
+        for i in range(k):
+            row = np.where(self.shared, row, -np.inf)
+            if self.config.greedy:
+                token = int(np.argmax(row))
+            else:
+                q = distribution(row, self.config)
+                token = sample(q, self.rng)
+                q_target = np.zeros(self.target_size)
+                np.add.at(q_target, self.d2t[self.shared], q[self.shared])
+                proposal.q.append(q_target)
+            drafted.append(token)
+            proposal.tokens.append(int(self.d2t[token]))
+            if i + 1 == k or not self.ctx.retok.pieces.has_text[token]:  # EOS ends the draft
+                break
+            row = self.ctx.session.feed([token])[-1]
+        self.ctx.last_draft = drafted
+        return proposal

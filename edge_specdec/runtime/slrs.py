@@ -1,0 +1,124 @@
+"""SLRS, string-level rejection sampling: rejection sampling of the first target token against the exact
+probability that the draft's text starts with it.
+
+The proposal for the round's first position is T = the longest target token that is a prefix of the text S
+the draft would write. Its distribution r(t) is computed exactly by enumerating the draft's token tree
+(every draft token with positive probability, expanded while the text so far is still a proper prefix of
+some target token, so that T is not yet decided); then T is drawn from r together with a draft path that
+spells it, and the target accepts it with min(1, p/r), else draws from norm(max(p - r, 0)): lossless by
+the standard rejection-sampling argument. The rest of the drafted text becomes further target tokens that
+are verified like SLEM (kept only if the target picks them itself, also lossless).
+
+Where it is practical: the tree has at most (positive-probability draft tokens)^(depth) leaves, so it
+needs a sampling config that bounds the support (top_k, or a small top_p) and short target tokens relative
+to the draft's. Each expanded node costs one draft forward pass. Beyond `max_nodes` passes or
+`max_branch` tokens at a node, the round falls back to SLEM (decided from the tree alone, before any
+random draw, so the fallback cannot bias the result). Greedy decoding is SLEM: the two coincide there.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Optional
+
+import numpy as np
+
+from .drafters import Proposal, sync_and_feed
+from .heterogeneous import SLEMDrafter
+from .sampling import sample
+
+Leaf = tuple[tuple[int, ...], int, float]  # (draft path, target token, probability)
+
+
+class SLRSDrafter(SLEMDrafter):
+    max_nodes = 24    # draft forward passes per round for the tree
+    max_branch = 32   # positive-probability draft tokens at one node
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rounds_exact = 0     # rounds verified against the exact r
+        self.rounds_fallback = 0  # rounds that fell back to SLEM
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        if self.config.greedy:
+            return super().propose(sequence, k)
+        row, pending = self.ctx.sync(sequence)
+        if pending:
+            return Proposal()
+        base = list(self.ctx.ids)
+        leaves = self._leaves(base, row)
+        if not leaves:
+            self.rounds_fallback += 1
+            self.ctx.session.truncate(len(base))
+            drafted = self.draft(row, k)
+            self.ctx.last_draft = drafted
+            tokens = self.to_target(sequence, drafted)
+            return Proposal(tokens, [None] * len(tokens))
+        self.rounds_exact += 1
+        probs = np.array([p for _, _, p in leaves])
+        probs /= probs.sum()  # outcomes without a target token are conditioned away
+        r = np.zeros(len(self.vocab_map.target))  # one entry per target logit
+        np.add.at(r, [t for _, t, _ in leaves], probs)
+        path, first, _ = leaves[sample(probs, self.rng)]
+        drafted = list(path)
+        if drafted[-1] != self.draft_eos and len(drafted) < k:
+            more_row = sync_and_feed(self.ctx.session, base + drafted, [])[-1]
+            drafted += self.draft(more_row, k - len(drafted))
+        self.ctx.last_draft = drafted
+        first_bytes = self.target_retok.pieces.piece(first) or b""
+        rest = self.to_target(sequence + [first], drafted, skip=first_bytes) if first_bytes else []
+        return Proposal([first] + rest, [r] + [None] * len(rest))
+
+    # the tree -------------------------------------------------------------------------------------------
+    def _leaves(self, base: list[int], root_row: np.ndarray) -> Optional[list[Leaf]]:
+        """Every way the draft can decide T, with its probability; None when over budget."""
+        self._prepare()
+        leaves: list[Leaf] = []
+        stack = [((), b"", 1.0, root_row)]
+        nodes = 0
+        while stack:
+            path, text, prob, row = stack.pop()
+            q = self.draft_distribution(row)
+            support = np.flatnonzero(q)
+            if len(support) > self.max_branch:
+                return None
+            for d in support.tolist():
+                p = prob * float(q[d])
+                if d == self.draft_eos:  # the text ends here
+                    first = self.eos_target if not text else self._longest(text)
+                    if first is not None:
+                        leaves.append((path + (d,), first, p))
+                    continue
+                longer = text + (self.ctx.retok.pieces.piece(d) or b"")
+                if self._undecided(longer):
+                    nodes += 1
+                    if nodes > self.max_nodes:
+                        return None
+                    child = sync_and_feed(self.ctx.session, base + list(path) + [d], [])[-1]
+                    stack.append((path + (d,), longer, p, child))
+                else:
+                    first = self._longest(longer)
+                    if first is not None:
+                        leaves.append((path + (d,), first, p))
+        return leaves
+
+    def _prepare(self) -> None:
+        if hasattr(self, "_sorted"):
+            return
+        index = self.target_retok.index
+        self._sorted = sorted(index)
+        self._max_len = max(map(len, self._sorted), default=1)
+        eos = self.vocab_map.draft_to_target[self.draft_eos] if self.draft_eos is not None else -1
+        self.eos_target = int(eos) if eos >= 0 else None
+
+    def _undecided(self, text: bytes) -> bool:
+        """Is text a proper prefix of some target token (so a longer token may still match)?"""
+        i = bisect_right(self._sorted, text)
+        return i < len(self._sorted) and self._sorted[i].startswith(text)
+
+    def _longest(self, text: bytes) -> Optional[int]:
+        index = self.target_retok.index
+        for size in range(min(len(text), self._max_len), 0, -1):
+            token = index.get(text[:size])
+            if token is not None:
+                return token
+        return None
