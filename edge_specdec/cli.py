@@ -83,10 +83,21 @@ examples:
   edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3
   echo "Summarize: ..." | edge-specdec run bundles/qwen --prompt - --algorithm prompt-lookup
   edge-specdec run bundles/qwen --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7 --json
+  edge-specdec run bundles/qwen+smollm --prompt "def f(x):" --algorithm tli --temperature 0.7 --top-k 20
 
-algorithms: auto (standard for a same-vocabulary draft, else prompt-lookup), none (the target alone),
-standard (draft model + verification), prompt-lookup (n-gram matches, no draft model). Output is the
-target's own: identical to --algorithm none under greedy decoding, the same distribution when sampling.
+algorithms:
+  auto           the default: standard for a same-vocabulary draft; for a draft with another vocabulary
+                 slem when greedy, tli when sampling (if most draft tokens exist in the target's
+                 vocabulary, else slem); prompt-lookup when the bundle has no draft
+  none           the target alone
+  standard       draft model + verification (the draft shares the target's vocabulary)
+  slem           any draft: its text is re-tokenized for the target, which keeps what it would have written
+  tli            any draft: it drafts only tokens both vocabularies share; rejection sampling
+  slrs           any draft: string-level rejection sampling of each round's first token; practical with a
+                 small --top-k (it enumerates the draft's token tree), else it runs SLEM rounds
+  prompt-lookup  n-gram matches from the prompt and the output, no draft model
+Output is the target's own: identical to --algorithm none under greedy decoding, the same distribution
+when sampling.
 """
 
 
@@ -111,7 +122,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
-                              ignore_eos=args.ignore_eos)
+                              ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty)
     config.validate()
     pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device)
     stream = None if args.json else (lambda text: print(text, end="", flush=True))
@@ -133,6 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .runtime.pipeline import ALGORITHMS
     parser = argparse.ArgumentParser(
         prog="edge-specdec",
         description="Lossless speculative decoding on OpenVINO: a small draft model (of any vocabulary) proposes "
@@ -172,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", metavar="TEXT", help="the prompt; - reads it from stdin")
     p.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
-    p.add_argument("--algorithm", default="auto", choices=("auto", "none", "standard", "prompt-lookup"))
+    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="see below (default auto)")
     p.add_argument("--num-assistant-tokens", type=int, default=5, metavar="K", help="tokens drafted per round")
     p.add_argument("--adaptive", action="store_true", help="adapt K: +2 when all are accepted, -1 otherwise")
     p.add_argument("--confidence", type=float, default=0.0, metavar="P",
@@ -181,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
     p.add_argument("--seed", type=int, help="random seed for sampling")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off)")
     p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     p.add_argument("--target-device", default="CPU", help="OpenVINO device for the target (default CPU)")

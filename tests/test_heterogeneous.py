@@ -143,7 +143,7 @@ def test_sampling_test_catches_a_broken_variant(hetero, algorithm, monkeypatch):
     """Accepting every drafted token (ignoring p and q) yields the draft's distribution, and the test sees it."""
     import edge_specdec.runtime.generate as gen
 
-    def accept_everything(rows, proposal, config, rng):
+    def accept_everything(rows, proposal, config, rng, context):
         from edge_specdec.runtime.sampling import distribution, sample
         return len(proposal.tokens), sample(distribution(rows[-1], config), rng)
 
@@ -171,3 +171,12 @@ def test_heterogeneous_algorithms_need_a_draft(bundle_dir):
         with pytest.raises(EdgeSpecdecError, match="needs a draft model"):
             alone.generate("x", GenerationConfig(max_new_tokens=2), algorithm=algorithm)
     assert alone.generate("x", GenerationConfig(max_new_tokens=2), algorithm="auto").extra["algorithm"] == "prompt-lookup"
+
+
+def test_repetition_penalty_stays_lossless(pipes):
+    pipe = pipes("qwen2-bytelevel", "llama-metaspace")
+    for prompt in PROMPTS[:6]:
+        config = GenerationConfig(max_new_tokens=16, ignore_eos=True, repetition_penalty=1.3)
+        base = pipe.generate(prompt, config, algorithm="none")
+        for algorithm in ALGORITHMS:
+            assert pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3).token_ids == base.token_ids

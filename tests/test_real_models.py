@@ -58,3 +58,37 @@ def test_real_gguf_source_is_read_and_its_tokenizer_checked(tmp_path):
         export_bundle(str(ROOT / "gguf/SmolLM2-135M-Instruct.Q4_1.gguf"), None, tmp_path / "b",
                       target_weights=WeightSettings("int8"), progress=print)
     assert not any(tmp_path.iterdir())
+
+
+REAL_PAIR_BUNDLE = Path.home() / ".cache/edge-specdec/bundles/qwen1.5b-int4+smollm2-135m-int8"
+CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+REAL_PROMPTS = [CHAT.format("Write a Python function that checks whether a string is a palindrome."),  # code
+                "def merge_sorted(a, b):\n    \"\"\"Merge two sorted lists.\"\"\"\n",               # code completion
+                CHAT.format("Explain in three sentences why the sky is blue."),                       # chat
+                CHAT.format("Summarize in one sentence: The council agreed to fund a larger library near the "
+                            "river, with a reading room for children and longer weekend hours."),    # summarization
+                CHAT.format("Translate to French and add an emoji: 'good morning, 世界'")]           # hostile text
+
+
+def test_real_heterogeneous_pair_greedy_is_lossless(tmp_path):
+    """Qwen2.5-Coder-1.5B int4 + SmolLM2-135M int8: SLEM and TLI write exactly what the target alone writes.
+
+    Uses the bundle of benchmarks/export_real_models.py when it exists, else exports the pair here (~2 min)."""
+    from edge_specdec.runtime import GenerationConfig, Pipeline
+
+    bundle = REAL_PAIR_BUNDLE
+    if not bundle.is_dir():
+        bundle = export_bundle(str(ROOT / "hf/qwen2.5-coder-1.5b-instruct"), str(ROOT / "hf/smollm2-135m-instruct"),
+                               tmp_path / "b", target_weights=WeightSettings("int4"),
+                               draft_weights=WeightSettings("int8"), progress=print)
+    pipe = Pipeline(bundle)
+    accepted = 0
+    for prompt in REAL_PROMPTS:
+        config = GenerationConfig(max_new_tokens=48)
+        base = pipe.generate(prompt, config, algorithm="none")
+        for algorithm in ("slem", "tli"):
+            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4)
+            print(algorithm, spec.stats.as_dict()["acceptance"], repr(spec.text[:60]))
+            assert spec.token_ids == base.token_ids, (algorithm, prompt)
+            accepted += spec.stats.draft_tokens_accepted
+    assert accepted > 0

@@ -111,7 +111,7 @@ def test_sampling_test_catches_a_broken_acceptance_rule(pipe, monkeypatch):
     """Accepting every drafted token (ignoring p/q) yields the draft's distribution, and the test sees it."""
     import edge_specdec.runtime.generate as gen
 
-    def accept_everything(rows, proposal, config, rng):
+    def accept_everything(rows, proposal, config, rng, context):
         from edge_specdec.runtime.sampling import distribution, sample
         return len(proposal.tokens), sample(distribution(rows[-1], config), rng)
 
@@ -207,3 +207,25 @@ def test_generate_leaves_the_callers_config_alone(pipe):
     config = GenerationConfig(max_new_tokens=2)
     pipe.generate("hi", config, algorithm="none")
     assert config.eos_token_ids is None
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "prompt-lookup"])
+def test_repetition_penalty_is_lossless(pipe, algorithm):
+    for prompt in PROMPTS[:8]:
+        config = GenerationConfig(max_new_tokens=20, ignore_eos=True, repetition_penalty=1.3)
+        base = pipe.generate(prompt, config, algorithm="none")
+        assert pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3).token_ids == base.token_ids
+
+
+def test_repetition_penalty_pushes_seen_tokens_down(pipe):
+    """A huge penalty leaves every token already in the text below the unseen ones (whose top logit is > 0)."""
+    prompt = "a b a b a b a b"
+    plain = pipe.generate(prompt, GenerationConfig(max_new_tokens=12, ignore_eos=True), algorithm="none")
+    assert len(set(plain.token_ids)) < len(plain.token_ids)  # the random tiny target repeats itself
+    config = GenerationConfig(max_new_tokens=12, ignore_eos=True, repetition_penalty=1e6)
+    for algorithm in ("none", "standard"):
+        out = pipe.generate(prompt, config, algorithm=algorithm).token_ids
+        seen = set(pipe.tokenizer.encode(prompt))
+        for token in out:
+            assert token not in seen
+            seen.add(token)

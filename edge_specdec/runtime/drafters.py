@@ -11,7 +11,7 @@ from typing import Optional, Protocol
 
 import numpy as np
 
-from .sampling import GenerationConfig, distribution, sample
+from .sampling import GenerationConfig, distribution, penalize, sample
 from .session import ModelSession
 
 
@@ -67,6 +67,8 @@ class DraftModelDrafter:
         proposal = Proposal([], None if self.config.greedy else [])
         row = sync_and_feed(self.session, sequence, [])[-1]
         for i in range(k):
+            if self.config.repetition_penalty != 1.0:
+                row = penalize(row[None], self.config, sequence + proposal.tokens, [])[0]
             if self.config.greedy:
                 token = int(np.argmax(row))
                 top = _top_probability(row) if self.confidence else 1.0

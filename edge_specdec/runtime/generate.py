@@ -73,7 +73,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         proposal = drafter.propose(seq, k) if k > 0 else Proposal()
         t1 = time.perf_counter()
         rows = sync_and_feed(target, seq, proposal.tokens)  # one target pass over the whole proposal
-        n, nxt = verify(rows, proposal, config, rng)
+        n, nxt = verify(rows, proposal, config, rng, seq)
         target.rollback(len(proposal.tokens) - n)
         t2 = time.perf_counter()
         if draft_length:

@@ -15,7 +15,8 @@ class GenerationConfig:
 
     temperature 0 means greedy decoding; top_k 0 and top_p 1.0 switch those filters off. eos_token_ids None
     takes the bundle's; stop_strings end generation once the text contains one of them (the text is cut
-    before it).
+    before it). repetition_penalty (1.0 = off) works as in Hugging Face: the logit of every token already in
+    the prompt or the output is divided by it when positive, multiplied when negative.
     """
     max_new_tokens: int = 128
     temperature: float = 0.0
@@ -25,6 +26,7 @@ class GenerationConfig:
     eos_token_ids: Optional[list[int]] = None
     stop_strings: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    repetition_penalty: float = 1.0
 
     @property
     def greedy(self) -> bool:
@@ -39,7 +41,28 @@ class GenerationConfig:
             raise EdgeSpecdecError(f"top_k must be >= 0 (got {self.top_k}); 0 switches it off.")
         if not 0.0 < self.top_p <= 1.0:
             raise EdgeSpecdecError(f"top_p must be in (0, 1] (got {self.top_p}); 1.0 switches it off.")
+        if self.repetition_penalty <= 0:
+            raise EdgeSpecdecError(f"repetition_penalty must be > 0 (got {self.repetition_penalty}); 1.0 switches "
+                                   f"it off.")
         return self
+
+
+def penalize(rows: np.ndarray, config: GenerationConfig, context: list[int], block: list[int]) -> np.ndarray:
+    """Apply the repetition penalty to logits rows for context + block[:i] (row i follows block[:i]).
+
+    Row by row the penalized set is exactly what one-token-at-a-time decoding would have seen, so a
+    speculative round and the target alone compute the same distributions: the penalty stays lossless.
+    """
+    if config.repetition_penalty == 1.0:
+        return rows
+    rows = np.array(rows, dtype=np.float32)
+    seen = np.unique(np.asarray(context, dtype=np.int64))
+    for i in range(len(rows)):
+        x = rows[i, seen]
+        rows[i, seen] = np.where(x > 0, x / config.repetition_penalty, x * config.repetition_penalty)
+        if i < len(block):
+            seen = np.union1d(seen, [block[i]])
+    return rows
 
 
 def distribution(logits: np.ndarray, config: GenerationConfig) -> np.ndarray:

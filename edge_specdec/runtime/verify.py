@@ -12,13 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from .drafters import Proposal
-from .sampling import GenerationConfig, distribution, sample
+from .sampling import GenerationConfig, distribution, penalize, sample
 
 
-def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig,
-           rng: np.random.Generator) -> tuple[int, int]:
-    """rows: target logits, len(proposal.tokens) + 1 of them. Returns (accepted count, next token)."""
+def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: np.random.Generator,
+           context: list[int]) -> tuple[int, int]:
+    """rows: target logits, len(proposal.tokens) + 1 of them, following context. Returns (accepted, next token)."""
     tokens = proposal.tokens
+    rows = penalize(rows, config, context, tokens)
     if config.greedy:
         choice = rows.argmax(axis=-1)
         n = 0
