@@ -313,6 +313,20 @@ def report(rows: list[dict], setups: list[Setup], prompts: list[str], prefill_s:
         print(line)
     print(f"(prefill = one target pass over the prompt, median {prefill_s * 1000:.0f} ms, measured separately)")
 
+    print("\n=== per prompt: median tok/s (ratio to its target alone on the same prompt) ===\n")
+    print("| setup | " + " | ".join(f"prompt {i}" for i in range(len(prompts))) + " |")
+    print("|---|" + "---|" * len(prompts))
+    for row in rows:
+        setup, base = by_name[row["setup"]], by_name[row["baseline"]]
+        cells = []
+        for i in range(len(prompts)):
+            if i not in setup.runs or i not in base.runs:
+                cells.append("failed")
+                continue
+            tps = median(r.tokens_per_s for r in setup.runs[i])
+            cells.append(f"{tps:.1f} ({tps / median(r.tokens_per_s for r in base.runs[i]):.2f}x)")
+        print(f"| {row['setup']} | " + " | ".join(cells) + " |")
+
     print("\n=== table ===\n")
     print("| setup | tok/s (median) | vs its target alone | vs ours none | acceptance | tokens/target pass "
           "| draft s | target s | loop s | same output as its target alone |")
