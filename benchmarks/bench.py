@@ -163,7 +163,6 @@ def hf_setups(pipe: Pipeline, n: int) -> list[Setup]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_num_threads(torch.get_num_threads())
     folders = [pipe.bundle.manifest[side]["source"]["given"] for side in ("target", "draft")]
     print(f"loading transformers fp32 models from {folders} ...", flush=True)
     (target, target_tok), (draft, draft_tok) = [

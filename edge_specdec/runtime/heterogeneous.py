@@ -114,8 +114,10 @@ class SLEMDrafter(_TextDrafter):
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         row, pending = self.ctx.sync(sequence)
-        if pending:
-            return Proposal()
+        return Proposal() if pending else self.slem_round(sequence, row, k)
+
+    def slem_round(self, sequence: list[int], row: np.ndarray, k: int) -> Proposal:
+        """Draft k tokens from row (the draft cache's current end) and propose their text."""
         drafted = self.draft(row, k)
         self.ctx.last_draft = drafted
         tokens = self.to_target(sequence, drafted)
@@ -126,8 +128,9 @@ class TLIDrafter:
     """Token-level intersection: the draft samples inside the shared tokens; rejection sampling in the target's vocabulary."""
 
     def __init__(self, context: DraftTextContext, vocab_map: VocabMap, config: GenerationConfig,
-                 rng: np.random.Generator, target_size: int):
-        self.ctx, self.config, self.rng, self.target_size = context, config, rng, target_size
+                 rng: np.random.Generator):
+        self.ctx, self.config, self.rng = context, config, rng
+        self.target_size = len(vocab_map.target)  # one entry per target logit
         self.d2t = vocab_map.draft_to_target[:context.session.vocab_size]
         self.shared = self.d2t != NO_TOKEN
 

@@ -10,6 +10,7 @@ A Pipeline holds one KV cache per model, so it is not thread-safe: use one Pipel
 from __future__ import annotations
 
 import dataclasses
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -38,7 +39,7 @@ class Pipeline:
     def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "CPU", draft_device: str = "CPU",
                  verify: bool = False):
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle, verify=verify)
-        core = ov.Core()
+        self._core = core = ov.Core()
         target = self.bundle.target
         self.target = ModelSession(target.model_xml, target_device, core=core,
                                    max_context=target.info.get("max_position_embeddings"))
@@ -48,8 +49,12 @@ class Pipeline:
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
         self.vocab_map = self.bundle.load_vocab_map()
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
-        self.draft_tokenizer = PromptTokenizer(draft.tokenizer_xml, core) if draft else None
-        self.draft_retokenizer = Retokenizer(self.draft_tokenizer.encode, self.vocab_map.draft) if draft else None
+
+    @cached_property
+    def draft_retokenizer(self) -> Retokenizer:
+        """The draft's tokenizer, compiled when a heterogeneous algorithm first needs it."""
+        draft_tokenizer = PromptTokenizer(self.bundle.draft.tokenizer_xml, self._core)
+        return Retokenizer(draft_tokenizer.encode, self.vocab_map.draft)
 
     def resolve_algorithm(self, algorithm: str, config: Optional[GenerationConfig] = None) -> str:
         """The algorithm to run: `auto` follows the vocabulary relation and the sampling mode."""
@@ -82,9 +87,9 @@ class Pipeline:
             return None
         text = prompt if isinstance(prompt, str) else decode(self.vocab_map.target, prompt_ids)
         context = DraftTextContext(self.draft, self.draft_retokenizer, self.vocab_map, len(prompt_ids),
-                                   self.draft_tokenizer.encode(text))
+                                   self.draft_retokenizer.encode(text))
         if name == "tli":
-            return TLIDrafter(context, self.vocab_map, config, rng, self.target.vocab_size)
+            return TLIDrafter(context, self.vocab_map, config, rng)
         draft_eos = self.bundle.draft.info["special_tokens"].get("eos_token_id")
         kind = SLEMDrafter if name == "slem" else SLRSDrafter
         return kind(context, self.target_retokenizer, self.vocab_map, config, rng, draft_eos)

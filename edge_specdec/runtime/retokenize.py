@@ -43,7 +43,8 @@ class Retokenizer:
 
     @property
     def index(self) -> dict[bytes, int]:
-        """bytes -> token id, the lowest id first (single-byte tokens win over <0xNN> twins by coming first)."""
+        """bytes -> token id; where several tokens spell the same bytes, the lowest id (in SentencePiece
+        vocabularies that is the <0xNN> byte-fallback twin of a single-character token)."""
         if self._index is None:
             index: dict[bytes, int] = {}
             for i in range(len(self.pieces)):
@@ -54,18 +55,24 @@ class Retokenizer:
             self._max_len = max(map(len, index), default=1)
         return self._index
 
+    def longest_prefix(self, data: bytes, start: int = 0) -> Optional[int]:
+        """The longest token that spells a prefix of data[start:], or None."""
+        index = self.index
+        for size in range(min(self._max_len, len(data) - start), 0, -1):
+            token = index.get(data[start:start + size])
+            if token is not None:
+                return token
+        return None
+
     def longest_match(self, data: bytes) -> list[int]:
         """Greedy longest-match spelling; stops early at a byte no token spells (the caller sees a short result)."""
-        index, out, pos = self.index, [], 0
+        out, pos = [], 0
         while pos < len(data):
-            for size in range(min(self._max_len, len(data) - pos), 0, -1):
-                token = index.get(data[pos:pos + size])
-                if token is not None:
-                    out.append(token)
-                    pos += size
-                    break
-            else:
-                return out
+            token = self.longest_prefix(data, pos)
+            if token is None:
+                break
+            out.append(token)
+            pos += len(self.pieces.piece(token))
         return out
 
     def continuation(self, context: list[int], new: bytes) -> list[int]:

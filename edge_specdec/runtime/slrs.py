@@ -18,6 +18,7 @@ random draw, so the fallback cannot bias the result). Greedy decoding is SLEM: t
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import cached_property
 from typing import Optional
 
 import numpy as np
@@ -37,6 +38,8 @@ class SLRSDrafter(SLEMDrafter):
         super().__init__(*args, **kwargs)
         self.rounds_exact = 0     # rounds verified against the exact r
         self.rounds_fallback = 0  # rounds that fell back to SLEM
+        eos = self.vocab_map.draft_to_target[self.draft_eos] if self.draft_eos is not None else -1
+        self.eos_target = int(eos) if eos >= 0 else None
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         if self.config.greedy:
@@ -49,10 +52,7 @@ class SLRSDrafter(SLEMDrafter):
         if not leaves:
             self.rounds_fallback += 1
             self.ctx.session.truncate(len(base))
-            drafted = self.draft(row, k)
-            self.ctx.last_draft = drafted
-            tokens = self.to_target(sequence, drafted)
-            return Proposal(tokens, [None] * len(tokens))
+            return self.slem_round(sequence, row, k)
         self.rounds_exact += 1
         probs = np.array([p for _, _, p in leaves])
         probs /= probs.sum()  # outcomes without a target token are conditioned away
@@ -71,7 +71,6 @@ class SLRSDrafter(SLEMDrafter):
     # the tree -------------------------------------------------------------------------------------------
     def _leaves(self, base: list[int], root_row: np.ndarray) -> Optional[list[Leaf]]:
         """Every way the draft can decide T, with its probability; None when over budget."""
-        self._prepare()
         leaves: list[Leaf] = []
         stack = [((), b"", 1.0, root_row)]
         nodes = 0
@@ -84,7 +83,7 @@ class SLRSDrafter(SLEMDrafter):
             for d in support.tolist():
                 p = prob * float(q[d])
                 if d == self.draft_eos:  # the text ends here
-                    first = self.eos_target if not text else self._longest(text)
+                    first = self.eos_target if not text else self.target_retok.longest_prefix(text)
                     if first is not None:
                         leaves.append((path + (d,), first, p))
                     continue
@@ -96,29 +95,17 @@ class SLRSDrafter(SLEMDrafter):
                     child = sync_and_feed(self.ctx.session, base + list(path) + [d], [])[-1]
                     stack.append((path + (d,), longer, p, child))
                 else:
-                    first = self._longest(longer)
+                    first = self.target_retok.longest_prefix(longer)
                     if first is not None:
                         leaves.append((path + (d,), first, p))
         return leaves
 
-    def _prepare(self) -> None:
-        if hasattr(self, "_sorted"):
-            return
-        index = self.target_retok.index
-        self._sorted = sorted(index)
-        self._max_len = max(map(len, self._sorted), default=1)
-        eos = self.vocab_map.draft_to_target[self.draft_eos] if self.draft_eos is not None else -1
-        self.eos_target = int(eos) if eos >= 0 else None
+    @cached_property
+    def _sorted_pieces(self) -> list[bytes]:
+        return sorted(self.target_retok.index)
 
     def _undecided(self, text: bytes) -> bool:
         """Is text a proper prefix of some target token (so a longer token may still match)?"""
-        i = bisect_right(self._sorted, text)
-        return i < len(self._sorted) and self._sorted[i].startswith(text)
-
-    def _longest(self, text: bytes) -> Optional[int]:
-        index = self.target_retok.index
-        for size in range(min(len(text), self._max_len), 0, -1):
-            token = index.get(text[:size])
-            if token is not None:
-                return token
-        return None
+        pieces = self._sorted_pieces
+        i = bisect_right(pieces, text)
+        return i < len(pieces) and pieces[i].startswith(text)
