@@ -1,6 +1,6 @@
 """Benchmark a bundle: our decoders against the peers, side by side and interleaved in one run.
 
-    python benchmarks/bench.py --pair same   [--bundle DIR] [--max-new-tokens 64] [--repeats 2] [--no-genai]
+    python benchmarks/bench.py --pair same   [--bundle DIR] [--max-new-tokens 64] [--repeats 2] [--no-genai] [--genai-ours]
     python benchmarks/bench.py --pair hetero [--bundle DIR] [--max-new-tokens 64] [--repeats 2] [--hf]
 
 Setups (all greedy, same prompts, same max_new_tokens):
@@ -9,6 +9,7 @@ Setups (all greedy, same prompts, same max_new_tokens):
                     ALG: standard and prompt-lookup (--pair same); slem and tli (--pair hetero)
   genai none        openvino_genai.LLMPipeline(bundle/target)                          (--pair same)
   genai sd K        LLMPipeline(bundle/target, draft_model=draft_model(bundle/draft))  (--pair same)
+  genai-ours ...    the same two GenAI pipelines with our CPU properties (--genai-ours)
   hf none / hf uag  transformers fp32 on the bundle's source folders: the target alone, and Universal
                     Assisted Generation with the draft (assistant_tokenizer)            (--pair hetero --hf)
 
@@ -83,7 +84,7 @@ class Run:
 @dataclass
 class Setup:
     name: str
-    engine: str  # "ours", "genai", "genai-exact" or "hf": ratios are against the engine's first setup
+    engine: str  # "ours", "genai", "genai-ours" or "hf": ratios are against the engine's first setup
     run: Callable[[str], Run]
     runs: dict = field(default_factory=dict)  # prompt index -> list[Run]
     failures: list = field(default_factory=list)  # runs that raised, with the error
@@ -144,7 +145,9 @@ def hf(model, tokenizer, n: int, assistant=None, assistant_tokenizer=None) -> Ca
 def build_setups(args) -> tuple[Pipeline, list[Setup]]:
     print(f"loading our Pipeline from {args.bundle} ...", flush=True)
     t = time.perf_counter()
-    pipe = Pipeline(args.bundle)
+    pipe = Pipeline(args.bundle, precision=args.precision, kv_rollback=args.kv_rollback)
+    print(f"  target: {pipe.target.rollback_method} KV, {pipe.target.precision} precision, block-invariant "
+          f"{pipe.target.block_invariant}", flush=True)
     print(f"  loaded in {time.perf_counter() - t:.1f} s", flush=True)
     n = args.max_new_tokens
     setups = [Setup("ours none", "ours", ours(pipe, n, "none"))]
@@ -173,18 +176,18 @@ def hf_setups(pipe: Pipeline, n: int) -> list[Setup]:
 
 
 def genai_setups(args) -> list[Setup]:
-    """GenAI alone and with the draft, with its default CPU properties and, with --genai-exact, also with ours
-    (f32 KV cache, no dynamic quantization): the fair loop-against-loop comparison."""
+    """GenAI alone and with the draft, with its default CPU properties and, with --genai-ours, also with the CPU
+    properties our rows run with (--precision): the fair loop-against-loop comparison."""
     try:
         import openvino_genai
     except ImportError as e:
         print(f"openvino_genai not importable ({e}); skipping the GenAI rows", flush=True)
         return []
-    from edge_specdec.runtime.session import EXACT_CPU_CONFIG
+    from edge_specdec.runtime.session import CPU_PRECISIONS
 
     n = args.max_new_tokens
     target, draft = str(args.bundle / "target"), str(args.bundle / "draft")
-    variants = [("genai", {})] + ([("genai-exact", dict(EXACT_CPU_CONFIG))] if args.genai_exact else [])
+    variants = [("genai", {})] + ([("genai-ours", dict(CPU_PRECISIONS[args.precision]))] if args.genai_ours else [])
     setups = []
     for label, props in variants:
         try:
@@ -354,8 +357,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt (after one warm-up)")
     parser.add_argument("--ks", type=int, nargs="+", default=[3, 5], help="num_assistant_tokens for standard SD")
     parser.add_argument("--no-genai", action="store_true", help="skip the OpenVINO GenAI rows (--pair same)")
-    parser.add_argument("--genai-exact", action="store_true",
-                        help="also run GenAI with our exact CPU properties (f32 KV cache, no dynamic quantization)")
+    parser.add_argument("--genai-ours", action="store_true",
+                        help="add GenAI rows with our CPU properties (see --precision) besides its defaults")
+    parser.add_argument("--precision", choices=("dq", "f32"), default="dq", help="our CPU precision (default dq)")
+    parser.add_argument("--kv-rollback", choices=("paged", "masked"), help="our KV rollback (default: per device)")
     parser.add_argument("--hf", action="store_true", help="add transformers fp32 rows (--pair hetero; slow)")
     args = parser.parse_args()
     args.bundle = args.bundle or DEFAULT_BUNDLE[args.pair]

@@ -67,6 +67,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     stats, seq, out, reason = Stats(), list(prompt_ids), [], "length"
     start = time.perf_counter()
     target.reset()
+    target.reserve(len(prompt_ids) + config.max_new_tokens)
     while len(out) < config.max_new_tokens and reason == "length":
         t0 = time.perf_counter()
         k = min(draft_length.k, config.max_new_tokens - len(out) - 1) if drafter and draft_length else 0

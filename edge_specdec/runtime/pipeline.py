@@ -24,7 +24,7 @@ from .generate import Result, generate
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
-from .session import ModelSession
+from .session import open_session
 from .slrs import SLRSDrafter
 from .text import PromptTokenizer, TextStream, decode
 
@@ -37,14 +37,15 @@ TLI_MIN_DRAFT_SHARE = 0.5
 
 class Pipeline:
     def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "CPU", draft_device: str = "CPU",
-                 verify: bool = False):
+                 verify: bool = False, precision: str = "dq", kv_rollback: Optional[str] = None):
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle, verify=verify)
         self._core = core = ov.Core()
         target = self.bundle.target
-        self.target = ModelSession(target.model_xml, target_device, core=core,
-                                   max_context=target.info.get("max_position_embeddings"))
+        self.target = open_session(target.model_xml, target_device, core=core, precision=precision,
+                                   rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"))
         draft = self.bundle.draft
-        self.draft = ModelSession(draft.model_xml, draft_device, core=core,
+        self.draft = open_session(draft.model_xml, draft_device, core=core, precision=precision,
+                                  rollback=kv_rollback, exact_blocks=False,
                                   max_context=draft.info.get("max_position_embeddings")) if draft else None
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
         self.vocab_map = self.bundle.load_vocab_map()

@@ -1,9 +1,23 @@
 """One exported model on one device: feed blocks of tokens, get logits, roll the KV cache back cheaply.
 
-Rollback uses the attention mask of the stateful IR (measured in ../shared/DESIGN.md as exact and nearly
-free, where trimming the state costs 30-300 ms): rejected cache slots stay where they are but get
-attention_mask = 0 from then on, and position ids follow the logical position. When masked slots pile up,
-the cache is compacted once by rewriting the state (rare, amortized).
+Two ways to roll back, behind one interface (`open_session` picks per device):
+
+- `PagedSession` (CPU, GPU): the paged-attention form of the IR, the form OpenVINO GenAI runs. The session owns
+  the key/value block tensors, so a rollback is just a smaller past length, and nothing stale stays in the
+  cache.
+- `MaskedSession` (NPU, or on request): the stateful IR. Rejected slots stay in the state, but they get
+  attention_mask = 0 from then on. Position ids follow the logical position. When masked slots pile up, the
+  state is compacted once.
+
+Block invariance: measured on the OpenVINO CPU plugin, a row of a block of n >= 2 tokens has bit-identical
+logits for any n. A single token takes another kernel path, and its logits differ in the last bits. With f32
+activations the difference is about 1e-5; with dynamic int8 activations it is about 0.3. So a block-invariant
+session never feeds one token alone: it re-feeds the token before it, whose cache slot is rewritten with the
+same values. Then verifying k drafted tokens in one pass computes exactly what k single steps compute, and the
+speculative output is bit-identical to the target alone even with the fast dynamic-quantization kernels.
+`is_block_invariant` checks the property on the device when the session opens. In a masked session the
+physical layout of the masked slots changes the attention sums, so it is exact only up to float noise, and it
+always runs f32.
 """
 from __future__ import annotations
 
@@ -15,10 +29,15 @@ import openvino as ov
 
 from ..errors import EdgeSpecdecError
 
-# Exactness first: the CPU plugin otherwise keeps the KV cache in u8 and may quantize activations
-# dynamically, and then a block of k tokens and k single tokens can differ in the last bits.
-EXACT_CPU_CONFIG = {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32",
-                    "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+# Activation precisions on the CPU. "dq": int8 dynamic quantization of the activations of int4/int8 weight
+# matmuls (the plugin's default kernels, much faster on small CPUs). "f32": plain float32 arithmetic, closest to
+# the original model. Both keep the KV cache in f32: a u8 cache is quantized per block, so it is not exact
+# across rollbacks. bf16 inference is not used: on AVX-512 BF16 CPUs it was no faster here and not exact.
+CPU_PRECISIONS = {
+    "dq": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"},
+    "f32": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
+}
+ROLLBACK_METHODS = ("paged", "masked")
 
 
 class ContextOverflowError(EdgeSpecdecError):
@@ -26,33 +45,29 @@ class ContextOverflowError(EdgeSpecdecError):
 
 
 class ModelSession:
-    """A stateful OpenVINO causal LM with block feeding and attention-mask rollback."""
+    """A causal LM with a KV cache that holds `tokens`. Subclasses implement _infer, _forget and _restart."""
 
-    def __init__(self, model_xml: Path, device: str = "CPU", config: Optional[dict[str, Any]] = None,
-                 max_context: Optional[int] = None, core: Optional[ov.Core] = None):
-        core = core or ov.Core()
-        cfg = dict(EXACT_CPU_CONFIG) if device.startswith("CPU") else {}
-        cfg.update(config or {})
+    rollback_method = ""
+
+    def __init__(self, compiled: ov.CompiledModel, device: str, precision: str, max_context: Optional[int],
+                 block_invariant: bool):
+        self.compiled = compiled
+        self.request = compiled.create_infer_request()
         self.device = device
-        self.compiled = core.compile_model(str(model_xml), device, cfg)
-        self.request = self.compiled.create_infer_request()
+        self.precision = precision
         self.max_context = max_context
-        self.vocab_size = self.compiled.output("logits").get_partial_shape()[2].get_length()
-        self._beam_idx = np.zeros(1, dtype=np.int32)
+        self.vocab_size = compiled.output("logits").get_partial_shape()[-1].get_length()
+        self.block_invariant = block_invariant  # never feed a lone token (see the module docstring)
+        self.tokens: list[int] = []  # the logical sequence the cache holds
         self.reset()
-
-    def reset(self) -> None:
-        self.request.reset_state()
-        self._flags = np.zeros(0, dtype=np.int64)  # one 0/1 per physical cache slot
-        self.tokens: list[int] = []                  # the logical sequence the cache holds
 
     @property
     def length(self) -> int:
         return len(self.tokens)
 
-    @property
-    def physical_length(self) -> int:
-        return len(self._flags)
+    def reset(self) -> None:
+        self.tokens = []
+        self._restart()
 
     def feed(self, tokens: list[int]) -> np.ndarray:
         """Append tokens to the cache and return their logits, shape [len(tokens), vocab] (float32)."""
@@ -61,6 +76,112 @@ class ModelSession:
             raise ValueError("feed() needs at least one token")
         if self.max_context is not None and self.length + n > self.max_context:
             raise ContextOverflowError(f"{self.length + n} tokens exceed the model's context of {self.max_context}")
+        if n == 1 and self.block_invariant and self.length:
+            previous = self.tokens[-1]
+            self.rollback(1)
+            return self.feed([previous] + list(tokens))[1:]
+        logits = self._infer(tokens)
+        self.tokens.extend(tokens)
+        return logits
+
+    def rollback(self, n: int) -> None:
+        """Forget the last n tokens."""
+        if n <= 0:
+            return
+        if n > self.length:
+            raise ValueError(f"cannot roll back {n} tokens from a cache of {self.length}")
+        self._forget(n)
+        del self.tokens[-n:]
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first `length` tokens."""
+        self.rollback(self.length - length)
+
+    def reserve(self, n_tokens: int) -> None:
+        """Make room for n_tokens in the cache up front (a hint; the cache also grows on demand)."""
+
+    def _infer(self, tokens: list[int]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _forget(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _restart(self) -> None:
+        raise NotImplementedError
+
+
+class PagedSession(ModelSession):
+    """The paged-attention IR: the session owns the KV blocks; rollback is a smaller past length."""
+
+    rollback_method = "paged"
+
+    def __init__(self, compiled: ov.CompiledModel, *args, **kwargs):
+        self._caches = [port for port in compiled.inputs
+                        if port.get_any_name().startswith(("key_cache.", "value_cache."))]
+        value = next(p for p in self._caches if p.get_any_name().startswith("value_cache."))
+        self.block_size = value.get_partial_shape()[2].get_length()
+        self._blocks = 0
+        super().__init__(compiled, *args, **kwargs)
+
+    def _restart(self) -> None:
+        if not self._blocks:
+            self.reserve(4 * self.block_size)
+
+    def reserve(self, n_tokens: int) -> None:
+        """Grow the block tensors to hold n_tokens (doubling, so growth is rare; old blocks are copied)."""
+        needed = -(-n_tokens // self.block_size)
+        if needed <= self._blocks:
+            return
+        blocks = max(needed, 2 * self._blocks)
+        for port in self._caches:
+            shape = [blocks] + [d.get_length() for d in list(port.get_partial_shape())[1:]]
+            tensor = ov.Tensor(port.get_element_type(), shape)
+            if self._blocks:
+                old = self.request.get_tensor(port)
+                tensor.data[:self._blocks] = old.data[:self._blocks]
+            self.request.set_tensor(port, tensor)
+        self._blocks = blocks
+
+    def _infer(self, tokens: list[int]) -> np.ndarray:
+        past, n = self.length, len(tokens)
+        total = past + n
+        self.reserve(total)
+        used = -(-total // self.block_size)
+        self.request.infer({
+            "input_ids": np.asarray(tokens, dtype=np.int64),
+            "position_ids": np.arange(past, total, dtype=np.int64),
+            "past_lens": np.array([past], dtype=np.int32),
+            "subsequence_begins": np.array([0, n], dtype=np.int32),
+            "block_indices_begins": np.array([0, used], dtype=np.int32),
+            "block_indices": np.arange(used, dtype=np.int32),
+            "max_context_len": np.array(total, dtype=np.int32),
+        })
+        return self.request.get_tensor("logits").data.reshape(n, -1).copy()
+
+    def _forget(self, n: int) -> None:
+        pass  # the next call passes a smaller past length; the stale slots are overwritten
+
+
+class MaskedSession(ModelSession):
+    """The stateful IR with attention-mask rollback and occasional compaction."""
+
+    rollback_method = "masked"
+
+    def __init__(self, *args, **kwargs):
+        self._beam_idx = np.zeros(1, dtype=np.int32)
+        self._flags = np.zeros(0, dtype=np.int64)  # one 0/1 per physical cache slot
+        super().__init__(*args, **kwargs)
+
+    @property
+    def physical_length(self) -> int:
+        return len(self._flags)
+
+    def _restart(self) -> None:
+        self.request.reset_state()
+        self._flags = np.zeros(0, dtype=np.int64)
+
+    def _infer(self, tokens: list[int]) -> np.ndarray:
+        n = len(tokens)
         if self.physical_length > self.length and self.physical_length + n > 2 * self.length + 64:
             self._compact()
         self._flags = np.concatenate([self._flags, np.ones(n, dtype=np.int64)])
@@ -70,22 +191,11 @@ class ModelSession:
             "position_ids": np.arange(self.length, self.length + n, dtype=np.int64)[None, :],
             "beam_idx": self._beam_idx,
         })
-        self.tokens.extend(tokens)
         return self.request.get_tensor("logits").data[0].copy()
 
-    def rollback(self, n: int) -> None:
-        """Forget the last n tokens: their slots are masked out, nothing is copied."""
-        if n <= 0:
-            return
-        if n > self.length:
-            raise ValueError(f"cannot roll back {n} tokens from a cache of {self.length}")
+    def _forget(self, n: int) -> None:
         live = np.flatnonzero(self._flags)
         self._flags[live[-n:]] = 0
-        del self.tokens[-n:]
-
-    def truncate(self, length: int) -> None:
-        """Keep only the first `length` tokens."""
-        self.rollback(self.length - length)
 
     def _compact(self) -> None:
         """Drop the masked slots from the state (a state rewrite: rare, costs milliseconds)."""
@@ -94,3 +204,54 @@ class ModelSession:
             data = state.state.data
             state.state = ov.Tensor(np.ascontiguousarray(data[:, :, keep, :]))
         self._flags = np.ones(len(keep), dtype=np.int64)
+
+
+def default_rollback(device: str) -> str:
+    """Paged attention where OpenVINO runs it (CPU, GPU); the stateful IR elsewhere (NPU)."""
+    return "masked" if device.upper().startswith("NPU") else "paged"
+
+
+def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] = None,
+                 max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
+                 exact_blocks: bool = True, config: Optional[dict[str, Any]] = None) -> ModelSession:
+    """Compile one model for decoding.
+
+    rollback: "paged" or "masked" (default: per device). precision: "dq" or "f32" (CPU only; a masked session
+    always runs f32). exact_blocks: the session must give a block of tokens the logits of single steps (the
+    target needs this; a draft does not). For a paged session that is checked on the device, and "dq" falls back
+    to "f32" if the check fails.
+    """
+    core = core or ov.Core()
+    rollback = rollback or default_rollback(device)
+    if rollback not in ROLLBACK_METHODS:
+        raise EdgeSpecdecError(f"unknown KV rollback method {rollback!r}: choose one of {', '.join(ROLLBACK_METHODS)}.")
+    if precision not in CPU_PRECISIONS:
+        raise EdgeSpecdecError(f"unknown precision {precision!r}: choose one of {', '.join(CPU_PRECISIONS)}.")
+    if rollback == "masked":
+        precision = "f32"
+    model = core.read_model(str(model_xml))
+    if rollback == "paged":
+        from openvino._offline_transformations import paged_attention_transformation  # private API, pinned
+        paged_attention_transformation(model)
+    kind = PagedSession if rollback == "paged" else MaskedSession
+    for attempt in ([precision, "f32"] if precision != "f32" else ["f32"]):
+        cfg = dict(CPU_PRECISIONS[attempt]) if device.upper().startswith("CPU") else {}
+        cfg.update(config or {})
+        session = kind(core.compile_model(model, device, cfg), device, attempt, max_context,
+                       block_invariant=exact_blocks and rollback == "paged")
+        if not session.block_invariant or is_block_invariant(session):
+            return session
+    session.block_invariant = False  # f32 failed the bitwise check too: exact up to float noise, like "masked"
+    return session
+
+
+def is_block_invariant(session: ModelSession, length: int = 12) -> bool:
+    """Does a block of tokens get bit-identical logits to the same tokens fed in smaller pieces?"""
+    tokens = np.random.default_rng(0).integers(0, session.vocab_size, length).tolist()
+    session.reset()
+    whole = session.feed(tokens)
+    session.reset()
+    pieces = np.concatenate([session.feed(tokens[:5])] + [session.feed([t]) for t in tokens[5:9]]
+                            + [session.feed(tokens[9:])])
+    session.reset()
+    return bool(np.array_equal(whole, pieces))
