@@ -10,6 +10,7 @@ Setups (all greedy, same prompts, same max_new_tokens):
   genai none        openvino_genai.LLMPipeline(bundle/target)                          (--pair same)
   genai sd K        LLMPipeline(bundle/target, draft_model=draft_model(bundle/draft))  (--pair same)
   genai-ours ...    the same two GenAI pipelines with our CPU properties (--genai-ours)
+  ours concurrent   the draft drafts the next round while the target verifies, one thread each (--concurrent)
   hf none / hf uag  transformers fp32 on the bundle's source folders: the target alone, and Universal
                     Assisted Generation with the draft (assistant_tokenizer)            (--pair hetero --hf)
 
@@ -153,6 +154,10 @@ def build_setups(args) -> tuple[Pipeline, list[Setup]]:
     setups = [Setup("ours none", "ours", ours(pipe, n, "none"))]
     for algorithm in ALGORITHMS[args.pair]:
         setups += [Setup(f"ours {algorithm} K={k}", "ours", ours(pipe, n, algorithm, k)) for k in args.ks]
+    if args.concurrent:  # one thread each for draft and target, drafting during verification
+        both = Pipeline(args.bundle, precision=args.precision, kv_rollback=args.kv_rollback, concurrent=True)
+        setups += [Setup(f"ours concurrent {algorithm} K={k}", "ours", ours(both, n, algorithm, k))
+                   for algorithm in ALGORITHMS[args.pair] for k in args.ks]
     if args.pair == "same":
         setups.append(Setup("ours prompt-lookup K=5", "ours", ours(pipe, n, "prompt-lookup", 5)))
         if not args.no_genai:
@@ -360,6 +365,8 @@ def main() -> int:
     parser.add_argument("--genai-ours", action="store_true",
                         help="add GenAI rows with our CPU properties (see --precision) besides its defaults")
     parser.add_argument("--precision", choices=("dq", "f32"), default="dq", help="our CPU precision (default dq)")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="add rows that draft concurrently with verification (one CPU thread per model)")
     parser.add_argument("--kv-rollback", choices=("paged", "masked"), help="our KV rollback (default: per device)")
     parser.add_argument("--hf", action="store_true", help="add transformers fp32 rows (--pair hetero; slow)")
     args = parser.parse_args()

@@ -23,6 +23,9 @@ examples:
   edge-specdec export --target model.gguf --draft ./small --out bundles/b \\
       --target-group-size 64 --target-awq --target-dataset calib.txt
 
+  # a pair from the catalog (edge-specdec pairs), written to bundles/NAME
+  edge-specdec export --pair qwen-coder-1.5b+smollm2-135m
+
 SRC is a local Hugging Face folder (config.json, weights, tokenizer.json), a hub id (ORG/NAME, needs the
 hub to be reachable) or a .gguf file. The bundle is written atomically: an interrupted export leaves
 nothing behind, and --force replaces an existing bundle only once the new one is complete.
@@ -31,7 +34,7 @@ nothing behind, and --force replaces an existing bundle only once the new one is
 
 def _add_weight_options(parser: argparse.ArgumentParser, role: str, default: str) -> None:
     group = parser.add_argument_group(f"{role} weights")
-    group.add_argument(f"--{role}-weights", default=default, metavar="FORMAT",
+    group.add_argument(f"--{role}-weights", metavar="FORMAT",
                        help=f"int4 | int8 | fp16 | fp32 (default {default})")
     group.add_argument(f"--{role}-group-size", type=int, metavar="N",
                        help="int4 group size (default 128; -1 = one scale per channel)")
@@ -54,8 +57,37 @@ def _weights(args: argparse.Namespace, role: str):
                           group_size_fallback=get("group_size_fallback"))
 
 
+DEFAULT_WEIGHTS = {"target": "int4", "draft": "int8"}
+
+
+def _apply_pair(args: argparse.Namespace) -> None:
+    """--pair NAME fills in what the command line leaves out; explicit options win."""
+    pair = {}
+    if args.pair:
+        from .catalog import get_pair
+        pair = get_pair(args.pair)
+        args.target = args.target or pair["target"]
+        args.draft = args.draft or pair["draft"]
+        args.out = args.out or f"bundles/{args.pair}"
+    for role in ("target", "draft"):
+        if getattr(args, f"{role}_weights") is None:
+            setattr(args, f"{role}_weights", pair.get(f"{role}_weights", DEFAULT_WEIGHTS[role]))
+    if not args.target or not args.out:
+        raise EdgeSpecdecError("export needs --target SRC and --out DIR, or --pair NAME (see `edge-specdec pairs`).")
+
+
+def _cmd_pairs(args: argparse.Namespace) -> int:
+    from .catalog import describe_pairs, load_catalog
+
+    pairs = load_catalog()
+    print(json.dumps(pairs, indent=2) if args.json else describe_pairs(pairs))
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from .export import export_bundle
+
+    _apply_pair(args)
 
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else None
     export_bundle(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
@@ -84,6 +116,9 @@ examples:
   echo "Summarize: ..." | edge-specdec run bundles/qwen --prompt - --algorithm prompt-lookup
   edge-specdec run bundles/qwen --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7 --json
   edge-specdec run bundles/qwen+smollm --prompt "def f(x):" --algorithm tli --temperature 0.7 --top-k 20
+  edge-specdec run bundles/qwen --chat                        # a conversation, with the model's chat template
+  edge-specdec run bundles/qwen --chat --prompt "Explain Python decorators"   # one chat turn, scriptable
+  edge-specdec run bundles/qwen --prompt "..." --draft-device GPU --target-device CPU --allow-fallback
 
 algorithms:
   auto           the default: standard for a same-vocabulary draft; for a draft with another vocabulary
@@ -101,7 +136,7 @@ when sampling.
 """
 
 
-def _read_prompt(args: argparse.Namespace) -> str:
+def _read_prompt(args: argparse.Namespace) -> Optional[str]:
     if args.prompt_file:
         try:
             return open(args.prompt_file, encoding="utf-8").read()
@@ -109,39 +144,79 @@ def _read_prompt(args: argparse.Namespace) -> str:
             raise EdgeSpecdecError(f"cannot read --prompt-file {args.prompt_file}: {exc.strerror}.") from None
     if args.prompt == "-":
         return sys.stdin.read()
-    if args.prompt is None:
-        raise EdgeSpecdecError("no prompt: pass --prompt TEXT, --prompt - (read stdin) or --prompt-file FILE.")
+    if args.prompt is None and not args.chat:
+        raise EdgeSpecdecError("no prompt: pass --prompt TEXT, --prompt - (read stdin), --prompt-file FILE, "
+                               "or --chat for a conversation.")
     return args.prompt
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _stats_line(result) -> str:
+    st = result.stats.as_dict()
+    line = (f"[{result.extra['algorithm']}] {st['new_tokens']} tokens in {st['seconds']:.2f} s = "
+            f"{st['tokens_per_s']:.1f} tokens/s; {st['target_passes']} target passes, "
+            f"{st['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {st['acceptance']:.2f} "
+            f"({st['draft_tokens_accepted']}/{st['draft_tokens_proposed']}); time: draft {st['draft_seconds']:.2f} s, "
+            f"target {st['target_seconds']:.2f} s, loop {st['loop_seconds']:.2f} s; stop: {result.stop_reason}")
+    return line + (f"; drafted ahead and used: {st['drafted_ahead_used']} rounds" if st["drafted_ahead_used"] else "")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runtime import GenerationConfig, Pipeline
 
     prompt = _read_prompt(args)
-    if not prompt.strip():
+    if prompt is not None and not prompt.strip():
         raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
                               ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty)
     config.validate()
     pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device,
-                    precision=args.precision, kv_rollback=args.kv_rollback)
+                    precision=args.precision, kv_rollback=args.kv_rollback, allow_fallback=args.allow_fallback,
+                    cache_dir=args.cache_dir, concurrent=args.concurrent)
+    if not args.json:
+        _say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
+    options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
+                   adaptive=args.adaptive, confidence=args.confidence)
+    if args.chat and prompt is None:
+        return _chat_loop(pipe, config, options)
+    if args.chat:
+        prompt = pipe.chat_prompt([{"role": "user", "content": prompt}])
     stream = None if args.json else (lambda text: print(text, end="", flush=True))
-    result = pipe.generate(prompt, config, algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
-                           adaptive=args.adaptive, confidence=args.confidence, on_text=stream)
-    stats = result.stats.as_dict()
+    result = pipe.generate(prompt, config, on_text=stream, **options)
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stop_reason": result.stop_reason,
-                          "algorithm": result.extra["algorithm"], "stats": stats}, ensure_ascii=False))
+                          "algorithm": result.extra["algorithm"], "placement": vars(pipe.placement),
+                          "stats": result.stats.as_dict()}, ensure_ascii=False))
     else:
         print()
-        print(f"[{result.extra['algorithm']}] {stats['new_tokens']} tokens in {stats['seconds']:.2f} s = "
-              f"{stats['tokens_per_s']:.1f} tokens/s; {stats['target_passes']} target passes, "
-              f"{stats['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {stats['acceptance']:.2f} "
-              f"({stats['draft_tokens_accepted']}/{stats['draft_tokens_proposed']}); time: draft "
-              f"{stats['draft_seconds']:.2f} s, target {stats['target_seconds']:.2f} s, loop "
-              f"{stats['loop_seconds']:.2f} s; stop: {result.stop_reason}", file=sys.stderr)
-    return 0
+        _say(_stats_line(result))
+    return 130 if result.stop_reason == "interrupted" else 0
+
+
+def _chat_loop(pipe, config, options) -> int:
+    """An interactive conversation: each turn goes through the target's chat template."""
+    pipe.chat_prompt([{"role": "user", "content": "hi"}])  # no template: say so before the first question
+    _say("chat: type a message and press Enter; an empty line or Ctrl-D ends, Ctrl-C stops a reply.")
+    messages: list[dict[str, str]] = []
+    while True:
+        try:
+            print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            line = ""
+        if not line.strip():
+            print(file=sys.stderr)
+            return 0
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        result = pipe.generate(pipe.chat_prompt(messages), config,
+                               on_text=lambda text: print(text, end="", flush=True), **options)
+        print()
+        _say(_stats_line(result))
+        messages.append({"role": "assistant", "content": result.text})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,15 +233,25 @@ def build_parser() -> argparse.ArgumentParser:
                                    "NNCF, convert their tokenizers and precompute the vocabulary map, into one "
                                    "bundle folder. Needs the export extra: pip install 'edge-specdec[export]'.",
                        epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", required=True, metavar="SRC", help="the model whose output you want")
+    p.add_argument("--pair", metavar="NAME", help="a known pair from the catalog (`edge-specdec pairs`); "
+                   "--target, --draft, --out and the weight options override its entries")
+    p.add_argument("--target", metavar="SRC", help="the model whose output you want")
     p.add_argument("--draft", metavar="SRC", help="the small model that drafts (omit for a target-only bundle)")
-    p.add_argument("--out", required=True, metavar="DIR", help="the bundle folder to write")
+    p.add_argument("--out", metavar="DIR", help="the bundle folder to write (with --pair: bundles/NAME)")
     p.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
     p.add_argument("--allow-larger-draft", action="store_true", help="export even if the draft is the larger model")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_weight_options(p, "target", "int4")
     _add_weight_options(p, "draft", "int8")
     p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("pairs", help="list known-good (target, draft) pairs for export --pair",
+                       description="The catalog of known-good pairs (models/pairs.json): sources, recommended "
+                                   "weight formats and devices, and what we measured.",
+                       epilog="example:\n  edge-specdec pairs\n  edge-specdec export --pair qwen-coder-1.5b+smollm2-135m",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    p.set_defaults(func=_cmd_pairs)
 
     p = sub.add_parser("info", help="validate a bundle and show what is inside",
                        description="Validate a bundle (files present, sizes and sha256 checksums) and print a summary.",
@@ -198,8 +283,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off)")
     p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
-    p.add_argument("--target-device", default="CPU", help="OpenVINO device for the target (default CPU)")
-    p.add_argument("--draft-device", default="CPU", help="OpenVINO device for the draft (default CPU)")
+    p.add_argument("--chat", action="store_true",
+                   help="apply the target's chat template; without a prompt, an interactive conversation")
+    p.add_argument("--target-device", default="AUTO", metavar="DEV",
+                   help="CPU, GPU, GPU.N, NPU or AUTO (default: a discrete GPU if any, else the CPU)")
+    p.add_argument("--draft-device", default="AUTO", metavar="DEV",
+                   help="CPU, GPU, GPU.N, NPU or AUTO (default: an integrated GPU or the NPU if any, else the CPU)")
+    p.add_argument("--allow-fallback", action="store_true",
+                   help="if a device asked for is absent, run on the CPU instead of failing")
+    p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
+                   help="draft the next round while the target verifies (default: on when draft and target sit "
+                        "on different devices; on one CPU each model then gets half of the cores)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="OpenVINO compiled-model cache (default ~/.cache/edge-specdec/ov-cache or "
+                        "$EDGE_SPECDEC_CACHE_DIR; 'off' disables it)")
     p.add_argument("--precision", default="dq", choices=("dq", "f32"),
                    help="CPU arithmetic: dq = dynamic int8 activations (default, about 1.5x faster here), f32 = "
                         "plain float32, closest to the original model. The speculative output equals the "
@@ -224,7 +321,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"edge-specdec: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("edge-specdec: interrupted; nothing was left half-written.", file=sys.stderr)
+        print("\nedge-specdec: interrupted; nothing was left half-written.", file=sys.stderr)
         return 130
 
 

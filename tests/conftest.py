@@ -29,6 +29,7 @@ def _offline():
     """The suite never touches a model hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("EDGE_SPECDEC_CACHE_DIR", "off")  # tests that use the compiled-model cache say so
 
 
 @pytest.fixture(scope="session")

@@ -57,3 +57,33 @@ def test_cli_errors_are_one_clear_line(args, message, capsys):
     assert main(args) == 1
     err = capsys.readouterr().err
     assert err.startswith("edge-specdec: error: ") and message in err and "Traceback" not in err
+
+
+def test_pairs_lists_the_shipped_catalog(capsys):
+    from edge_specdec.catalog import load_catalog
+
+    assert main(["pairs"]) == 0
+    out = capsys.readouterr().out
+    pairs = load_catalog()
+    assert len(pairs) >= 2
+    for name, pair in pairs.items():
+        assert name in out and pair["target"] in out and pair["draft"] in out
+        assert pair["target_weights"] in ("int4", "int8", "fp16", "fp32") and pair["algorithm"]
+
+
+def test_export_pair_takes_sources_and_weights_from_the_catalog(model_dir, tmp_path, monkeypatch, capsys):
+    from edge_specdec import catalog
+
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps({"pairs": {"tiny": {
+        "description": "test", "target": str(model_dir("qwen2-bytelevel")), "draft": str(model_dir("llama-metaspace")),
+        "target_weights": "int8", "draft_weights": "fp16", "devices": {"target": "CPU", "draft": "CPU"},
+        "algorithm": "slem", "num_assistant_tokens": 3, "measured": None}}}))
+    monkeypatch.setattr(catalog, "CATALOG", path)
+    out = tmp_path / "bundle"
+    assert main(["export", "--pair", "tiny", "--out", str(out), "--quiet", "--draft-weights", "fp32"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["weights"]["format"] == "int8"  # from the catalog
+    assert manifest["draft"]["weights"]["format"] == "fp32"   # the command line wins
+    assert main(["export", "--pair", "nope"]) == 1
+    assert "unknown pair 'nope'" in capsys.readouterr().err

@@ -82,7 +82,8 @@ def test_real_heterogeneous_pair_greedy_is_lossless(tmp_path):
                                tmp_path / "b", target_weights=WeightSettings("int4"),
                                draft_weights=WeightSettings("int8"), progress=print)
     pipe = Pipeline(bundle)
-    accepted = 0
+    concurrent = Pipeline(bundle, concurrent=True)  # drafting during verification must not change a token
+    accepted = drafted_ahead = 0
     for prompt in REAL_PROMPTS:
         config = GenerationConfig(max_new_tokens=48)
         base = pipe.generate(prompt, config, algorithm="none")
@@ -91,4 +92,7 @@ def test_real_heterogeneous_pair_greedy_is_lossless(tmp_path):
             print(algorithm, spec.stats.as_dict()["acceptance"], repr(spec.text[:60]))
             assert spec.token_ids == base.token_ids, (algorithm, prompt)
             accepted += spec.stats.draft_tokens_accepted
-    assert accepted > 0
+        ahead = concurrent.generate(prompt, config, algorithm="slem", num_assistant_tokens=4)
+        assert ahead.token_ids == base.token_ids, ("concurrent slem", prompt)
+        drafted_ahead += ahead.stats.drafted_ahead_used
+    assert accepted > 0 and drafted_ahead > 0

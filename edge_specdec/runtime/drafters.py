@@ -22,6 +22,13 @@ class Proposal:
     # there is none (a deterministic draft): verification then treats it as one-hot
     q: Optional[list[Optional[np.ndarray]]] = None
 
+    def after_first(self) -> "Proposal":
+        """The proposal without its first token (what is left once that token is known to be right)."""
+        return Proposal(self.tokens[1:], None if self.q is None else self.q[1:])
+
+    def head(self, k: int) -> "Proposal":
+        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k])
+
 
 class Drafter(Protocol):
     def propose(self, sequence: list[int], k: int) -> Proposal: ...

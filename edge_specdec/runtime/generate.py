@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
@@ -24,6 +25,15 @@ class Stats:
     seconds: float = 0.0
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
+    drafted_ahead_used: int = 0  # concurrent mode: rounds whose proposal was drafted during the previous pass
+
+    def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float) -> None:
+        self.rounds += 1
+        self.target_passes += 1
+        self.draft_tokens_proposed += proposed
+        self.draft_tokens_accepted += accepted
+        self.draft_seconds += draft_seconds
+        self.target_seconds += target_seconds
 
     @property
     def tokens_per_s(self) -> float:
@@ -54,9 +64,17 @@ class Result:
 
 def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConfig, stream: TextStream,
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
-             rng: Optional[np.random.Generator] = None,
-             on_text: Optional[Callable[[str], None]] = None) -> Result:
-    """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass."""
+             rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
+             concurrent: bool = False) -> Result:
+    """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
+
+    concurrent: while the target verifies a proposal, the drafter already drafts the next round as if every
+    token were accepted and its own guess of the target's next token were right; that proposal is used only if
+    both hold, and dropped otherwise (any proposal is lossless, so this changes speed, never the output).
+    on_text receives each piece of text as soon as it is final; if it returns True, generation stops
+    (stop_reason "stopped"). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason
+    "interrupted".
+    """
     config.validate()
     if target.max_context is not None and len(prompt_ids) + config.max_new_tokens > target.max_context:
         raise ContextOverflowError(
@@ -65,39 +83,50 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     rng = rng or np.random.default_rng(config.seed)
     eos = set() if config.ignore_eos else set(config.eos_token_ids or [])
     stats, seq, out, reason = Stats(), list(prompt_ids), [], "length"
+    pool = ThreadPoolExecutor(1, thread_name_prefix="target") if concurrent and drafter else None
+    ready: Optional[Proposal] = None  # drafted during the previous target pass
     start = time.perf_counter()
     target.reset()
     target.reserve(len(prompt_ids) + config.max_new_tokens)
-    while len(out) < config.max_new_tokens and reason == "length":
-        t0 = time.perf_counter()
-        k = min(draft_length.k, config.max_new_tokens - len(out) - 1) if drafter and draft_length else 0
-        proposal = drafter.propose(seq, k) if k > 0 else Proposal()
-        t1 = time.perf_counter()
-        rows = sync_and_feed(target, seq, proposal.tokens)  # one target pass over the whole proposal
-        n, nxt = verify(rows, proposal, config, rng, seq)
-        target.rollback(len(proposal.tokens) - n)
-        t2 = time.perf_counter()
-        if draft_length:
-            draft_length.update(n, len(proposal.tokens))
-        new = proposal.tokens[:n] + [nxt]
-        stats.rounds += 1
-        stats.target_passes += 1
-        stats.draft_tokens_proposed += len(proposal.tokens)
-        stats.draft_tokens_accepted += n
-        stats.draft_seconds += t1 - t0
-        stats.target_seconds += t2 - t1
-        for token in new[:config.max_new_tokens - len(out)]:
-            seq.append(token)
-            out.append(token)
-            if token in eos:
-                reason = "eos"
-                break
-            text = stream.push([token])
-            if on_text and text:
-                on_text(text)
-            if config.stop_strings and any(s in stream.text for s in config.stop_strings):
-                reason = "stop_string"
-                break
+    try:
+        while len(out) < config.max_new_tokens and reason == "length":
+            t0 = time.perf_counter()
+            k = min(draft_length.k, config.max_new_tokens - len(out) - 1) if drafter and draft_length else 0
+            proposal = (ready.head(k) if ready and ready.tokens else drafter.propose(seq, k)) if k > 0 else Proposal()
+            t1 = time.perf_counter()
+            if pool and k > 0:  # the target verifies in a worker thread while the draft drafts ahead
+                job = pool.submit(sync_and_feed, target, seq, proposal.tokens)
+                ahead = drafter.propose(seq + proposal.tokens, k + 1)
+                rows = job.result()
+            else:
+                ahead, rows = None, sync_and_feed(target, seq, proposal.tokens)  # one pass over the proposal
+            n, nxt = verify(rows, proposal, config, rng, seq)
+            target.rollback(len(proposal.tokens) - n)
+            t2 = time.perf_counter()
+            all_taken = n == len(proposal.tokens)
+            ready = ahead.after_first() if ahead and all_taken and ahead.tokens[:1] == [nxt] else None
+            stats.drafted_ahead_used += bool(ready and ready.tokens)
+            if draft_length:
+                draft_length.update(n, len(proposal.tokens))
+            stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1)
+            for token in (proposal.tokens[:n] + [nxt])[:config.max_new_tokens - len(out)]:
+                seq.append(token)
+                out.append(token)
+                if token in eos:
+                    reason = "eos"
+                    break
+                text = stream.push([token])
+                if on_text and text and on_text(text) is True:  # the callback asked to stop
+                    reason = "stopped"
+                    break
+                if config.stop_strings and any(s in stream.text for s in config.stop_strings):
+                    reason = "stop_string"
+                    break
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    finally:
+        if pool:
+            pool.shutdown(wait=True)
     tail = stream.finish()
     if on_text and tail:
         on_text(tail)

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ..vocab_map import NO_TOKEN, VocabMap
-from .drafters import Proposal, sync_and_feed
+from .drafters import Proposal, common_prefix, sync_and_feed
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig, distribution, sample
 from .session import ModelSession
@@ -41,14 +41,26 @@ class DraftTextContext:
         self.ids = list(prompt_draft_ids)   # prompt + generated text, in draft tokens
         self.covered = 0                    # bytes of generated text that self.ids spell
         self.text = bytearray()             # generated text (target side)
-        self.seen = 0                       # generated target tokens already in self.text
+        self.generated: list[int] = []      # the generated target tokens self.text spells
+        self.ends = [0]                     # len(self.text) after each of them
         self.last_draft: list[int] = []     # the previous proposal's draft tokens
 
     def sync(self, sequence: list[int]) -> tuple[np.ndarray, bytes]:
-        """Returns the draft's logits for the next token and the accepted bytes it could not spell (rare)."""
-        for token in sequence[self.prompt_len + self.seen:]:
+        """Returns the draft's logits for the next token and the accepted bytes it could not spell (rare).
+
+        The sequence usually extends the previous one; when it does not (concurrent mode drafts ahead on a
+        guess that may not come true), the text and the draft tokens are cut back to where they agree.
+        """
+        generated = sequence[self.prompt_len:]
+        keep = common_prefix(self.generated, generated)
+        if keep < len(self.generated):
+            del self.generated[keep:], self.ends[keep + 1:], self.text[self.ends[keep]:]
+            while self.covered > len(self.text):
+                self.covered -= len(self.retok.pieces.piece(self.ids.pop()) or b"")
+        for token in generated[keep:]:
             self.text += self.target_pieces.piece(token) or b""
-        self.seen = len(sequence) - self.prompt_len
+            self.generated.append(token)
+            self.ends.append(len(self.text))
         pending = bytes(self.text[self.covered:])
         for token in self.last_draft:  # the hot path: the target accepted the draft's own tokens
             piece = self.retok.pieces.piece(token)

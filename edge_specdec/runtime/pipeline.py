@@ -2,17 +2,23 @@
 
     from edge_specdec.runtime import Pipeline, GenerationConfig
     pipe = Pipeline("bundles/qwen")
-    result = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=64), algorithm="standard")
+    result = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=64))
     print(result.text, result.stats.tokens_per_s)
+    for piece in pipe.stream("def fib(n):"):            # or generate(..., on_text=callback)
+        print(piece, end="", flush=True)
 
-A Pipeline holds one KV cache per model, so it is not thread-safe: use one Pipeline per thread.
+Threads: a Pipeline holds one KV cache per model, so its calls run one at a time (a lock serializes them;
+a second thread waits). For parallel generation, load one Pipeline per thread.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import queue
+import threading
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 import openvino as ov
@@ -24,6 +30,8 @@ from .generate import Result, generate
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
+from .chat import ChatTemplate
+from .devices import compile_config, list_devices, place, resolve_cache_dir
 from .session import open_session
 from .slrs import SLRSDrafter
 from .text import PromptTokenizer, TextStream, decode
@@ -36,17 +44,37 @@ TLI_MIN_DRAFT_SHARE = 0.5
 
 
 class Pipeline:
-    def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "CPU", draft_device: str = "CPU",
-                 verify: bool = False, precision: str = "dq", kv_rollback: Optional[str] = None):
+    """A loaded bundle: the target (and draft) compiled on their devices, ready to generate many times.
+
+    target_device / draft_device: CPU, GPU, GPU.N, NPU or AUTO (the design's choice: the draft on an integrated
+    GPU or the NPU, the target on the CPU or a discrete GPU). An absent device is an error unless
+    allow_fallback, then it falls back to the CPU. `placement.describe()` says what runs where and why.
+    cache_dir: OpenVINO's compiled-model cache (None: $EDGE_SPECDEC_CACHE_DIR or ~/.cache/edge-specdec/ov-cache;
+    "off" disables it). concurrent: run the draft while the target verifies (default: when they sit on different
+    devices). precision / kv_rollback: see `open_session`.
+    """
+
+    def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "AUTO", draft_device: str = "AUTO",
+                 verify: bool = False, precision: str = "dq", kv_rollback: Optional[str] = None,
+                 allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
+                 concurrent: Optional[bool] = None, core: Optional[ov.Core] = None):
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle, verify=verify)
-        self._core = core = ov.Core()
-        target = self.bundle.target
-        self.target = open_session(target.model_xml, target_device, core=core, precision=precision,
-                                   rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"))
-        draft = self.bundle.draft
-        self.draft = open_session(draft.model_xml, draft_device, core=core, precision=precision,
+        self._core = core = core or ov.Core()
+        target, draft = self.bundle.target, self.bundle.draft
+        self.placement = place(list_devices(core), target_device, draft_device if draft else None, allow_fallback)
+        same_device = self.placement.target == self.placement.draft
+        self.concurrent = bool(draft) and (not same_device if concurrent is None else concurrent)
+        # two models on one CPU at the same time: give each half of the cores
+        threads = max(1, (os.cpu_count() or 2) // 2) if self.concurrent and same_device else None
+        cache = resolve_cache_dir(cache_dir)
+        self.target = open_session(target.model_xml, self.placement.target, core=core, precision=precision,
+                                   rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
+                                   config=compile_config(self.placement.target, cache, threads))
+        self.draft = open_session(draft.model_xml, self.placement.draft, core=core, precision=precision,
                                   rollback=kv_rollback, exact_blocks=False,
-                                  max_context=draft.info.get("max_position_embeddings")) if draft else None
+                                  max_context=draft.info.get("max_position_embeddings"),
+                                  config=compile_config(self.placement.draft, cache, threads)) if draft else None
+        self._lock = threading.Lock()
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
         self.vocab_map = self.bundle.load_vocab_map()
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
@@ -95,23 +123,91 @@ class Pipeline:
         kind = SLEMDrafter if name == "slem" else SLRSDrafter
         return kind(context, self.target_retokenizer, self.vocab_map, config, rng, draft_eos)
 
+    @cached_property
+    def chat_template(self) -> Optional[ChatTemplate]:
+        return ChatTemplate.from_model_folder(self.bundle.target.folder)
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids for a conversation ([{"role": "user", "content": ...}, ...]), by the target's chat template."""
+        if self.chat_template is None:
+            raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): use a plain "
+                                   "prompt instead of chat.")
+        with self._lock:
+            ids = self.tokenizer.encode(self.chat_template.render(messages))
+        bos = self.bundle.target.special_tokens.get("bos_token_id")
+        if bos is not None and ids[:2] == [bos, bos]:  # the template wrote BOS and the tokenizer added it again
+            ids = ids[1:]
+        return ids
+
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                  algorithm: str = "auto", num_assistant_tokens: int = 5, adaptive: bool = False,
-                 confidence: float = 0.0, on_text: Optional[Callable[[str], None]] = None) -> Result:
-        config = config or GenerationConfig()
-        if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
-            config = dataclasses.replace(config, eos_token_ids=self.bundle.target.eos_token_ids)
-        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not prompt_ids:
-            raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
-        if num_assistant_tokens < 1:
-            raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
-        name = self.resolve_algorithm(algorithm, config)
-        rng = np.random.default_rng(config.seed)
-        drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
-        result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
-                          DraftLength(num_assistant_tokens, adaptive), rng, on_text)
+                 confidence: float = 0.0, on_text: Optional[Callable[[str], Optional[bool]]] = None) -> Result:
+        """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
+
+        on_text receives the text as it becomes final; returning True from it stops generation.
+        """
+        with self._lock:  # the KV caches and the tokenizer's request serve one call at a time
+            config = config or GenerationConfig()
+            if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
+                config = dataclasses.replace(config, eos_token_ids=self.bundle.target.eos_token_ids)
+            prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+            if not prompt_ids:
+                raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
+            if num_assistant_tokens < 1:
+                raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
+            name = self.resolve_algorithm(algorithm, config)
+            rng = np.random.default_rng(config.seed)
+            drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
+            result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
+                              DraftLength(num_assistant_tokens, adaptive), rng, on_text,
+                              concurrent=self.concurrent and drafter is not None and name != "prompt-lookup")
         result.extra["algorithm"] = name
         if isinstance(drafter, SLRSDrafter):
             result.extra["slrs_rounds"] = {"exact": drafter.rounds_exact, "slem_fallback": drafter.rounds_fallback}
         return result
+
+    def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
+               **options) -> "TextIterator":
+        """Iterate over the text as it is generated; the Result is in .result once the iterator is exhausted.
+
+        Leaving the loop early (break) stops generation: the loop's iterator is closed when it is dropped, or call
+        .close(). Options as for generate().
+        """
+        return TextIterator(self, prompt, config, options)
+
+
+class TextIterator:
+    """Runs one generate() call in a background thread and hands its text pieces over as an iterator."""
+
+    def __init__(self, pipe: Pipeline, prompt, config, options):
+        self.result: Optional[Result] = None
+        self._pieces: "queue.Queue" = queue.Queue()
+        self._stop = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(pipe, prompt, config, options), daemon=True)
+        self._thread.start()
+
+    def _run(self, pipe, prompt, config, options) -> None:
+        def on_text(text: str) -> bool:
+            self._pieces.put(text)
+            return self._stop.is_set()
+        try:
+            self.result = pipe.generate(prompt, config, on_text=on_text, **options)
+        except BaseException as exc:  # handed to the consumer's thread
+            self._error = exc
+        finally:
+            self._pieces.put(None)
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            while not self._stop.is_set() and (piece := self._pieces.get()) is not None:
+                yield piece
+        finally:
+            self.close()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Stop generating (if still running) and wait for the background thread; .result then holds the text."""
+        self._stop.set()
+        self._thread.join()

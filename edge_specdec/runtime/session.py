@@ -184,13 +184,14 @@ class MaskedSession(ModelSession):
         n = len(tokens)
         if self.physical_length > self.length and self.physical_length + n > 2 * self.length + 64:
             self._compact()
-        self._flags = np.concatenate([self._flags, np.ones(n, dtype=np.int64)])
+        flags = np.concatenate([self._flags, np.ones(n, dtype=np.int64)])
         self.request.infer({
             "input_ids": np.asarray([tokens], dtype=np.int64),
-            "attention_mask": self._flags[None, :],
+            "attention_mask": flags[None, :],
             "position_ids": np.arange(self.length, self.length + n, dtype=np.int64)[None, :],
             "beam_idx": self._beam_idx,
         })
+        self._flags = flags
         return self.request.get_tensor("logits").data[0].copy()
 
     def _forget(self, n: int) -> None:

@@ -1,0 +1,147 @@
+"""Where the draft and the target run, and how each device is configured.
+
+The product's design: the draft on an integrated GPU or the NPU, the target on the CPU or a discrete GPU, so that
+the two models share no compute. `place()` asks for the devices the machine has (never waiting for a compile
+error), honours explicit choices, falls back when allowed, and says in one line what runs where and why.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import EdgeSpecdecError
+
+DEVICE_CHOICES = "CPU, GPU, GPU.N, NPU or AUTO"
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "edge-specdec" / "ov-cache"
+
+# What a draft on the NPU needs (OpenVINO GenAI configures its NPU LLM pipeline this way): the NPUW LLM
+# pipeline, which compiles static prefill and decode graphs from the stateful IR.
+NPU_LLM_CONFIG = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_LLM_BATCH_DIM": 0, "NPUW_LLM_SEQ_LEN_DIM": 2,
+                  "NPUW_LLM_MAX_PROMPT_LEN": 1024, "NPUW_LLM_MIN_RESPONSE_LEN": 256}
+GPU_CONFIG = {"PERFORMANCE_HINT": "LATENCY"}
+CPU_CONFIG = {"PERFORMANCE_HINT": "LATENCY"}
+
+
+class DeviceError(EdgeSpecdecError):
+    """A device was asked for that this machine does not have."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str           # as OpenVINO spells it: CPU, GPU.0, GPU.1, NPU
+    kind: str = ""      # for GPUs: "integrated" or "discrete"
+
+
+@dataclass
+class Placement:
+    target: str
+    draft: Optional[str]
+    reasons: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        where = f"target on {self.target}" + (f", draft on {self.draft}" if self.draft else "")
+        return where + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
+
+
+def list_devices(core) -> list[DeviceInfo]:
+    """The devices OpenVINO sees, GPUs tagged integrated or discrete."""
+    found = []
+    for name in core.available_devices:
+        kind = ""
+        if name.startswith("GPU"):
+            try:
+                kind = "discrete" if "DISCRETE" in str(core.get_property(name, "DEVICE_TYPE")).upper() else "integrated"
+            except RuntimeError:
+                kind = "integrated"
+        found.append(DeviceInfo(name, kind))
+    return found
+
+
+def _match(request: str, devices: list[DeviceInfo]) -> Optional[str]:
+    """The present device a request names: "GPU" means the first GPU, "GPU.1" exactly that one."""
+    names = [d.name for d in devices]
+    if request in names:
+        return request
+    if request == "GPU":
+        gpus = [n for n in names if n.startswith("GPU")]
+        return gpus[0] if gpus else None
+    if request == "GPU.0" and "GPU" in names:
+        return "GPU"
+    return None
+
+
+def _automatic(role: str, devices: list[DeviceInfo], taken: Optional[str]) -> tuple[str, str]:
+    """The design's choice for a role among the present devices, and why."""
+    igpus = [d.name for d in devices if d.name.startswith("GPU") and d.kind != "discrete"]
+    dgpus = [d.name for d in devices if d.name.startswith("GPU") and d.kind == "discrete"]
+    npus = [d.name for d in devices if d.name.startswith("NPU")]
+    if role == "target":
+        if dgpus:
+            return dgpus[0], "discrete GPU found"
+        return "CPU", "no discrete GPU"
+    for name, why in [(g, "integrated GPU found") for g in igpus] + [(n, "NPU found") for n in npus]:
+        if name != taken:
+            return name, why
+    if dgpus and dgpus[0] != taken:
+        return dgpus[0], "no iGPU or NPU, discrete GPU free"
+    return "CPU", "no iGPU or NPU found, sharing the CPU"
+
+
+def _validate(request: str) -> str:
+    request = request.strip().upper()
+    base = request.split(".")[0]
+    if base not in ("CPU", "GPU", "NPU", "AUTO") or (request.count(".") and not request.split(".", 1)[1].isdigit()):
+        raise DeviceError(f"unknown device {request!r}: use {DEVICE_CHOICES}.")
+    return request
+
+
+def place(devices: list[DeviceInfo], target: str = "AUTO", draft: Optional[str] = "AUTO",
+          allow_fallback: bool = False) -> Placement:
+    """Decide the devices. draft=None means the bundle has no draft model."""
+    names = ", ".join(d.name for d in devices) or "none"
+    placement = Placement("CPU", None)
+    chosen: dict[str, str] = {}
+    for role, request in (("target", target), ("draft", draft)):
+        if request is None:
+            continue
+        request = _validate(request)
+        if request == "AUTO":
+            name, why = _automatic(role, devices, chosen.get("target"))
+            placement.reasons.append(f"{role}: {why}")
+        else:
+            name = _match(request, devices)
+            if name is None:
+                if not allow_fallback:
+                    raise DeviceError(f"{request} was asked for the {role}, but this machine has only: {names}. "
+                                      f"Pick one of those, or pass --allow-fallback to fall back to the CPU.")
+                name = "CPU"
+                placement.reasons.append(f"{role}: {request} not found, fell back to CPU")
+        chosen[role] = name
+    placement.target = chosen["target"]
+    placement.draft = chosen.get("draft")
+    return placement
+
+
+def compile_config(device: str, cache_dir: Optional[Path], threads: Optional[int] = None) -> dict[str, Any]:
+    """The OpenVINO properties for a model on a device (precision settings are added by the session)."""
+    if device.startswith("NPU"):
+        config: dict[str, Any] = dict(NPU_LLM_CONFIG)
+    elif device.startswith("GPU"):
+        config = dict(GPU_CONFIG)
+    else:
+        config = dict(CPU_CONFIG)
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+    if cache_dir is not None:
+        config["CACHE_DIR"] = str(cache_dir)
+    return config
+
+
+def resolve_cache_dir(cache_dir=None) -> Optional[Path]:
+    """The compiled-model cache folder: the argument, else $EDGE_SPECDEC_CACHE_DIR, else the user cache; "off": none."""
+    value = cache_dir if cache_dir is not None else os.environ.get("EDGE_SPECDEC_CACHE_DIR", DEFAULT_CACHE_DIR)
+    if str(value).lower() in ("off", "none", ""):
+        return None
+    return Path(value).expanduser()
