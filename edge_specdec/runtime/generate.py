@@ -26,6 +26,7 @@ class Stats:
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     drafted_ahead_used: int = 0  # concurrent mode: rounds whose proposal was drafted during the previous pass
+    first_token_seconds: float = 0.0  # time to the first generated token (prefill and the first round)
 
     def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float) -> None:
         self.rounds += 1
@@ -50,7 +51,9 @@ class Stats:
     def as_dict(self) -> dict:
         loop = self.seconds - self.draft_seconds - self.target_seconds
         return {**asdict(self), "tokens_per_s": round(self.tokens_per_s, 3), "acceptance": round(self.acceptance, 4),
-                "mean_tokens_per_target_pass": round(self.tokens_per_target_pass, 3), "loop_seconds": loop}
+                "mean_tokens_per_target_pass": round(self.tokens_per_target_pass, 3), "loop_seconds": loop,
+                "time_per_output_token_ms": round(1000 * (self.seconds - self.first_token_seconds)
+                                                  / max(1, self.new_tokens - 1), 3)}
 
 
 @dataclass
@@ -109,6 +112,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             if draft_length:
                 draft_length.update(n, len(proposal.tokens))
             stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1)
+            if not out:
+                stats.first_token_seconds = time.perf_counter() - start
             for token in (proposal.tokens[:n] + [nxt])[:config.max_new_tokens - len(out)]:
                 seq.append(token)
                 out.append(token)
