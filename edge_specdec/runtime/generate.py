@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -84,17 +84,16 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({config.max_new_tokens}) exceed the "
             f"target's context of {target.max_context} tokens: shorten the prompt or lower max_new_tokens.")
     rng = rng or np.random.default_rng(config.seed)
-    eos = set() if config.ignore_eos else set(config.eos_token_ids or [])
-    stats, seq, out, reason = Stats(), list(prompt_ids), [], "length"
+    stats, seq, output, reason = Stats(), list(prompt_ids), Output(config, stream, on_text), "length"
     pool = ThreadPoolExecutor(1, thread_name_prefix="target") if concurrent and drafter else None
     ready: Optional[Proposal] = None  # drafted during the previous target pass
     start = time.perf_counter()
     target.reset()
     target.reserve(len(prompt_ids) + config.max_new_tokens)
     try:
-        while len(out) < config.max_new_tokens and reason == "length":
+        while output.room and reason == "length":
             t0 = time.perf_counter()
-            k = min(draft_length.k, config.max_new_tokens - len(out) - 1) if drafter and draft_length else 0
+            k = min(draft_length.k, output.room - 1) if drafter and draft_length else 0
             proposal = (ready.head(k) if ready and ready.tokens else drafter.propose(seq, k)) if k > 0 else Proposal()
             t1 = time.perf_counter()
             if pool and k > 0:  # the target verifies in a worker thread while the draft drafts ahead
@@ -106,38 +105,55 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             n, nxt = verify(rows, proposal, config, rng, seq)
             target.rollback(len(proposal.tokens) - n)
             t2 = time.perf_counter()
-            all_taken = n == len(proposal.tokens)
-            ready = ahead.after_first() if ahead and all_taken and ahead.tokens[:1] == [nxt] else None
+            taken = proposal.tokens[:n] + [nxt]
+            ready = ahead.after_first() if ahead and n == len(proposal.tokens) and ahead.tokens[:1] == [nxt] else None
             stats.drafted_ahead_used += bool(ready and ready.tokens)
             if draft_length:
                 draft_length.update(n, len(proposal.tokens))
             stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1)
-            if not out:
-                stats.first_token_seconds = time.perf_counter() - start
-            for token in (proposal.tokens[:n] + [nxt])[:config.max_new_tokens - len(out)]:
-                seq.append(token)
-                out.append(token)
-                if token in eos:
-                    reason = "eos"
-                    break
-                text = stream.push([token])
-                if on_text and text and on_text(text) is True:  # the callback asked to stop
-                    reason = "stopped"
-                    break
-                if config.stop_strings and any(s in stream.text for s in config.stop_strings):
-                    reason = "stop_string"
-                    break
+            stats.first_token_seconds = stats.first_token_seconds or time.perf_counter() - start
+            reason = output.add(taken, seq)
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
         if pool:
             pool.shutdown(wait=True)
-    tail = stream.finish()
-    if on_text and tail:
-        on_text(tail)
-    stats.new_tokens = len(out)
+    stats.new_tokens = len(output.tokens)
     stats.seconds = time.perf_counter() - start
-    text = stream.text
-    if reason == "stop_string":
-        text = text[:min(text.find(s) for s in config.stop_strings if s in text)]
-    return Result(text, out, stats, reason)
+    return Result(output.finish(reason), output.tokens, stats, reason)
+
+
+class Output:
+    """The generated tokens and their text: stops at EOS, a stop string, the token budget or the callback."""
+
+    def __init__(self, config: GenerationConfig, stream: TextStream, on_text: Optional[Callable[[str], Any]]):
+        self.config, self.stream, self.on_text = config, stream, on_text
+        self.eos = set() if config.ignore_eos else set(config.eos_token_ids or [])
+        self.tokens: list[int] = []
+
+    @property
+    def room(self) -> int:
+        return self.config.max_new_tokens - len(self.tokens)
+
+    def add(self, tokens: list[int], seq: list[int]) -> str:
+        """Append tokens (to seq too) up to the first stop; return why it stopped, or "length" to go on."""
+        for token in tokens[:self.room]:
+            seq.append(token)
+            self.tokens.append(token)
+            if token in self.eos:
+                return "eos"
+            text = self.stream.push([token])
+            if self.on_text and text and self.on_text(text) is True:  # the callback asked to stop
+                return "stopped"
+            if self.config.stop_strings and any(s in self.stream.text for s in self.config.stop_strings):
+                return "stop_string"
+        return "length"
+
+    def finish(self, reason: str) -> str:
+        tail = self.stream.finish()
+        if self.on_text and tail:
+            self.on_text(tail)
+        text = self.stream.text
+        if reason == "stop_string":
+            text = text[:min(text.find(s) for s in self.config.stop_strings if s in text)]
+        return text
