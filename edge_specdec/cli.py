@@ -180,7 +180,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not args.json:
         _say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
     options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
-                   adaptive=args.adaptive, confidence=args.confidence)
+                   draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence)
     if args.chat and prompt is None:
         return _chat_loop(pipe, config, options)
     if args.chat:
@@ -271,8 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="see below (default auto)")
-    p.add_argument("--num-assistant-tokens", type=int, default=5, metavar="K", help="tokens drafted per round")
-    p.add_argument("--adaptive", action="store_true", help="adapt K: +2 when all are accepted, -1 otherwise")
+    p.add_argument("--num-assistant-tokens", type=int, default=3, metavar="K",
+                   help="tokens drafted per round (the first rounds, with the default cost policy; default 3)")
+    p.add_argument("--draft-policy", default="cost", choices=("fixed", "schedule", "cost"),
+                   help="how K changes: fixed; schedule: +2 after a fully accepted round, -1 otherwise; "
+                        "cost: the K that maximizes tokens/s from the acceptance and the draft and target costs "
+                        "measured during the run (the default; K=0, the target alone, when drafting does not pay)")
+    p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
     p.add_argument("--confidence", type=float, default=0.0, metavar="P",
                    help="stop drafting when the draft's top probability falls below P")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime.drafters import DraftLength
 from edge_specdec.runtime.session import ContextOverflowError, is_block_invariant, open_session
 from edge_specdec.runtime.text import TextStream
 from edge_specdec.vocab_map import TokenBytes
@@ -99,17 +100,18 @@ PROMPTS = [s for s in HOSTILE_STRINGS if s.strip()] + ["def fib(n):\n    if n < 
                                                       "a b a b a b a b", "The quick brown fox"]
 
 
-@pytest.mark.parametrize("algorithm,k,adaptive", [("standard", 1, False), ("standard", 3, False),
-                                                  ("standard", 6, False), ("standard", 2, True),
-                                                  ("prompt-lookup", 4, False), ("prompt-lookup", 2, True)])
+@pytest.mark.parametrize("algorithm,k,policy", [("standard", 1, "fixed"), ("standard", 3, "fixed"),
+                                                ("standard", 6, "fixed"), ("standard", 2, "schedule"),
+                                                ("standard", 3, "cost"), ("prompt-lookup", 4, "fixed"),
+                                                ("prompt-lookup", 2, "schedule")])
 @pytest.mark.parametrize("rollback", ["paged", "masked"])
-def test_greedy_is_lossless(request, rollback, algorithm, k, adaptive):
+def test_greedy_is_lossless(request, rollback, algorithm, k, policy):
     pipe = request.getfixturevalue("pipe" if rollback == "paged" else "masked_pipe")
     assert pipe.target.rollback_method == rollback and pipe.draft.rollback_method == rollback
     for prompt in PROMPTS:
         config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
         base = pipe.generate(prompt, config, algorithm="none")
-        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, adaptive=adaptive)
+        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, draft_policy=policy)
         assert spec.token_ids == base.token_ids, (algorithm, k, prompt)
         assert spec.text == base.text
         assert spec.stats.new_tokens == 24 and spec.stats.target_passes <= base.stats.target_passes
@@ -274,3 +276,26 @@ def test_repetition_penalty_pushes_seen_tokens_down(pipe):
         for token in out:
             assert token not in seen
             seen.add(token)
+
+
+def run_policy(length, rounds, accept_rate, draft_s, block_s):
+    """Feed DraftLength synthetic rounds: accept_rate of each drafted token, block_s(n) for a block of n."""
+    ks = []
+    for _ in range(rounds):
+        k = length.k
+        accepted = int(k * accept_rate)
+        length.update(accepted, k, k * draft_s, block_s(k + 1))
+        ks.append(length.k)
+    return ks
+
+
+def test_cost_policy_follows_acceptance_and_prices():
+    flat = lambda n: 0.040 + 0.001 * (n - 1)  # noqa: E731  (verifying a block costs about one token)
+    steep = lambda n: 0.040 * n  # noqa: E731           (verifying costs as much as decoding)
+    assert run_policy(DraftLength(3, "cost"), 30, 1.0, 0.005, flat)[-1] >= 8      # cheap draft, all accepted
+    assert run_policy(DraftLength(3, "cost"), 30, 0.7, 0.030, flat)[-1] <= 3      # an expensive draft
+    ks = run_policy(DraftLength(3, "cost"), 40, 0.0, 0.005, steep)                 # nothing is ever accepted
+    assert ks[-8:].count(0) >= 6 and 1 in ks[-16:]  # the target alone, with a probe now and then
+    assert run_policy(DraftLength(3, "fixed"), 5, 0.0, 0.005, steep) == [3] * 5
+    with pytest.raises(ValueError, match="unknown draft policy"):
+        DraftLength(3, "sometimes")

@@ -115,12 +115,68 @@ class PromptLookupDrafter:
         return Proposal([], None)
 
 
+DRAFT_POLICIES = ("fixed", "schedule", "cost")
+
+
 class DraftLength:
-    """How many tokens to draft next round: fixed, or adaptive (+2 when all were accepted, -1 otherwise)."""
+    """How many tokens to draft next round.
 
-    def __init__(self, k: int = 5, adaptive: bool = False, k_max: int = 16):
-        self.k, self.adaptive, self.k_max = k, adaptive, k_max
+    fixed: always k. schedule: +2 after a fully accepted round, -1 otherwise. cost: the k that maximizes
+    expected tokens per second from what this run has measured so far: the acceptance rate a (per drafted
+    token), the draft's seconds per token d and the target's seconds for a block of n tokens t(n). A round of k
+    yields (1 - a^(k+1)) / (1 - a) tokens on average and costs k*d + t(k+1). t(n) is fitted as t1 + slope*(n-1)
+    from the blocks seen (one early round of the target alone prices t1; blocks never seen are priced by the
+    line). When no k beats the target alone, k is 0, with a probe of k = 1 every 8 rounds.
+    """
 
-    def update(self, accepted: int, proposed: int) -> None:
-        if self.adaptive and proposed:
+    def __init__(self, k: int = 5, policy: str = "fixed", k_max: int = 12):
+        if policy not in DRAFT_POLICIES:
+            raise ValueError(f"unknown draft policy {policy!r}: choose one of {', '.join(DRAFT_POLICIES)}")
+        self.k = self.k0 = k
+        self.policy, self.k_max = policy, k_max
+        self.accepted = self.rejections = 0.0      # decayed counts for the acceptance rate
+        self.draft_s = self.drafted = 0.0          # decayed draft seconds and tokens
+        self.blocks: dict[int, float] = {}         # block size -> smoothed target seconds
+        self.rounds = self.idle = 0
+
+    def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+        if self.policy == "schedule" and proposed:
             self.k = min(self.k_max, self.k + 2) if accepted == proposed else max(1, self.k - 1)
+        elif self.policy == "cost":
+            self._learn(accepted, proposed, draft_seconds, target_seconds)
+            self.k = self._best_k()
+
+    def _learn(self, accepted: int, proposed: int, draft_seconds: float, target_seconds: float,
+               decay: float = 0.9) -> None:
+        if proposed and self.rounds:
+            self.accepted = decay * self.accepted + accepted
+            self.rejections = decay * self.rejections + (accepted < proposed)
+            self.draft_s = decay * self.draft_s + draft_seconds
+            self.drafted = decay * self.drafted + proposed
+        self.rounds += 1
+        if self.rounds == 1:
+            return  # the first round's target pass includes the prompt: not a block price
+        n = proposed + 1
+        old = self.blocks.get(n)
+        self.blocks[n] = target_seconds if old is None else 0.7 * old + 0.3 * target_seconds
+
+    def _best_k(self) -> int:
+        if 1 not in self.blocks:
+            return 0  # one round of the target alone prices a single token
+        if not self.drafted or len(self.blocks) < 2:
+            return self.k0  # not enough measured yet: the configured k
+        a = min(self.accepted / (self.accepted + self.rejections), 0.98)
+        d = self.draft_s / self.drafted
+        t1 = self.blocks[1]
+        others = [(n, t) for n, t in self.blocks.items() if n > 1]
+        slope = max(0.0, sum((t - t1) / (n - 1) for n, t in others) / len(others))
+
+        def rate(k: int) -> float:  # expected tokens per second
+            return (1 - a ** (k + 1)) / (1 - a) / (k * d + t1 + slope * k)
+
+        best = max(range(1, self.k_max + 1), key=rate)
+        if rate(best) * t1 > 1.0:  # drafting beats the target alone
+            self.idle = 0
+            return best
+        self.idle += 1  # it does not: decode alone, and try one drafted token now and then
+        return 1 if self.idle % 8 == 0 else 0

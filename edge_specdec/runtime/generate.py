@@ -93,7 +93,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     try:
         while output.room and reason == "length":
             t0 = time.perf_counter()
-            k = min(draft_length.k, output.room - 1) if drafter and draft_length else 0
+            k = min(draft_length.k, output.room - 1) if drafter and draft_length else 0  # 0: the target alone
             proposal = (ready.head(k) if ready and ready.tokens else drafter.propose(seq, k)) if k > 0 else Proposal()
             t1 = time.perf_counter()
             if pool and k > 0:  # the target verifies in a worker thread while the draft drafts ahead
@@ -109,7 +109,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             ready = ahead.after_first() if ahead and n == len(proposal.tokens) and ahead.tokens[:1] == [nxt] else None
             stats.drafted_ahead_used += bool(ready and ready.tokens)
             if draft_length:
-                draft_length.update(n, len(proposal.tokens))
+                draft_length.update(n, len(proposal.tokens), t1 - t0, t2 - t1)
             stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1)
             stats.first_token_seconds = stats.first_token_seconds or time.perf_counter() - start
             reason = output.add(taken, seq)

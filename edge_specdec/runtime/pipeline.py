@@ -25,7 +25,7 @@ import openvino as ov
 
 from ..bundle import Bundle, load_bundle
 from ..errors import EdgeSpecdecError
-from .drafters import Drafter, DraftLength, DraftModelDrafter, PromptLookupDrafter
+from .drafters import DRAFT_POLICIES, Drafter, DraftLength, DraftModelDrafter, PromptLookupDrafter
 from .generate import Result, generate
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
 from .retokenize import Retokenizer
@@ -140,11 +140,14 @@ class Pipeline:
         return ids
 
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
-                 algorithm: str = "auto", num_assistant_tokens: int = 5, adaptive: bool = False,
+                 algorithm: str = "auto", num_assistant_tokens: int = 3, draft_policy: str = "cost",
                  confidence: float = 0.0, on_text: Optional[Callable[[str], Optional[bool]]] = None) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
-        on_text receives the text as it becomes final; returning True from it stops generation.
+        num_assistant_tokens: the draft length (the first one, for the adaptive policies); draft_policy: fixed,
+        schedule (+2 after a fully accepted round, -1 otherwise) or cost (the length that maximizes measured
+        tokens per second; see DraftLength). on_text receives the text as it becomes final; returning True from
+        it stops generation.
         """
         with self._lock:  # the KV caches and the tokenizer's request serve one call at a time
             config = config or GenerationConfig()
@@ -155,11 +158,14 @@ class Pipeline:
                 raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
             if num_assistant_tokens < 1:
                 raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
+            if draft_policy not in DRAFT_POLICIES:
+                raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
+                                       f"{', '.join(DRAFT_POLICIES)}.")
             name = self.resolve_algorithm(algorithm, config)
             rng = np.random.default_rng(config.seed)
             drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
             result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
-                              DraftLength(num_assistant_tokens, adaptive), rng, on_text,
+                              DraftLength(num_assistant_tokens, draft_policy), rng, on_text,
                               concurrent=self.concurrent and drafter is not None and name != "prompt-lookup")
         result.extra["algorithm"] = name
         if isinstance(drafter, SLRSDrafter):
