@@ -1,0 +1,346 @@
+"""Load the rows, run them interleaved, and hand the measurements to the report."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from ..errors import EdgeSpecdecError
+from .setups import (ENGINES, Prompt, Run, Setup, Spec, candidate_specs, genai_runner, hf_runner, load_genai,
+                     load_hf, ours_runner, select_specs)
+
+PROMPTS_FILE = Path(__file__).with_name("prompts.json")
+DEFAULT_KS = (3, 5)
+
+
+# --- prompts ----------------------------------------------------------------------------------------------------
+
+def load_prompt_set(path: Union[str, Path, None] = None) -> dict[str, list[dict[str, str]]]:
+    """{category: [{"id", "text"}, ...]} from the shipped prompts.json (or another file of the same shape)."""
+    path = Path(path) if path else PROMPTS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EdgeSpecdecError(f"cannot read the prompt set {path}: {exc}") from None
+    return data["categories"]
+
+
+CATEGORIES = tuple(load_prompt_set())
+
+
+def pick_categories(prompt_set: dict, categories: Optional[Sequence[str]]) -> list[str]:
+    if not categories:
+        return list(prompt_set)
+    unknown = [c for c in categories if c not in prompt_set]
+    if unknown:
+        raise EdgeSpecdecError(f"unknown prompt categor{'ies' if len(unknown) > 1 else 'y'} "
+                               f"{', '.join(map(repr, unknown))}: choose from {', '.join(prompt_set)}.")
+    return list(dict.fromkeys(categories))
+
+
+def render_prompts(pipe, prompt_set: dict, categories: list[str]) -> tuple[list[Prompt], str]:
+    """Every prompt in the target's chat template when it has one (else the raw text), for every engine."""
+    template = pipe.chat_template
+    prompts = []
+    for category in categories:
+        for item in prompt_set[category]:
+            messages = [{"role": "user", "content": item["text"]}]
+            if template is not None:
+                prompts.append(Prompt(item["id"], category, messages, template.render(messages),
+                                      pipe.chat_prompt(messages)))
+            else:
+                prompts.append(Prompt(item["id"], category, messages, item["text"], item["text"]))
+    return prompts, ("the target's chat template" if template is not None
+                     else "raw text: the target has no chat template")
+
+
+# --- memory -----------------------------------------------------------------------------------------------------
+
+def read_rss() -> Optional[int]:
+    """This process's resident set size in bytes (Linux /proc/self/statm), or None elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+class RssSampler:
+    """A background thread that samples the whole process's RSS; window() gives the peak during one run."""
+
+    def __init__(self, interval: float = 0.02):
+        self.interval = interval
+        self.peak: Optional[int] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
+        self.available = read_rss() is not None
+        if self.available:
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss = read_rss()
+            if rss is not None and self.peak is not None and rss > self.peak:
+                self.peak = rss
+
+    def start_window(self) -> Optional[int]:
+        self.peak = read_rss()
+        return self.peak
+
+    def end_window(self) -> Optional[int]:
+        rss = read_rss()
+        peak, self.peak = self.peak, None
+        return max(p for p in (peak, rss) if p is not None) if (peak or rss) else None
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+# --- machine ----------------------------------------------------------------------------------------------------
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import openvino
+
+    info = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "openvino": openvino.__version__,
+            "date": _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")}
+    try:
+        info["cores_usable"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        pass
+    try:
+        info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    from .. import __version__
+    info["edge_specdec"] = __version__
+    for name, module in (("openvino_genai", "openvino_genai"), ("transformers", "transformers"), ("torch", "torch")):
+        if module in sys.modules:
+            info[name] = getattr(sys.modules[module], "__version__", "?")
+    return info
+
+
+# --- the run ----------------------------------------------------------------------------------------------------
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str, kv_rollback: Optional[str],
+                 say: Callable[[str], None]) -> tuple[list[Setup], list[dict], Any]:
+    """Load what the chosen rows need. A peer that cannot load is skipped with its reason; ours must load.
+
+    Returns (setups, skipped [{"setup", "reason"}], our main Pipeline).
+    """
+    from ..runtime import Pipeline
+
+    t = time.perf_counter()
+    pipe = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback)
+    say(f"loaded our Pipeline in {time.perf_counter() - t:.1f} s: {pipe.placement.describe()}; target "
+        f"{pipe.target.rollback_method} KV, {pipe.target.precision} precision")
+    both = None
+    if any(s.concurrent for s in specs):
+        both = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback, concurrent=True)
+        say("loaded a second Pipeline with concurrent drafting")
+    setups, skipped = [], []
+    for spec in specs:
+        if spec.engine == "ours":
+            setups.append(Setup(spec, ours_runner(both if spec.concurrent else pipe, spec, max_new_tokens)))
+
+    for engine in ("genai", "genai-ours"):
+        rows = [s for s in specs if s.engine == engine]
+        if not rows:
+            continue
+        try:
+            t = time.perf_counter()
+            alone, sd, version = load_genai(bundle.path, engine, precision, any(s.algorithm == "sd" for s in rows))
+            say(f"loaded OpenVINO GenAI {version} pipelines ({engine}) in {time.perf_counter() - t:.1f} s")
+        except ImportError as exc:
+            reason = f"openvino_genai is not importable ({exc})"
+        except Exception as exc:  # noqa: BLE001 - report what GenAI says about the folders, go on without it
+            reason = f"GenAI refused the bundle folders: {type(exc).__name__}: {str(exc)[:300]}"
+        else:
+            setups += [Setup(s, genai_runner(sd if s.algorithm == "sd" else alone, s, max_new_tokens)) for s in rows]
+            continue
+        say(f"skipping {', '.join(s.name for s in rows)}: {reason}")
+        skipped += [{"setup": s.name, "reason": reason} for s in rows]
+
+    rows = [s for s in specs if s.engine == "hf"]
+    if rows:
+        try:
+            t = time.perf_counter()
+            target, tokenizer = load_hf(bundle.manifest, "target")
+            say(f"loaded the transformers target (fp32) in {time.perf_counter() - t:.1f} s")
+        except EdgeSpecdecError as exc:
+            reason = str(exc)
+            say(f"skipping {', '.join(s.name for s in rows)}: {reason}")
+            skipped += [{"setup": s.name, "reason": reason} for s in rows]
+        else:
+            draft = draft_tokenizer = None
+            for spec in rows:
+                if spec.algorithm != "none" and draft is None:
+                    try:
+                        draft, draft_tokenizer = load_hf(bundle.manifest, "draft")
+                    except EdgeSpecdecError as exc:
+                        say(f"skipping {spec.name}: {exc}")
+                        skipped.append({"setup": spec.name, "reason": str(exc)})
+                        continue
+                setups.append(Setup(spec, hf_runner(target, tokenizer, spec, max_new_tokens, draft,
+                                                    draft_tokenizer)))
+    order = {s.name: i for i, s in enumerate(specs)}
+    setups.sort(key=lambda s: order[s.name])
+    return setups, skipped, pipe
+
+
+def _timed(setup: Setup, prompt: Prompt, sampler: RssSampler) -> Run:
+    start = sampler.start_window()
+    try:
+        run = setup.run(prompt)
+    finally:
+        peak = sampler.end_window()
+    run.rss_start, run.rss_peak = start, peak
+    return run
+
+
+def _progress_line(run: Run) -> str:
+    line = f"{run.new_tokens:4d} tok {run.wall_seconds:7.2f} s {run.tokens_per_s:8.1f} tok/s"
+    if run.proposed:
+        line += f"  acceptance {run.accepted / run.proposed:.2f}"
+    return line
+
+
+def run_interleaved(setups: list[Setup], prompts: list[Prompt], repeats: int, say: Callable[[str], None],
+                    sampler: RssSampler) -> bool:
+    """One uncounted warm-up per row, then for each (repeat, prompt) every row back to back, the order rotated
+    each time so that every row goes first equally often and drift in machine speed hits all rows alike.
+    Returns False if interrupted (Ctrl-C): what ran so far is kept."""
+    width = max(len(s.name) for s in setups)
+    say(f"warm-up: one uncounted run per setup on {prompts[0].key}")
+    try:
+        for s in setups:
+            try:
+                run = _timed(s, prompts[0], sampler)
+                say(f"  warm-up {s.name:<{width}} {_progress_line(run)}")
+            except Exception as exc:  # noqa: BLE001 - the timed runs will record it
+                say(f"  warm-up {s.name:<{width}} FAILED: {type(exc).__name__}: {str(exc)[:160]}")
+    except KeyboardInterrupt:
+        return False
+    total, done, start = repeats * len(prompts) * len(setups), 0, time.perf_counter()
+    rotation = 0
+    try:
+        for rep in range(repeats):
+            for prompt in prompts:
+                shift = rotation % len(setups)
+                rotation += 1
+                for s in setups[shift:] + setups[:shift]:
+                    done += 1
+                    elapsed = time.perf_counter() - start
+                    head = (f"[{done:{len(str(total))}d}/{total}] rep {rep + 1}/{repeats} {prompt.key:<32} "
+                            f"{s.name:<{width}}")
+                    try:
+                        run = _timed(s, prompt, sampler)
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - a row that fails on one prompt must not end the run
+                        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                        s.failures.append({"prompt": prompt.key, "repeat": rep, "error": error})
+                        say(f"{head} FAILED: {error}")
+                        continue
+                    s.runs[(prompt.key, rep)] = run
+                    eta = elapsed / (done - 1) * (total - done + 1) if done > 1 else None
+                    say(f"{head} {_progress_line(run)}" + (f"  eta {_fmt_duration(eta)}" if eta is not None else ""))
+    except KeyboardInterrupt:
+        say("interrupted: reporting the runs done so far")
+        return False
+    say(f"timed runs took {_fmt_duration(time.perf_counter() - start)}")
+    return True
+
+
+def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = None, max_new_tokens: int = 64,
+                  repeats: int = 2, ks: Sequence[int] = DEFAULT_KS, categories: Optional[Sequence[str]] = None,
+                  out: Union[str, Path, None] = None, genai: bool = True, genai_ours: bool = False,
+                  concurrent: bool = False, hf: bool = False, precision: str = "dq",
+                  kv_rollback: Optional[str] = None, command: Optional[str] = None,
+                  progress: Optional[Callable[[str], None]] = None, plot: bool = True) -> dict[str, Any]:
+    """Benchmark a bundle's decoders side by side, interleaved, in one run; write report.json, report.md and
+    speedup.png (if matplotlib is installed and plot) into `out` (default bench-results/<bundle name>).
+
+    setups: row names or shell patterns (see `edge_specdec.benchmark.setups`); default: every row the bundle
+    allows except the optional families. genai_ours / concurrent / hf add those families, with or without setups.
+    Returns the report (the content of report.json) with "files" listing what was written.
+    """
+    from ..bundle import load_bundle
+    from . import report as _report
+
+    say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
+    if max_new_tokens < 1:
+        raise EdgeSpecdecError("--max-new-tokens must be at least 1.")
+    if repeats < 1:
+        raise EdgeSpecdecError("--repeats must be at least 1.")
+    ks = list(dict.fromkeys(int(k) for k in ks))
+    if not ks or min(ks) < 1:
+        raise EdgeSpecdecError("--ks needs draft lengths of at least 1, e.g. --ks 3 5.")
+    if precision not in ("dq", "f32"):
+        raise EdgeSpecdecError(f"unknown precision {precision!r}: choose dq or f32.")
+    patterns = [p for item in (setups or []) for p in str(item).split(",") if p.strip()]
+    prompt_set = load_prompt_set()
+    chosen_categories = pick_categories(prompt_set, categories)
+    b = load_bundle(bundle, verify=False)  # first the cheap checks: a bad bundle, setup or category fails fast
+    relation = b.vocabulary["relation"]
+    candidates = candidate_specs(relation, ks, genai_ours=genai_ours, concurrent=concurrent, hf=hf, genai=genai)
+    families = [f for f, on in (("genai-ours", genai_ours), ("concurrent", concurrent), ("hf", hf)) if on]
+    specs, notes = select_specs(candidates, patterns, relation, families)
+    if not patterns and relation != "identical" and (genai or genai_ours):
+        notes.append(f"no GenAI rows by default for a {relation} bundle: GenAI's speculative decoding needs a draft "
+                     f"with the target's vocabulary (--setups genai-none runs its target alone)")
+    for note in notes:
+        say(note)
+    out_dir = Path(out) if out is not None else Path("bench-results") / b.path.name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise EdgeSpecdecError(f"--out {out_dir} is a file: give a folder for the report.")
+
+    say(f"bench {b.path} ({relation} vocabulary): {len(specs)} setups: {', '.join(s.name for s in specs)}")
+    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say)
+    if not loaded:
+        raise EdgeSpecdecError("nothing to run: every setup chosen was skipped ("
+                               + "; ".join(f"{x['setup']}: {x['reason']}" for x in skipped) + ").")
+    prompts, prompt_format = render_prompts(pipe, prompt_set, chosen_categories)
+    say(f"{len(prompts)} prompts in {len(chosen_categories)} categor{'y' if len(chosen_categories) == 1 else 'ies'} "
+        f"({prompt_format}), {repeats} repeat(s), "
+        f"{max_new_tokens} new tokens at most, greedy")
+    machine = machine_info()  # after loading, so that the peers' versions are known
+    sampler = RssSampler()
+    try:
+        complete = run_interleaved(loaded, prompts, repeats, say, sampler)
+    finally:
+        sampler.close()
+    try:
+        machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    settings = {"bundle": str(b.path), "relation": relation, "max_new_tokens": max_new_tokens, "repeats": repeats,
+                "ks": ks, "categories": chosen_categories, "precision": precision, "kv_rollback": kv_rollback,
+                "prompt_format": prompt_format, "placement": pipe.placement.describe(),
+                "target_rollback": pipe.target.rollback_method, "greedy": True, "interrupted": not complete,
+                "rss_sampling": "available" if sampler.available else "unavailable (no /proc/self/statm)"}
+    result = _report.build_report(loaded, prompts, settings, machine, b.manifest, skipped, notes, command)
+    result["files"] = _report.write_report(result, out_dir, plot=plot, say=say)
+    return result
+
+
+__all__ = ["CATEGORIES", "ENGINES", "load_prompt_set", "run_benchmark"]
