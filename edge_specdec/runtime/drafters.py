@@ -56,8 +56,7 @@ def sync_and_feed(session: ModelSession, sequence: list[int], extra: list[int]) 
     """
     keep = min(common_prefix(session.tokens, sequence), len(sequence) - 1)
     session.truncate(keep)
-    rows = session.feed(sequence[keep:] + extra)
-    return rows[-(len(extra) + 1):]
+    return session.feed(sequence[keep:] + extra, rows=len(extra) + 1)[-(len(extra) + 1):]
 
 
 class DraftModelDrafter:

@@ -38,6 +38,7 @@ CPU_PRECISIONS = {
     "f32": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
 }
 ROLLBACK_METHODS = ("paged", "masked")
+LOGITS_FROM = "logits_from"  # an input we add to the paged IR: the first token whose logits are computed
 
 
 class ContextOverflowError(EdgeSpecdecError):
@@ -69,8 +70,10 @@ class ModelSession:
         self.tokens = []
         self._restart()
 
-    def feed(self, tokens: list[int]) -> np.ndarray:
-        """Append tokens to the cache and return their logits, shape [len(tokens), vocab] (float32)."""
+    def feed(self, tokens: list[int], rows: Optional[int] = None) -> np.ndarray:
+        """Append tokens to the cache and return the logits of the last `rows` of them (default: all),
+        shape [rows, vocab] (float32). Asking only for the rows you need skips the output layer for the rest
+        (most of a prompt): a block-invariant session still computes at least 2, as a block always has."""
         n = len(tokens)
         if n == 0:
             raise ValueError("feed() needs at least one token")
@@ -79,8 +82,9 @@ class ModelSession:
         if n == 1 and self.block_invariant and self.length:
             previous = self.tokens[-1]
             self.rollback(1)
-            return self.feed([previous] + list(tokens))[1:]
-        logits = self._infer(tokens)
+            return self.feed([previous] + list(tokens), rows=2)[1:]
+        rows = n if rows is None else min(n, max(rows, 2 if self.block_invariant else 1))
+        logits = self._infer(tokens, rows)
         self.tokens.extend(tokens)
         return logits
 
@@ -100,7 +104,7 @@ class ModelSession:
     def reserve(self, n_tokens: int) -> None:
         """Make room for n_tokens in the cache up front (a hint; the cache also grows on demand)."""
 
-    def _infer(self, tokens: list[int]) -> np.ndarray:
+    def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
         raise NotImplementedError
 
     def _forget(self, n: int) -> None:
@@ -120,6 +124,7 @@ class PagedSession(ModelSession):
                         if port.get_any_name().startswith(("key_cache.", "value_cache."))]
         value = next(p for p in self._caches if p.get_any_name().startswith("value_cache."))
         self.block_size = value.get_partial_shape()[2].get_length()
+        self._sliced = any(LOGITS_FROM in port.get_names() for port in compiled.inputs)
         self._blocks = 0
         super().__init__(compiled, *args, **kwargs)
 
@@ -142,7 +147,7 @@ class PagedSession(ModelSession):
             self.request.set_tensor(port, tensor)
         self._blocks = blocks
 
-    def _infer(self, tokens: list[int]) -> np.ndarray:
+    def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
         past, n = self.length, len(tokens)
         total = past + n
         self.reserve(total)
@@ -155,8 +160,10 @@ class PagedSession(ModelSession):
             "block_indices_begins": np.array([0, used], dtype=np.int32),
             "block_indices": np.arange(used, dtype=np.int32),
             "max_context_len": np.array(total, dtype=np.int32),
+            **({LOGITS_FROM: np.array([n - rows], dtype=np.int64)} if self._sliced else {}),
         })
-        return self.request.get_tensor("logits").data.reshape(n, -1).copy()
+        logits = self.request.get_tensor("logits").data
+        return logits.reshape(len(logits), -1)[-rows:].copy()
 
     def _forget(self, n: int) -> None:
         pass  # the next call passes a smaller past length; the stale slots are overwritten
@@ -180,7 +187,7 @@ class MaskedSession(ModelSession):
         self.request.reset_state()
         self._flags = np.zeros(0, dtype=np.int64)
 
-    def _infer(self, tokens: list[int]) -> np.ndarray:
+    def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
         n = len(tokens)
         if self.physical_length > self.length and self.physical_length + n > 2 * self.length + 64:
             self._compact()
@@ -192,7 +199,7 @@ class MaskedSession(ModelSession):
             "beam_idx": self._beam_idx,
         })
         self._flags = flags
-        return self.request.get_tensor("logits").data[0].copy()
+        return self.request.get_tensor("logits").data[0, n - rows:].copy()
 
     def _forget(self, n: int) -> None:
         live = np.flatnonzero(self._flags)
@@ -234,6 +241,7 @@ def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core
     if rollback == "paged":
         from openvino._offline_transformations import paged_attention_transformation  # private API, pinned
         paged_attention_transformation(model)
+        compute_logits_from(model)
     kind = PagedSession if rollback == "paged" else MaskedSession
     for attempt in ([precision, "f32"] if precision != "f32" else ["f32"]):
         cfg = dict(CPU_PRECISIONS[attempt]) if device.upper().startswith("CPU") else {}
@@ -244,6 +252,27 @@ def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core
             return session
     session.block_invariant = False  # f32 failed the bitwise check too: exact up to float noise, like "masked"
     return session
+
+
+def compute_logits_from(model: ov.Model) -> None:
+    """Let the paged IR compute logits only from token `logits_from` on: a Slice before the output layer.
+
+    For a prompt of a few dozen tokens and a vocabulary of 150k, the output layer's rows we do not need cost
+    about as much as a whole decode step.
+    """
+    import openvino.opset13 as ops
+
+    matmul = model.output("logits").get_node().input_value(0).get_node()
+    if matmul.get_type_name() != "MatMul":  # an IR of another shape (a softcap, a cast): leave it whole
+        return
+    start = ops.parameter([1], ov.Type.i64, name=LOGITS_FROM)
+    start.output(0).get_tensor().set_names({LOGITS_FROM})
+    hidden = matmul.input_value(0)
+    sliced = ops.slice(hidden, start, ops.constant(np.array([np.iinfo(np.int64).max])),
+                       ops.constant(np.array([1])), ops.constant(np.array([0])))
+    matmul.input(0).replace_source_output(sliced.output(0))
+    model.add_parameters([start])
+    model.validate_nodes_and_infer_types()
 
 
 def is_block_invariant(session: ModelSession, length: int = 12) -> bool:
