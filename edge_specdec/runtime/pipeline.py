@@ -140,7 +140,7 @@ class Pipeline:
         return ids
 
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
-                 algorithm: str = "auto", num_assistant_tokens: int = 3, draft_policy: str = "cost",
+                 algorithm: str = "auto", num_assistant_tokens: int = 3, draft_policy: str = "fixed",
                  confidence: float = 0.0, on_text: Optional[Callable[[str], Optional[bool]]] = None) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
