@@ -56,6 +56,14 @@ PROMPTS = ["def parse_args(", "class LRUCache:", "import os\n\ndef walk(", "def 
            "    for line in "]
 
 
+def warmup_cosine_lr(step: int, peak: float, warmup: int, total: int, floor: float = 0.1) -> float:
+    """Linear warm-up to peak, then cosine decay to floor * peak at the last step."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def log(*parts) -> None:
     print(time.strftime("%H:%M:%S"), *parts, flush=True)
 
@@ -223,11 +231,7 @@ def train_model(name: str, model, train_stream, val_stream, args, minutes: float
     next_eval = t0 + args.eval_every_minutes * 60
     stopped_early = False
     while step < total_steps:
-        if step < warmup:
-            cur = lr * (step + 1) / warmup
-        else:
-            progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-            cur = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        cur = warmup_cosine_lr(step, lr, warmup, total_steps)
         for g in opt.param_groups:
             g["lr"] = cur
         starts = torch.randint(0, len(train_stream) - T - 1, (batch,), generator=gen)
@@ -433,11 +437,7 @@ def finetune_draft(model, d_train, m_train, d_val, m_val, s_train, s_val, args) 
     t0 = time.perf_counter()
     last_log, next_eval, ema, step, eval_seconds = t0, t0 + args.distill_eval_every_seconds, None, 0, 0.0
     while step < total_steps:
-        if step < warmup:
-            cur = lr * (step + 1) / warmup
-        else:
-            progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-            cur = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        cur = warmup_cosine_lr(step, lr, warmup, total_steps)
         for g in opt.param_groups:
             g["lr"] = cur
         ds = torch.randint(0, len(d_train) - T - 1, (n_d,), generator=gen).tolist()
