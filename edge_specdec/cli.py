@@ -96,6 +96,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         spelled += [flag, *value] if value else []
     spelled += ["--out", args.out] if args.out else []
     spelled += ["--kv-rollback", args.kv_rollback] if args.kv_rollback else []
+    spelled += ["--draft-vocab", str(args.draft_vocab)] if args.draft_vocab is not None else []
     spelled += [flag for flag, on in (("--hf", args.hf), ("--no-genai", args.no_genai),
                                       ("--genai-ours", args.genai_ours), ("--concurrent", args.concurrent)) if on]
     command = shlex.join(spelled)
@@ -105,7 +106,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     report = run_benchmark(args.bundle, setups=args.setups, max_new_tokens=args.max_new_tokens,
                            repeats=args.repeats, ks=args.ks, categories=args.categories, out=args.out,
                            genai=not args.no_genai, genai_ours=args.genai_ours, concurrent=args.concurrent,
-                           hf=args.hf, precision=args.precision, kv_rollback=args.kv_rollback, command=command,
+                           hf=args.hf, precision=args.precision, kv_rollback=args.kv_rollback,
+                           draft_vocab=args.draft_vocab, command=command,
                            progress=_say)
     print(render_markdown(report))
     if report["not_identical"]:
@@ -206,7 +208,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config.validate()
     pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device,
                     precision=args.precision, kv_rollback=args.kv_rollback, allow_fallback=args.allow_fallback,
-                    cache_dir=args.cache_dir, concurrent=args.concurrent)
+                    cache_dir=args.cache_dir, concurrent=args.concurrent, draft_vocab=args.draft_vocab)
     if not args.json:
         _say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
     options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
@@ -332,6 +334,10 @@ is checked against the target alone of its engine: the output must be identical.
                    help="add rows that draft while the target verifies (a second Pipeline, concurrent=True)")
     p.add_argument("--precision", default="dq", choices=("dq", "f32"), help="our CPU precision (default dq)")
     p.add_argument("--kv-rollback", choices=("paged", "masked"), help="our KV rollback (default: per device)")
+    p.add_argument("--draft-vocab", type=int, metavar="N",
+                   help="the draft computes logits only for its first N token ids and its special tokens: a "
+                        "smaller output layer, a faster draft step (default 65536; 0 = its whole vocabulary). "
+                        "The output stays exact either way.")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("info", help="validate a bundle and show what is inside",
@@ -390,6 +396,10 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--kv-rollback", choices=("paged", "masked"),
                    help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
+    p.add_argument("--draft-vocab", type=int, metavar="N",
+                   help="the draft computes logits only for its first N token ids and its special tokens: a "
+                        "smaller output layer, a faster draft step (default 65536; 0 = its whole vocabulary). "
+                        "The output stays exact either way.")
     p.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
     p.set_defaults(func=_cmd_run)
     return parser

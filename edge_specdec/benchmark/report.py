@@ -228,7 +228,10 @@ def render_markdown(report: dict) -> str:
               f"{len(report['prompts'])} prompts in {len(s['categories'])} "
               f"categor{'y' if len(s['categories']) == 1 else 'ies'} ({s['prompt_format']}); "
               f"draft lengths K = {', '.join(map(str, s['ks']))}; our precision {s['precision']}, "
-              f"KV rollback {s['target_rollback']}; {s['placement']}.", ""]
+              f"KV rollback {s['target_rollback']}; "
+              + (f"our draft's output layer cut to {s['draft_output_ids']} token ids (--draft-vocab); "
+                 if s.get("draft_output_ids") else "")
+              + f"{s['placement']}.", ""]
     if s.get("interrupted"):
         lines += ["**Interrupted**: the figures cover only the runs done before Ctrl-C.", ""]
 

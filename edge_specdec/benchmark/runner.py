@@ -142,7 +142,7 @@ def _fmt_duration(seconds: float) -> str:
 
 
 def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str, kv_rollback: Optional[str],
-                 say: Callable[[str], None]) -> tuple[list[Setup], list[dict], Any]:
+                 say: Callable[[str], None], draft_vocab: Optional[int] = None) -> tuple[list[Setup], list[dict], Any]:
     """Load what the chosen rows need. A peer that cannot load is skipped with its reason; ours must load.
 
     Returns (setups, skipped [{"setup", "reason"}], our main Pipeline).
@@ -150,12 +150,13 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
     from ..runtime import Pipeline
 
     t = time.perf_counter()
-    pipe = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback)
+    pipe = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab)
     say(f"loaded our Pipeline in {time.perf_counter() - t:.1f} s: {pipe.placement.describe()}; target "
         f"{pipe.target.rollback_method} KV, {pipe.target.precision} precision")
     both = None
     if any(s.concurrent for s in specs):
-        both = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback, concurrent=True)
+        both = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback, concurrent=True,
+                        draft_vocab=draft_vocab)
         say("loaded a second Pipeline with concurrent drafting")
     setups, skipped = [], []
     for spec in specs:
@@ -275,7 +276,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                   repeats: int = 2, ks: Sequence[int] = DEFAULT_KS, categories: Optional[Sequence[str]] = None,
                   out: Union[str, Path, None] = None, genai: bool = True, genai_ours: bool = False,
                   concurrent: bool = False, hf: bool = False, precision: str = "dq",
-                  kv_rollback: Optional[str] = None, command: Optional[str] = None,
+                  kv_rollback: Optional[str] = None, draft_vocab: Optional[int] = None, command: Optional[str] = None,
                   progress: Optional[Callable[[str], None]] = None, plot: bool = True) -> dict[str, Any]:
     """Benchmark a bundle's decoders side by side, interleaved, in one run; write report.json, report.md and
     speedup.png (if matplotlib is installed and plot) into `out` (default bench-results/<bundle name>).
@@ -315,7 +316,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
         raise EdgeSpecdecError(f"--out {out_dir} is a file: give a folder for the report.")
 
     say(f"bench {b.path} ({relation} vocabulary): {len(specs)} setups: {', '.join(s.name for s in specs)}")
-    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say)
+    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say, draft_vocab)
     if not loaded:
         raise EdgeSpecdecError("nothing to run: every setup chosen was skipped ("
                                + "; ".join(f"{x['setup']}: {x['reason']}" for x in skipped) + ").")
@@ -335,6 +336,8 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
         pass
     settings = {"bundle": str(b.path), "relation": relation, "max_new_tokens": max_new_tokens, "repeats": repeats,
                 "ks": ks, "categories": chosen_categories, "precision": precision, "kv_rollback": kv_rollback,
+                "draft_output_ids": None if pipe.draft is None or pipe.draft.output_ids is None
+                else len(pipe.draft.output_ids),
                 "prompt_format": prompt_format, "placement": pipe.placement.describe(),
                 "target_rollback": pipe.target.rollback_method, "greedy": True, "interrupted": not complete,
                 "rss_sampling": "available" if sampler.available else "unavailable (no /proc/self/statm)"}

@@ -25,6 +25,7 @@ import openvino as ov
 
 from ..bundle import Bundle, load_bundle
 from ..errors import EdgeSpecdecError
+from ..vocab_map import TokenBytes
 from .drafters import DRAFT_POLICIES, Drafter, DraftLength, DraftModelDrafter, PromptLookupDrafter
 from .generate import Result, generate
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
@@ -41,6 +42,8 @@ NEEDS_DRAFT = ("standard", "slem", "tli", "slrs")
 HETEROGENEOUS = ("slem", "tli", "slrs")
 # auto picks TLI for sampling when at least this share of the draft's vocabulary exists in the target's
 TLI_MIN_DRAFT_SHARE = 0.5
+# the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
+DRAFT_VOCAB = 65536
 
 
 class Pipeline:
@@ -51,13 +54,23 @@ class Pipeline:
     allow_fallback, then it falls back to the CPU. `placement.describe()` says what runs where and why.
     cache_dir: OpenVINO's compiled-model cache (None: $EDGE_SPECDEC_CACHE_DIR or ~/.cache/edge-specdec/ov-cache;
     "off" disables it). concurrent: run the draft while the target verifies (default: when they sit on different
-    devices). precision / kv_rollback: see `open_session`.
+    devices). precision / kv_rollback: see `open_session`. draft_vocab: the draft computes logits only for its
+    first draft_vocab token ids plus its special tokens, so it can propose only those (default 65536; 0: its
+    whole vocabulary).
+    Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
+    little acceptance and makes a draft with a large vocabulary faster (Qwen2.5-0.5B: 65536 of 151936 ids, a
+    15% shorter step). Any draft keeps the output exact: the target decides every token.
     """
 
     def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "AUTO", draft_device: str = "AUTO",
                  verify: bool = False, precision: str = "dq", kv_rollback: Optional[str] = None,
                  allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
-                 concurrent: Optional[bool] = None, core: Optional[ov.Core] = None):
+                 concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
+                 draft_vocab: Optional[int] = None):
+        self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
+        if self.draft_vocab < 0:
+            raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
+                                   f"not {draft_vocab}.")
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle, verify=verify)
         self._core = core = core or ov.Core()
         target, draft = self.bundle.target, self.bundle.draft
@@ -70,13 +83,14 @@ class Pipeline:
         self.target = open_session(target.model_xml, self.placement.target, core=core, precision=precision,
                                    rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
                                    config=compile_config(self.placement.target, cache, threads))
+        self.vocab_map = self.bundle.load_vocab_map()
         self.draft = open_session(draft.model_xml, self.placement.draft, core=core, precision=precision,
                                   rollback=kv_rollback, exact_blocks=False,
+                                  output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
                                   max_context=draft.info.get("max_position_embeddings"),
                                   config=compile_config(self.placement.draft, cache, threads)) if draft else None
         self._lock = threading.Lock()
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
-        self.vocab_map = self.bundle.load_vocab_map()
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
 
     @cached_property
@@ -180,6 +194,14 @@ class Pipeline:
         .close(). Options as for generate().
         """
         return TextIterator(self, prompt, config, options)
+
+
+def draft_output_ids(tokens: TokenBytes, draft_vocab: int) -> Optional[np.ndarray]:
+    """The draft's token ids to keep in its output layer: the first draft_vocab, and every token without text
+    (special tokens such as EOS, which often sit at the end of the vocabulary). None: keep them all."""
+    if not draft_vocab or draft_vocab >= len(tokens):
+        return None
+    return np.flatnonzero((np.arange(len(tokens)) < draft_vocab) | ~tokens.has_text)
 
 
 class TextIterator:

@@ -51,13 +51,16 @@ class ModelSession:
     rollback_method = ""
 
     def __init__(self, compiled: ov.CompiledModel, device: str, precision: str, max_context: Optional[int],
-                 block_invariant: bool):
+                 block_invariant: bool, output_ids: Optional[np.ndarray] = None, vocab_size: Optional[int] = None):
         self.compiled = compiled
         self.request = compiled.create_infer_request()
         self.device = device
         self.precision = precision
         self.max_context = max_context
-        self.vocab_size = compiled.output("logits").get_partial_shape()[-1].get_length()
+        # output_ids: the model computes logits for these token ids only (see keep_output_rows); feed() widens
+        # its rows back to the whole vocabulary, with -inf for the ids left out
+        self.output_ids = output_ids
+        self.vocab_size = vocab_size or compiled.output("logits").get_partial_shape()[-1].get_length()
         self.block_invariant = block_invariant  # never feed a lone token (see the module docstring)
         self.tokens: list[int] = []  # the logical sequence the cache holds
         self.reset()
@@ -86,6 +89,10 @@ class ModelSession:
         rows = n if rows is None else min(n, max(rows, 2 if self.block_invariant else 1))
         logits = self._infer(tokens, rows)
         self.tokens.extend(tokens)
+        if self.output_ids is not None:
+            wide = np.full((len(logits), self.vocab_size), -np.inf, dtype=np.float32)
+            wide[:, self.output_ids] = logits
+            logits = wide
         return logits
 
     def rollback(self, n: int) -> None:
@@ -221,13 +228,15 @@ def default_rollback(device: str) -> str:
 
 def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] = None,
                  max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
-                 exact_blocks: bool = True, config: Optional[dict[str, Any]] = None) -> ModelSession:
+                 exact_blocks: bool = True, output_ids: Optional[np.ndarray] = None,
+                 config: Optional[dict[str, Any]] = None) -> ModelSession:
     """Compile one model for decoding.
 
     rollback: "paged" or "masked" (default: per device). precision: "dq" or "f32" (CPU only; a masked session
     always runs f32). exact_blocks: the session must give a block of tokens the logits of single steps (the
     target needs this; a draft does not). For a paged session that is checked on the device, and "dq" falls back
-    to "f32" if the check fails.
+    to "f32" if the check fails. output_ids: compute logits for these token ids only (a draft's smaller output
+    layer, see keep_output_rows); the others come out as -inf.
     """
     core = core or ov.Core()
     rollback = rollback or default_rollback(device)
@@ -238,6 +247,11 @@ def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core
     if rollback == "masked":
         precision = "f32"
     model = core.read_model(str(model_xml))
+    vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
+    if output_ids is not None:
+        output_ids = np.unique(np.asarray(output_ids, dtype=np.int64))
+        if len(output_ids) >= vocab_size or not keep_output_rows(model, output_ids):
+            output_ids = None  # nothing to leave out, or an output layer of another shape: keep it whole
     if rollback == "paged":
         from openvino._offline_transformations import paged_attention_transformation  # private API, pinned
         paged_attention_transformation(model)
@@ -247,7 +261,8 @@ def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core
         cfg = dict(CPU_PRECISIONS[attempt]) if device.upper().startswith("CPU") else {}
         cfg.update(config or {})
         session = kind(core.compile_model(model, device, cfg), device, attempt, max_context,
-                       block_invariant=exact_blocks and rollback == "paged")
+                       block_invariant=exact_blocks and rollback == "paged", output_ids=output_ids,
+                       vocab_size=vocab_size)
         if not session.block_invariant or is_block_invariant(session):
             return session
     session.block_invariant = False  # f32 failed the bitwise check too: exact up to float noise, like "masked"
@@ -273,6 +288,57 @@ def compute_logits_from(model: ov.Model) -> None:
     matmul.input(0).replace_source_output(sliced.output(0))
     model.add_parameters([start])
     model.validate_nodes_and_infer_types()
+
+
+def keep_output_rows(model: ov.Model, ids: np.ndarray) -> bool:
+    """Cut the output layer down to the rows of the token ids `ids` (sorted, unique); False if it has no such form.
+
+    The output layer of a small draft is a large part of its step: Qwen2.5-0.5B reads 136 MB of int8 lm_head
+    weights per token, a quarter of the model. The output layer gets a copy of its weight-decompression chain in
+    which every constant with one row per token (int8/int4 values, scales, zero points) holds only the kept rows,
+    so the plugin still runs a compressed matmul; the embedding, if it shares the weight, keeps the original.
+    The logits output then has len(ids) columns.
+    """
+    import openvino.opset13 as ops
+
+    logits = model.output("logits")
+    matmul = logits.get_node().input_value(0).get_node()
+    vocab = logits.get_partial_shape()[-1]
+    if matmul.get_type_name() != "MatMul" or not vocab.is_static or not matmul.get_attributes().get("transpose_b"):
+        return False
+    vocab = vocab.get_length()
+    rebuild = {"Convert": lambda node, x: ops.convert(x[0], node.get_output_element_type(0)),
+               "Subtract": lambda node, x: ops.subtract(x[0], x[1]),
+               "Multiply": lambda node, x: ops.multiply(x[0], x[1]),
+               "Reshape": lambda node, x: ops.reshape(x[0], x[1], node.get_attributes()["special_zero"])}
+
+    def cut(output: ov.Output, reshape_target: bool = False) -> Optional[ov.Output]:
+        node = output.get_node()
+        kind = node.get_type_name()
+        if kind == "Constant":
+            shape = list(output.get_shape())
+            if shape and shape[0] == vocab:
+                per_row = np.asarray(node.get_data()).view(np.uint8).reshape(vocab, -1)  # packed int4 too
+                tensor = ov.Tensor(node.get_output_element_type(0), ov.Shape([len(ids)] + shape[1:]))
+                tensor.data.view(np.uint8).reshape(len(ids), -1)[:] = per_row[ids]
+                return ov.op.Constant(tensor).output(0)
+            if reshape_target and shape and np.asarray(node.get_data())[0] == vocab:
+                target = np.asarray(node.get_data()).copy()  # a group-quantized weight folded back to 2-D
+                target[0] = len(ids)
+                return ops.constant(target).output(0)
+            return output  # a scalar or a per-column constant: shared as it is
+        inputs = [cut(port.get_source_output(), kind == "Reshape" and port.get_index() == 1)
+                  for port in node.inputs()]
+        if kind not in rebuild or any(x is None for x in inputs):
+            return None  # a chain of another form: keep the layer whole
+        return rebuild[kind](node, inputs).output(0)
+
+    weight = cut(matmul.input_value(1))
+    if weight is None or weight.get_partial_shape()[0] != len(ids):
+        return False
+    matmul.input(1).replace_source_output(weight)
+    model.validate_nodes_and_infer_types()
+    return True
 
 
 def is_block_invariant(session: ModelSession, length: int = 12) -> bool:
