@@ -144,7 +144,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 RUN_EXAMPLES = """\
 examples:
   edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --max-new-tokens 64
-  edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3
+  edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3 \
+      --confidence 0                      # exactly 3 drafted tokens per round (default: up to 8, until unsure)
   echo "Summarize: ..." | edge-specdec run bundles/qwen --prompt - --algorithm prompt-lookup
   edge-specdec run bundles/qwen --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7 --json
   edge-specdec run bundles/qwen+smollm --prompt "def f(x):" --algorithm tli --temperature 0.7 --top-k 20
@@ -358,15 +359,17 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="see below (default auto)")
-    p.add_argument("--num-assistant-tokens", type=int, default=3, metavar="K",
-                   help="tokens drafted per round (the first K of the adaptive policies; default 3)")
+    p.add_argument("--num-assistant-tokens", type=int, metavar="K",
+                   help="the most tokens drafted per round (the first K of the adaptive policies; default 8 with "
+                        "a draft model, 3 for prompt lookup)")
+    p.add_argument("--confidence", type=float, metavar="P",
+                   help="a draft model stops drafting after a token whose top probability is under P (default "
+                        "0.7, measured best on our real pairs; 0 drafts K tokens every round)")
     p.add_argument("--draft-policy", default="fixed", choices=("fixed", "schedule", "cost"),
-                   help="how K changes: fixed (the default: K=3 measured best on our real pairs); schedule: +2 after a fully accepted round, -1 otherwise; "
-                        "cost: the K that maximizes tokens/s from the acceptance and the draft and target costs "
-                        "measured during the run (K=0, the target alone, when drafting does not pay)")
+                   help="how K changes: fixed (the default); schedule: +2 after a fully accepted round, -1 "
+                        "otherwise; cost: the K that maximizes tokens/s from the acceptance and the draft and "
+                        "target costs measured during the run (K=0, the target alone, when drafting does not pay)")
     p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
-    p.add_argument("--confidence", type=float, default=0.0, metavar="P",
-                   help="stop drafting when the draft's top probability falls below P")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")

@@ -23,7 +23,8 @@ SPEC_BENCH_CATEGORIES = {"code_generation", "code_editing", "chat", "summarizati
 
 
 def ours_rows(algorithm: str, ks=(3, 5)) -> list[str]:
-    return [f"ours-{algorithm}-k{k}" for k in ks] + [f"ours-{algorithm}-{p}" for p in adaptive_policies()]
+    conf = [] if algorithm == "prompt-lookup" else [f"ours-{algorithm}-conf"]  # no probabilities to stop on
+    return [f"ours-{algorithm}-k{k}" for k in ks] + conf + [f"ours-{algorithm}-{p}" for p in adaptive_policies()]
 
 
 # --- the plan, without models -----------------------------------------------------------------------------------
@@ -34,7 +35,7 @@ def test_default_rows_follow_the_vocabulary_relation():
 
     same = default("identical")
     assert same == ["ours-none", *ours_rows("standard"), *ours_rows("prompt-lookup"), "genai-none", "genai-sd-k3",
-                    "genai-sd-k5"]
+                    "genai-sd-k5", "genai-sd-conf"]
     other = default("heterogeneous")
     assert other == ["ours-none", *ours_rows("slem"), *ours_rows("tli"), *ours_rows("prompt-lookup")]
     assert default("target-only") == ["ours-none", *ours_rows("prompt-lookup")]
@@ -48,7 +49,7 @@ def test_default_rows_follow_the_vocabulary_relation():
 def test_setup_patterns_add_the_baselines_and_reject_unknown_names():
     candidates = candidate_specs("identical", [2], hf=False)
     chosen, notes = select_specs(candidates, ["genai-sd-*", "ours-standard-k2"], "identical")
-    assert [s.name for s in chosen] == ["ours-none", "ours-standard-k2", "genai-none", "genai-sd-k2"]
+    assert [s.name for s in chosen] == ["ours-none", "ours-standard-k2", "genai-none", "genai-sd-k2", "genai-sd-conf"]
     assert any("added ours-none" in n for n in notes) and any("added genai-none" in n for n in notes)
     # an optional row can be named without its flag, and a flag adds its rows to those named
     assert [s.name for s in select_specs(candidates, ["hf-assisted"], "identical")[0]] == ["hf-none", "hf-assisted"]
@@ -79,7 +80,7 @@ def test_same_vocabulary_run_writes_the_reports(bundle_dir, tmp_path):
     n_prompts = len(load_prompt_set()["code_generation"]) + len(load_prompt_set()["math"])
     expected = ["ours-none", *ours_rows("standard"), *ours_rows("prompt-lookup")]
     if HAS_GENAI:
-        expected += ["genai-none", "genai-sd-k3", "genai-sd-k5"]
+        expected += ["genai-none", "genai-sd-k3", "genai-sd-k5", "genai-sd-conf"]
     rows = {r["setup"]: r for r in report["setups"]}
     assert list(rows) == expected
 
@@ -110,7 +111,8 @@ def test_same_vocabulary_run_writes_the_reports(bundle_dir, tmp_path):
     if HAS_GENAI:
         assert rows["genai-sd-k3"]["acceptance"] is not None and rows["genai-sd-k3"]["identity_checked_runs"]
         assert [(p["ours"], p["genai"]) for p in report["ours_vs_genai"]] == [
-            ("ours-none", "genai-none"), ("ours-standard-k3", "genai-sd-k3"), ("ours-standard-k5", "genai-sd-k5")]
+            ("ours-none", "genai-none"), ("ours-standard-k3", "genai-sd-k3"), ("ours-standard-k5", "genai-sd-k5"),
+            ("ours-standard-conf", "genai-sd-conf")]
 
     md = (out / "report.md").read_text()
     for needle in ("## Speed", "peak RSS MiB (whole process)", "per prompt category", "| code_generation | math |",

@@ -40,7 +40,7 @@ def test_greedy_is_lossless_for_every_style_pair(pipes, target, draft):
         config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
         base = pipe.generate(prompt, config, algorithm="none")
         for algorithm, k in (("slem", 3), ("tli", 4), ("slrs", 2)):
-            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k)
+            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
             assert spec.token_ids == base.token_ids, (algorithm, prompt)
             assert spec.text == base.text
             assert spec.stats.draft_tokens_proposed > 0, (algorithm, prompt)
@@ -63,7 +63,7 @@ def test_slem_accepts_a_draft_that_writes_the_targets_text(pipes, target, draft,
         base = pipe.generate(prompt, config, algorithm="none")
         monkeypatch.setattr(heterogeneous._TextDrafter, "draft",
                             oracle_draft(pipe.target_retokenizer.bytes_of(base.token_ids)))
-        spec = pipe.generate(prompt, config, algorithm="slem", num_assistant_tokens=4)
+        spec = pipe.generate(prompt, config, algorithm="slem", num_assistant_tokens=4, confidence=0.0)
         monkeypatch.undo()
         assert spec.token_ids == base.token_ids
         accepted += spec.stats.draft_tokens_accepted
@@ -80,7 +80,8 @@ def test_greedy_is_lossless_on_random_text(pipes, prompt):
     config = GenerationConfig(max_new_tokens=10, ignore_eos=True)
     base = pipe.generate(prompt, config, algorithm="none")
     for algorithm in ALGORITHMS:
-        assert pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3).token_ids == base.token_ids
+        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0)
+        assert spec.token_ids == base.token_ids
 
 
 @settings(max_examples=200, deadline=None)
@@ -131,7 +132,7 @@ def test_sampling_is_lossless(hetero, algorithm, sampling):
 def test_slrs_verifies_against_the_exact_string_probability(hetero):
     """With a bounded support SLRS runs its exact rounds (not only the SLEM fallback) and accepts tokens."""
     config = GenerationConfig(max_new_tokens=30, seed=3, ignore_eos=True, **SLRS_SAMPLING)
-    result = hetero.generate("def f", config, algorithm="slrs", num_assistant_tokens=3)
+    result = hetero.generate("def f", config, algorithm="slrs", num_assistant_tokens=3, confidence=0.0)
     assert result.extra["slrs_rounds"]["exact"] > 0
     wide = hetero.generate("def f", GenerationConfig(max_new_tokens=8, seed=3, temperature=1.0, ignore_eos=True),
                            algorithm="slrs")
@@ -179,4 +180,5 @@ def test_repetition_penalty_stays_lossless(pipes):
         config = GenerationConfig(max_new_tokens=16, ignore_eos=True, repetition_penalty=1.3)
         base = pipe.generate(prompt, config, algorithm="none")
         for algorithm in ALGORITHMS:
-            assert pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3).token_ids == base.token_ids
+            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0)
+            assert spec.token_ids == base.token_ids

@@ -88,11 +88,11 @@ def test_real_heterogeneous_pair_greedy_is_lossless(tmp_path):
         config = GenerationConfig(max_new_tokens=48)
         base = pipe.generate(prompt, config, algorithm="none")
         for algorithm in ("slem", "tli"):
-            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4)
+            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0)
             print(algorithm, spec.stats.as_dict()["acceptance"], repr(spec.text[:60]))
             assert spec.token_ids == base.token_ids, (algorithm, prompt)
             accepted += spec.stats.draft_tokens_accepted
-        ahead = concurrent.generate(prompt, config, algorithm="slem", num_assistant_tokens=4)
+        ahead = concurrent.generate(prompt, config, algorithm="slem", num_assistant_tokens=4, confidence=0.0)
         assert ahead.token_ids == base.token_ids, ("concurrent slem", prompt)
         drafted_ahead += ahead.stats.drafted_ahead_used
     assert accepted > 0 and drafted_ahead > 0

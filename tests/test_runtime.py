@@ -17,6 +17,7 @@ from edge_specdec.vocab_map import TokenBytes
 from hostile_text import HOSTILE_STRINGS
 
 SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
+HETERO_INT8 = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
 
 
 @pytest.fixture(scope="module")
@@ -111,18 +112,20 @@ def test_greedy_is_lossless(request, rollback, algorithm, k, policy):
     for prompt in PROMPTS:
         config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
         base = pipe.generate(prompt, config, algorithm="none")
-        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, draft_policy=policy)
+        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, draft_policy=policy,
+                             confidence=0.0)
         assert spec.token_ids == base.token_ids, (algorithm, k, prompt)
         assert spec.text == base.text
         assert spec.stats.new_tokens == 24 and spec.stats.target_passes <= base.stats.target_passes
     assert base.stats.target_passes == 24 and base.stats.draft_tokens_proposed == 0
 
 
-def first_tokens(pipe, algorithm, seeds, config_kwargs, n_tokens=2):
+def first_tokens(pipe, algorithm, seeds, config_kwargs, n_tokens=2, confidence=0.0):
     out = Counter()
     for seed in seeds:
         config = GenerationConfig(max_new_tokens=n_tokens, seed=seed, ignore_eos=True, **config_kwargs)
-        out[tuple(pipe.generate("def f", config, algorithm=algorithm, num_assistant_tokens=3).token_ids)] += 1
+        result = pipe.generate("def f", config, algorithm=algorithm, num_assistant_tokens=3, confidence=confidence)
+        out[tuple(result.token_ids)] += 1
     return out
 
 
@@ -261,7 +264,8 @@ def test_repetition_penalty_is_lossless(pipe, algorithm):
     for prompt in PROMPTS[:8]:
         config = GenerationConfig(max_new_tokens=20, ignore_eos=True, repetition_penalty=1.3)
         base = pipe.generate(prompt, config, algorithm="none")
-        assert pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3).token_ids == base.token_ids
+        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0)
+        assert spec.token_ids == base.token_ids
 
 
 def test_repetition_penalty_pushes_seen_tokens_down(pipe):
@@ -313,3 +317,60 @@ def test_asking_for_fewer_rows_skips_the_output_layer_but_not_exactness(bundle_d
     draft = open_session(xml, rollback="paged", exact_blocks=False)
     one = draft.feed(seq, rows=1)
     assert one.shape == (1, full.shape[1]) and np.abs(one[0] - full[-1]).max() < 1e-3
+
+
+def test_unsure_reads_the_top_probability():
+    from edge_specdec.runtime.drafters import unsure
+
+    sharp, flat = np.array([8.0, 0.0, 0.0, 0.0]), np.zeros(4)  # top probabilities 0.997 and 0.25
+    assert not unsure(sharp, None, 0.9) and unsure(flat, None, 0.3) and not unsure(flat, None, 0.2)
+    assert not unsure(flat, np.array([0.8, 0.1, 0.1, 0.0]), 0.7)  # sampling: q's top, not the raw row's
+    assert unsure(sharp, np.array([0.5, 0.5, 0.0, 0.0]), 0.7)
+    assert not unsure(flat, None, 0.0)  # 0 never stops
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "slem", "tli"])
+def test_confidence_bounds_the_draft_length(bundle_dir, algorithm):
+    """A threshold no random tiny draft reaches: one token per round; 0: the full K (the last round may be shorter)."""
+    pipe = Pipeline(bundle_dir(*(SAME_VOCAB if algorithm == "standard" else HETERO_INT8)))
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True)
+    sure = pipe.generate("def fib(n):", config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.999)
+    full = pipe.generate("def fib(n):", config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0)
+    assert sure.stats.draft_tokens_proposed <= sure.stats.rounds
+    assert full.stats.draft_tokens_proposed > 2 * full.stats.rounds
+    assert sure.token_ids == full.token_ids
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "slem", "tli", "slrs"])
+def test_greedy_is_lossless_when_drafting_stops_anywhere(bundle_dir, algorithm, monkeypatch):
+    """Drafts cut at random places (what the confidence stop does on real models) change nothing."""
+    import edge_specdec.runtime.drafters as drafters
+    import edge_specdec.runtime.heterogeneous as heterogeneous
+
+    coin = np.random.default_rng(5)
+    monkeypatch.setattr(drafters, "unsure", lambda row, q, confidence: bool(coin.random() < 0.4))
+    monkeypatch.setattr(heterogeneous, "unsure", drafters.unsure)
+    pipe = Pipeline(bundle_dir(*(SAME_VOCAB if algorithm == "standard" else HETERO_INT8)))
+    lengths = set()
+    for prompt in PROMPTS:
+        config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
+        base = pipe.generate(prompt, config, algorithm="none")
+        spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=5)
+        assert spec.token_ids == base.token_ids, prompt
+        lengths.add(round(spec.stats.draft_tokens_proposed / spec.stats.rounds, 1))
+    assert len(lengths) > 3, "the random stops did not vary the draft length"
+
+
+def test_sampling_is_lossless_with_the_confidence_stop(pipe):
+    """The stop reads only the draft's own q, so the first three tokens keep the target's distribution."""
+    base = first_tokens(pipe, "none", range(N_SAMPLES), SAMPLING, n_tokens=3)
+    spec = first_tokens(pipe, "standard", range(40_000, 40_000 + N_SAMPLES), SAMPLING, n_tokens=3, confidence=0.3)
+    assert homogeneity_pvalue(base, spec) > ALPHA
+
+
+def test_confidence_out_of_range_is_a_clear_error(pipe):
+    from edge_specdec.errors import EdgeSpecdecError
+
+    for bad in (-0.1, 1.0, 2):
+        with pytest.raises(EdgeSpecdecError, match="confidence must be at least 0 and below 1"):
+            pipe.generate("x", algorithm="standard", confidence=bad)

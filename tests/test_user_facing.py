@@ -97,8 +97,8 @@ def test_concurrent_mode_is_token_identical_to_sequential(concurrent_pipes, pair
     for prompt in PROMPTS:
         config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
         base = sequential.generate(prompt, config, algorithm="none")
-        seq = sequential.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k)
-        conc = concurrent.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k)
+        seq = sequential.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
+        conc = concurrent.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
         assert conc.token_ids == seq.token_ids == base.token_ids, (algorithm, prompt)
         used += conc.stats.drafted_ahead_used
     if pair == SAME_VOCAB:  # the random different-vocabulary pair rarely agrees on a whole round

@@ -155,10 +155,12 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
 
 
 def ours_vs_genai(setups: dict[str, Setup], ks: list[int]) -> list[dict[str, Any]]:
-    """ours-none against genai-none, ours-standard-kK against genai-sd-kK (both GenAI variants), paired per run."""
+    """ours-none against genai-none, ours-standard-kK against genai-sd-kK, ours-standard-conf against
+    genai-sd-conf (both GenAI variants), paired per run."""
     pairs = []
     for engine in ("genai", "genai-ours"):
         candidates = [("ours-none", f"{engine}-none")] + [(f"ours-standard-k{k}", f"{engine}-sd-k{k}") for k in ks]
+        candidates.append(("ours-standard-conf", f"{engine}-sd-conf"))
         for ours, peer in candidates:
             if ours in setups and peer in setups and setups[ours].runs and setups[peer].runs:
                 a, b = setups[ours], setups[peer]

@@ -4,6 +4,8 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
 
     ours-none                   our Pipeline, the target alone (the baseline of every ours-* row)
     ours-ALG-kK                 our speculative decoding, K drafted tokens per round (fixed)
+    ours-ALG-conf               the runtime's default: up to 8 drafted tokens, stopping after a token whose
+                                draft probability (its top one) is under 0.7
     ours-ALG-POLICY             the same with an adaptive draft length, one row per adaptive draft policy of the
                                 runtime (schedule: +2 after a fully accepted round, -1 otherwise; cost: the K
                                 that maximizes measured tokens/s), starting at the smallest K
@@ -11,6 +13,8 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
                                 the target verifies, one CPU thread each (--concurrent)
     genai-none                  openvino_genai.LLMPipeline(bundle/target): GenAI's target alone
     genai-sd-kK                 LLMPipeline(bundle/target, draft_model=draft_model(bundle/draft)), K fixed
+    genai-sd-conf               the same with GenAI's assistant_confidence_threshold = 0.7 (its own form of the
+                                confidence stop)
     genai-ours-none, genai-ours-sd-kK  the same two GenAI pipelines with our CPU properties (--genai-ours)
     hf-none                     transformers fp32 on CPU, the target's source folder, alone (--hf)
     hf-assisted                 transformers assisted generation with the draft (same vocabulary)      (--hf)
@@ -44,6 +48,7 @@ class Spec:
     algorithm: str = "none"  # ours: Pipeline.generate(algorithm=...); genai: "none" or "sd"; hf: none/assisted/uag
     k: Optional[int] = None
     policy: str = "fixed"  # ours: the draft policy (fixed, or an adaptive one)
+    confidence: float = 0.0  # stop drafting under this top probability (ours and GenAI; 0 = never)
     concurrent: bool = False
     family: str = "core"  # the option that adds the row: core, genai, genai-ours, concurrent or hf
 
@@ -114,6 +119,8 @@ def adaptive_policies() -> tuple[str, ...]:
 def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, concurrent: bool = False,
                     hf: bool = False, genai: bool = True) -> list[Spec]:
     """Every row this bundle allows, in report order; `default` marks those a run without --setups includes."""
+    from ..runtime.pipeline import CONFIDENCE, DRAFT_TOKENS
+
     same = relation == "identical"
     k0 = min(ks)
     specs = [Spec("ours-none", "ours", "our Pipeline, the target alone")]
@@ -127,6 +134,11 @@ def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, conc
             family = "concurrent" if is_concurrent else "core"
             specs += [Spec(f"{prefix}-{alg}-k{k}", "ours", f"ours, {what}, K={k} fixed", default=on, algorithm=alg,
                            k=k, concurrent=is_concurrent, family=family) for k in ks]
+            if alg != "prompt-lookup":  # a draft model has probabilities to be unsure with
+                specs.append(Spec(f"{prefix}-{alg}-conf", "ours", f"ours, {what}, up to K={DRAFT_TOKENS}, stops "
+                                  f"under top probability {CONFIDENCE} (the runtime's default)", default=on,
+                                  algorithm=alg, k=DRAFT_TOKENS, confidence=CONFIDENCE, concurrent=is_concurrent,
+                                  family=family))
             specs += [Spec(f"{prefix}-{alg}-{policy}", "ours", f"ours, {what}, draft policy {policy} (first K={k0})",
                            default=on, algorithm=alg, k=k0, policy=policy, concurrent=is_concurrent,
                            family=family) for policy in adaptive_policies()]
@@ -137,6 +149,9 @@ def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, conc
         if same:
             specs += [Spec(f"{engine}-sd-k{k}", engine, f"OpenVINO GenAI speculative decoding, K={k}, {props}",
                            default=on, algorithm="sd", k=k, family=engine) for k in ks]
+            specs.append(Spec(f"{engine}-sd-conf", engine, f"OpenVINO GenAI speculative decoding, "
+                              f"assistant_confidence_threshold {CONFIDENCE}, {props}", default=on, algorithm="sd",
+                              confidence=CONFIDENCE, family=engine))
     specs.append(Spec("hf-none", "hf", "transformers fp32, the target alone", default=hf, family="hf"))
     if same:
         specs.append(Spec("hf-assisted", "hf", "transformers assisted generation with the draft", default=hf,
@@ -187,7 +202,7 @@ def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run
     def run(prompt: Prompt) -> Run:
         t = time.perf_counter()
         r = pipe.generate(prompt.ours, config, algorithm=spec.algorithm, num_assistant_tokens=spec.k or 1,
-                          **options)
+                          confidence=spec.confidence, **options)
         wall = time.perf_counter() - t
         if r.stop_reason == "interrupted":  # the Pipeline swallowed a Ctrl-C: hand it on to the runner
             raise KeyboardInterrupt
@@ -235,7 +250,9 @@ def genai_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Ru
     config.max_new_tokens = max_new_tokens
     config.do_sample = False
     config.apply_chat_template = False  # the prompt text is already rendered with the chat template (or raw)
-    if spec.k is not None:
+    if spec.confidence:
+        config.assistant_confidence_threshold = spec.confidence
+    elif spec.k is not None:
         config.num_assistant_tokens = spec.k
 
     def run(prompt: Prompt) -> Run:

@@ -62,7 +62,7 @@ def sync_and_feed(session: ModelSession, sequence: list[int], extra: list[int]) 
 class DraftModelDrafter:
     """A same-vocabulary draft model: k tokens one at a time, from the same distribution transform as the target.
 
-    confidence: stop drafting early when the draft's top probability falls below it (0 = never).
+    confidence: stop drafting early when the draft's top probability falls below it (0 = never; see `unsure`).
     """
 
     def __init__(self, session: ModelSession, config: GenerationConfig, rng: np.random.Generator,
@@ -75,24 +75,26 @@ class DraftModelDrafter:
         for i in range(k):
             if self.config.repetition_penalty != 1.0:
                 row = penalize(row[None], self.config, sequence + proposal.tokens, [])[0]
-            if self.config.greedy:
-                token = int(np.argmax(row))
-                top = _top_probability(row) if self.confidence else 1.0
-            else:
-                q = distribution(row, self.config)
-                token = sample(q, self.rng)
+            q = None if self.config.greedy else distribution(row, self.config)
+            token = int(np.argmax(row)) if q is None else sample(q, self.rng)
+            if q is not None:
                 proposal.q.append(q)
-                top = float(q.max())
             proposal.tokens.append(token)
-            if i + 1 == k or (self.confidence and top < self.confidence):
+            if i + 1 == k or unsure(row, q, self.confidence):
                 break
             row = self.session.feed([token])[-1]
         return proposal
 
 
-def _top_probability(row: np.ndarray) -> float:
-    x = row.astype(np.float64) - row.max()
-    return float(1.0 / np.exp(x).sum())
+def unsure(row: np.ndarray, q: Optional[np.ndarray], confidence: float) -> bool:
+    """Should a drafter stop after this token? Yes when the draft's top probability is under `confidence`: q's
+    when the token was sampled from q, else the softmax of the logits row's (greedy). 0 never stops."""
+    if not confidence:
+        return False
+    if q is None:
+        x = row.astype(np.float64) - row.max()
+        return float(1.0 / np.exp(x).sum()) < confidence
+    return float(q.max()) < confidence
 
 
 class PromptLookupDrafter:

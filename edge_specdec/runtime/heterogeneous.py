@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ..vocab_map import NO_TOKEN, VocabMap
-from .drafters import Proposal, common_prefix, sync_and_feed
+from .drafters import Proposal, common_prefix, sync_and_feed, unsure
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig, distribution, sample
 from .session import ModelSession
@@ -81,12 +81,16 @@ class DraftTextContext:
 
 
 class _TextDrafter:
-    """Shared by SLEM and SLRS: draft k tokens, turn their text into target tokens."""
+    """Shared by SLEM and SLRS: draft k tokens, turn their text into target tokens.
+
+    confidence: stop drafting early when the draft's top probability falls below it (0 = never).
+    """
 
     def __init__(self, context: DraftTextContext, target_retokenizer: Retokenizer, vocab_map: VocabMap,
-                 config: GenerationConfig, rng: np.random.Generator, draft_eos: Optional[int]):
+                 config: GenerationConfig, rng: np.random.Generator, draft_eos: Optional[int],
+                 confidence: float = 0.0):
         self.ctx, self.target_retok, self.vocab_map = context, target_retokenizer, vocab_map
-        self.config, self.rng, self.draft_eos = config, rng, draft_eos
+        self.config, self.rng, self.draft_eos, self.confidence = config, rng, draft_eos, confidence
         self.special = ~vocab_map.draft.has_text
         if draft_eos is not None:
             self.special[draft_eos] = False
@@ -104,9 +108,11 @@ class _TextDrafter:
         """k draft tokens from the cache's current end (fewer if EOS comes first)."""
         tokens: list[int] = []
         for i in range(k):
-            token = sample(self.draft_distribution(row), self.rng)
+            q = self.draft_distribution(row)
+            token = sample(q, self.rng)
             tokens.append(token)
-            if token == self.draft_eos or i + 1 == k:
+            if token == self.draft_eos or i + 1 == k or unsure(row, None if self.config.greedy else q,
+                                                              self.confidence):
                 break
             row = self.ctx.session.feed([token])[-1]
         return tokens
@@ -140,8 +146,8 @@ class TLIDrafter:
     """Token-level intersection: the draft samples inside the shared tokens; rejection sampling in the target's vocabulary."""
 
     def __init__(self, context: DraftTextContext, vocab_map: VocabMap, config: GenerationConfig,
-                 rng: np.random.Generator):
-        self.ctx, self.config, self.rng = context, config, rng
+                 rng: np.random.Generator, confidence: float = 0.0):
+        self.ctx, self.config, self.rng, self.confidence = context, config, rng, confidence
         self.target_size = len(vocab_map.target)  # one entry per target logit
         self.d2t = vocab_map.draft_to_target[:context.session.vocab_size]
         self.shared = self.d2t != NO_TOKEN
@@ -154,17 +160,16 @@ class TLIDrafter:
         drafted: list[int] = []
         for i in range(k):
             row = np.where(self.shared, row, -np.inf)
-            if self.config.greedy:
-                token = int(np.argmax(row))
-            else:
-                q = distribution(row, self.config)
-                token = sample(q, self.rng)
+            q = None if self.config.greedy else distribution(row, self.config)
+            token = int(np.argmax(row)) if q is None else sample(q, self.rng)
+            if q is not None:
                 q_target = np.zeros(self.target_size)
                 np.add.at(q_target, self.d2t[self.shared], q[self.shared])
                 proposal.q.append(q_target)
             drafted.append(token)
             proposal.tokens.append(int(self.d2t[token]))
-            if i + 1 == k or not self.ctx.retok.pieces.has_text[token]:  # EOS ends the draft
+            ends = not self.ctx.retok.pieces.has_text[token]  # EOS ends the draft
+            if i + 1 == k or ends or unsure(row, q, self.confidence):
                 break
             row = self.ctx.session.feed([token])[-1]
         self.ctx.last_draft = drafted
