@@ -111,8 +111,8 @@ class _TextDrafter:
             q = self.draft_distribution(row)
             token = sample(q, self.rng)
             tokens.append(token)
-            if token == self.draft_eos or i + 1 == k or unsure(row, None if self.config.greedy else q,
-                                                              self.confidence):
+            last = token == self.draft_eos or i + 1 == k
+            if last or unsure(row, None if self.config.greedy else q, self.confidence):
                 break
             row = self.ctx.session.feed([token])[-1]
         return tokens
