@@ -306,8 +306,10 @@ setups (--setups takes names or shell patterns; the target alone of each engine 
   ours-ALG-kK                our speculative decoding, K fixed (each of --ks); ALG = standard (same
                              vocabulary), slem and tli (other vocabulary), prompt-lookup
   ours-ALG-schedule, ours-ALG-cost   the same with an adaptive draft length (--draft-policy of `run`)
+  ours-ALG-conf              the runtime's default: up to 8 tokens, stopping under draft probability 0.7
   ours-concurrent-ALG-...    drafting during verification, from a Pipeline(concurrent=True)  (--concurrent)
   genai-none, genai-sd-kK    OpenVINO GenAI alone / speculative, its default CPU properties  (same vocabulary)
+  genai-sd-conf              GenAI speculative with its assistant_confidence_threshold 0.7
   genai-ours-none, genai-ours-sd-kK   the same with our CPU properties (--precision)        (--genai-ours)
   hf-none, hf-assisted, hf-uag        transformers fp32 on the bundle's source folders            (--hf)
 
