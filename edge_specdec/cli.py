@@ -141,6 +141,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+DRAFT_VOCAB_HELP = ("the draft computes logits only for its first N token ids and its special tokens: a smaller "
+                    "output layer, a faster draft step (default 65536; 0 = its whole vocabulary). The output "
+                    "stays exact either way.")
+
 RUN_EXAMPLES = """\
 examples:
   edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --max-new-tokens 64
@@ -337,10 +341,7 @@ is checked against the target alone of its engine: the output must be identical.
                    help="add rows that draft while the target verifies (a second Pipeline, concurrent=True)")
     p.add_argument("--precision", default="dq", choices=("dq", "f32"), help="our CPU precision (default dq)")
     p.add_argument("--kv-rollback", choices=("paged", "masked"), help="our KV rollback (default: per device)")
-    p.add_argument("--draft-vocab", type=int, metavar="N",
-                   help="the draft computes logits only for its first N token ids and its special tokens: a "
-                        "smaller output layer, a faster draft step (default 65536; 0 = its whole vocabulary). "
-                        "The output stays exact either way.")
+    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("info", help="validate a bundle and show what is inside",
@@ -401,10 +402,7 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--kv-rollback", choices=("paged", "masked"),
                    help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
-    p.add_argument("--draft-vocab", type=int, metavar="N",
-                   help="the draft computes logits only for its first N token ids and its special tokens: a "
-                        "smaller output layer, a faster draft step (default 65536; 0 = its whole vocabulary). "
-                        "The output stays exact either way.")
+    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
     p.set_defaults(func=_cmd_run)
     return parser

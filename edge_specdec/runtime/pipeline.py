@@ -45,7 +45,7 @@ TLI_MIN_DRAFT_SHARE = 0.5
 # the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
 DRAFT_VOCAB = 65536
 # a draft model drafts up to DRAFT_TOKENS per round and stops after a token whose probability (its top one) is
-# under CONFIDENCE; measured on both real pairs, this beat every fixed length and the adaptive policies
+# under CONFIDENCE; on both real pairs this beat fixed K=3, which had beaten K=5 and the adaptive policies
 DRAFT_TOKENS, CONFIDENCE = 8, 0.7
 LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
 

@@ -51,7 +51,7 @@ class ModelSession:
     rollback_method = ""
 
     def __init__(self, compiled: ov.CompiledModel, device: str, precision: str, max_context: Optional[int],
-                 block_invariant: bool, output_ids: Optional[np.ndarray] = None, vocab_size: Optional[int] = None):
+                 block_invariant: bool, vocab_size: int, output_ids: Optional[np.ndarray] = None):
         self.compiled = compiled
         self.request = compiled.create_infer_request()
         self.device = device
@@ -60,7 +60,7 @@ class ModelSession:
         # output_ids: the model computes logits for these token ids only (see keep_output_rows); feed() widens
         # its rows back to the whole vocabulary, with -inf for the ids left out
         self.output_ids = output_ids
-        self.vocab_size = vocab_size or compiled.output("logits").get_partial_shape()[-1].get_length()
+        self.vocab_size = vocab_size  # the model's, even when output_ids cuts what it computes
         self.block_invariant = block_invariant  # never feed a lone token (see the module docstring)
         self.tokens: list[int] = []  # the logical sequence the cache holds
         self.reset()
@@ -269,6 +269,11 @@ def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core
     return session
 
 
+def _output_matmul(model: ov.Model):
+    """The node that computes the logits from the last hidden state (a MatMul in the IRs optimum-intel writes)."""
+    return model.output("logits").get_node().input_value(0).get_node()
+
+
 def compute_logits_from(model: ov.Model) -> None:
     """Let the paged IR compute logits only from token `logits_from` on: a Slice before the output layer.
 
@@ -277,7 +282,7 @@ def compute_logits_from(model: ov.Model) -> None:
     """
     import openvino.opset13 as ops
 
-    matmul = model.output("logits").get_node().input_value(0).get_node()
+    matmul = _output_matmul(model)
     if matmul.get_type_name() != "MatMul":  # an IR of another shape (a softcap, a cast): leave it whole
         return
     start = ops.parameter([1], ov.Type.i64, name=LOGITS_FROM)
@@ -301,9 +306,8 @@ def keep_output_rows(model: ov.Model, ids: np.ndarray) -> bool:
     """
     import openvino.opset13 as ops
 
-    logits = model.output("logits")
-    matmul = logits.get_node().input_value(0).get_node()
-    vocab = logits.get_partial_shape()[-1]
+    matmul = _output_matmul(model)
+    vocab = model.output("logits").get_partial_shape()[-1]
     if matmul.get_type_name() != "MatMul" or not vocab.is_static or not matmul.get_attributes().get("transpose_b"):
         return False
     vocab = vocab.get_length()
