@@ -33,7 +33,7 @@ from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate
 from .devices import compile_config, list_devices, place, resolve_cache_dir
-from .session import open_session
+from .session import fixed_block_pays, open_session
 from .slrs import SLRSDrafter
 from .text import PromptTokenizer, TextStream, decode
 
@@ -48,6 +48,7 @@ DRAFT_VOCAB = 65536
 # under CONFIDENCE; on both real pairs this beat fixed K=3, which had beaten K=5 and the adaptive policies
 DRAFT_TOKENS, CONFIDENCE = 8, 0.7
 LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
+DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
 
 
 class Pipeline:
@@ -60,7 +61,9 @@ class Pipeline:
     "off" disables it). concurrent: run the draft while the target verifies (default: when they sit on different
     devices). precision / kv_rollback: see `open_session`. draft_vocab: the draft computes logits only for its
     first draft_vocab token ids plus its special tokens, so it can propose only those (default 65536; 0: its
-    whole vocabulary).
+    whole vocabulary). fixed_blocks: widen the short blocks of speculative decoding to one size per model, so that
+    the device does not prepare a new shape on every call (None: where `fixed_block_pays` measures that it wins,
+    checked once per model and size; True / False: always / never). The output is the same either way.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
     little acceptance and makes a draft with a large vocabulary faster (Qwen2.5-0.5B: 65536 of 151936 ids, a
     12% shorter step). Any draft keeps the output exact: the target decides every token.
@@ -70,7 +73,7 @@ class Pipeline:
                  verify: bool = False, precision: str = "dq", kv_rollback: Optional[str] = None,
                  allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
-                 draft_vocab: Optional[int] = None):
+                 draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None):
         self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
@@ -94,6 +97,8 @@ class Pipeline:
                                   max_context=draft.info.get("max_position_embeddings"),
                                   config=compile_config(self.placement.draft, cache, threads)) if draft else None
         self._lock = threading.Lock()
+        self.fixed_blocks = fixed_blocks
+        self._block_pays: dict[tuple[str, int], bool] = {}
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
 
@@ -189,6 +194,7 @@ class Pipeline:
             if draft_policy not in DRAFT_POLICIES:
                 raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
                                        f"{', '.join(DRAFT_POLICIES)}.")
+            self._widen_blocks(name != "none", num_assistant_tokens)
             rng = np.random.default_rng(config.seed)
             drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
             result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
@@ -198,6 +204,20 @@ class Pipeline:
         if isinstance(drafter, SLRSDrafter):
             result.extra["slrs_rounds"] = {"exact": drafter.rounds_exact, "slem_fallback": drafter.rounds_fallback}
         return result
+
+    def _widen_blocks(self, speculative: bool, k: int) -> None:
+        """Set each model's min_block for this call: k + 1 for the target (a proposal and the token before it),
+        DRAFT_BLOCK for the draft, where that pays (paged sessions only); the target alone keeps single steps."""
+        for role, size in (("target", k + 1), ("draft", DRAFT_BLOCK)):
+            session = getattr(self, role)
+            if session is None:
+                continue
+            pays = speculative and session.rollback_method == "paged" and self.fixed_blocks is not False
+            if pays and self.fixed_blocks is None:
+                if (role, size) not in self._block_pays:
+                    self._block_pays[role, size] = fixed_block_pays(session, size)
+                pays = self._block_pays[role, size]
+            session.min_block = size if pays else 1
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":

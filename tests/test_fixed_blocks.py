@@ -1,0 +1,101 @@
+"""Fixed block sizes (min_block): short blocks widened by re-feeding cached tokens; the output stays exact."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime.pipeline import DRAFT_BLOCK
+from edge_specdec.runtime.session import fixed_block_pays, open_session
+from test_runtime import HETERO_INT8, PROMPTS, SAME_VOCAB, load_target_xml
+
+
+def spy_block_sizes(session, monkeypatch) -> list[int]:
+    """The number of tokens of every call the session makes to the device from now on."""
+    sizes: list[int] = []
+    infer = session._infer
+
+    def recording(tokens, rows):
+        sizes.append(len(tokens))
+        return infer(tokens, rows)
+    monkeypatch.setattr(session, "_infer", recording)
+    return sizes
+
+
+@pytest.mark.parametrize("min_block", [3, 5, 9])
+def test_widened_blocks_give_the_bits_of_single_steps(bundle_dir, min_block, monkeypatch):
+    """Random blocks and rollbacks with min_block: the rows of one-token decoding, and no call shorter than
+    min_block once the cache holds enough tokens."""
+    session = open_session(load_target_xml(bundle_dir), rollback="paged", precision="dq")
+    rng = np.random.default_rng(min_block)
+    seq = rng.integers(0, 700, 80).tolist()
+    ref = np.stack([session.feed([t])[0] for t in seq])
+    session.reset()
+    session.min_block = min_block
+    sizes = spy_block_sizes(session, monkeypatch)
+    session.feed(seq[:2])
+    while session.length < len(seq):
+        cur = session.length
+        n = int(rng.integers(1, 4))
+        fed = seq[cur:cur + n] + rng.integers(0, 700, int(rng.integers(0, 3))).tolist()  # then junk to reject
+        wanted = int(rng.integers(1, 6))
+        shortest = min(min_block, cur + len(fed))  # widening can only re-feed what the cache holds
+        rows = session.feed(fed, rows=wanted)
+        assert sizes[-1] >= shortest
+        got = min(wanted, len(fed))
+        assert len(rows) >= got
+        for row, position in zip(rows[-got:], range(cur + len(fed) - got, cur + len(fed))):
+            if position < cur + len(seq[cur:cur + n]):  # a real token's row: the bits of one-token decoding
+                assert np.array_equal(row, ref[position])
+        session.rollback(len(fed) - len(seq[cur:cur + n]))
+    assert session.tokens == seq
+    assert max(sizes[1:]) >= min_block  # the widening happened
+
+
+def test_fixed_block_pays_measures_without_changing_the_session(bundle_dir):
+    xml = load_target_xml(bundle_dir)
+    paged = open_session(xml, rollback="paged")
+    paged.feed([1, 2, 3])
+    paged.min_block = 7
+    assert isinstance(fixed_block_pays(paged, 5), bool)
+    assert paged.min_block == 7 and paged.length == 0
+    masked = open_session(xml, rollback="masked")
+    assert fixed_block_pays(masked, 5) is False  # a masked session would keep every re-fed slot
+    assert fixed_block_pays(paged, 1) is False
+
+
+@pytest.fixture(scope="module")
+def pipes(bundle_dir):
+    return {(vocab, fixed): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else HETERO_INT8)),
+                                     fixed_blocks=fixed)
+            for vocab in ("same", "hetero") for fixed in (True, False)}
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "prompt-lookup", "slem", "tli"])
+def test_greedy_stays_lossless_with_and_without_fixed_blocks(pipes, algorithm, monkeypatch):
+    vocab = "same" if algorithm in ("standard", "prompt-lookup") else "hetero"
+    fixed, loose = pipes[vocab, True], pipes[vocab, False]
+    k = 4
+    target_sizes = spy_block_sizes(fixed.target, monkeypatch)
+    draft_sizes = spy_block_sizes(fixed.draft, monkeypatch)
+    for prompt in PROMPTS:
+        config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
+        base = loose.generate(prompt, config, algorithm="none")
+        del target_sizes[:], draft_sizes[:]
+        for pipe in (fixed, loose):
+            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
+            assert spec.token_ids == base.token_ids, (algorithm, pipe.fixed_blocks, prompt)
+        # the fixed pipeline's target verified in blocks of k + 1 after the prompt (more only if SLEM spelled
+        # k draft tokens with more target tokens); its draft stepped in blocks of at least DRAFT_BLOCK
+        assert min(target_sizes[1:], default=k + 1) >= k + 1
+        if algorithm != "prompt-lookup":
+            assert min(draft_sizes[1:], default=DRAFT_BLOCK) >= DRAFT_BLOCK
+    assert fixed.target.min_block == k + 1 and loose.target.min_block == 1
+
+
+def test_the_target_alone_keeps_single_steps(pipes, monkeypatch):
+    pipe = pipes["same", True]
+    sizes = spy_block_sizes(pipe.target, monkeypatch)
+    pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=8, ignore_eos=True), algorithm="none")
+    assert pipe.target.min_block == 1 and pipe.draft.min_block == 1
+    assert sizes[1:] == [2] * 7  # a block-invariant target re-feeds one token, no more
