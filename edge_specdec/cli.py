@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Optional, Sequence
@@ -148,6 +149,7 @@ DRAFT_VOCAB_HELP = ("the draft computes logits only for its first N token ids an
 RUN_EXAMPLES = """\
 examples:
   edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --max-new-tokens 64
+  edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --compare   # + the target alone: speedup, identical?
   edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3 \
       --confidence 0                      # exactly 3 drafted tokens per round (default: up to 8, until unsure)
   echo "Summarize: ..." | edge-specdec run bundles/qwen --prompt - --algorithm prompt-lookup
@@ -219,19 +221,49 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
                    draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence)
     if args.chat and prompt is None:
+        if args.compare:
+            raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "
+                                   "interactive --chat session.")
         return _chat_loop(pipe, config, options)
     if args.chat:
         prompt = pipe.chat_prompt([{"role": "user", "content": prompt}])
+    if args.compare:
+        if pipe.resolve_algorithm(args.algorithm, config) == "none":
+            raise EdgeSpecdecError("--compare measures speculative decoding against the target alone: choose an "
+                                   "algorithm other than none.")
+        warm = dataclasses.replace(config, max_new_tokens=min(16, config.max_new_tokens))
+        for algorithm in (args.algorithm, "none"):  # untimed: the first calls after compiling are slow
+            pipe.generate(prompt, warm, **{**options, "algorithm": algorithm})
     stream = None if args.json else (lambda text: print(text, end="", flush=True))
     result = pipe.generate(prompt, config, on_text=stream, **options)
+    baseline = pipe.generate(prompt, config, algorithm="none") if args.compare else None
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stop_reason": result.stop_reason,
                           "algorithm": result.extra["algorithm"], "placement": vars(pipe.placement),
-                          "stats": result.stats.as_dict()}, ensure_ascii=False))
+                          "stats": result.stats.as_dict(),
+                          **({"compare": _comparison(result, baseline, config)} if baseline else {})},
+                         ensure_ascii=False))
     else:
         print()
         _say(_stats_line(result))
+        if baseline:
+            _say(_compare_line(_comparison(result, baseline, config), result.extra["algorithm"]))
     return 130 if result.stop_reason == "interrupted" else 0
+
+
+def _comparison(result, baseline, config) -> dict:
+    """The speculative run against the target alone on the same prompt and settings."""
+    speedup = result.stats.tokens_per_s / baseline.stats.tokens_per_s if baseline.stats.tokens_per_s else 0.0
+    return {"target_alone_tokens_per_s": round(baseline.stats.tokens_per_s, 3), "speedup": round(speedup, 3),
+            "identical": result.token_ids == baseline.token_ids if config.greedy else None}
+
+
+def _compare_line(comparison: dict, algorithm: str) -> str:
+    same = {True: "output identical to the target alone",
+            False: "output DIFFERS from the target alone: a bug, please report it",
+            None: "sampled: the same distribution as the target alone, not the same text"}[comparison["identical"]]
+    return (f"compare: the target alone {comparison['target_alone_tokens_per_s']:.1f} tokens/s; {algorithm} "
+            f"{comparison['speedup']:.2f}x that; {same}")
 
 
 def _chat_loop(pipe, config, options) -> int:
@@ -403,7 +435,10 @@ is checked against the target alone of its engine: the output must be identical.
                    help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
     p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
-    p.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
+    p.add_argument("--compare", action="store_true",
+                   help="then run the target alone on the same prompt and print the speedup and whether the "
+                        "output is identical (after a short untimed warm-up of each; takes about twice as long)")
+    p.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats (and compare)")
     p.set_defaults(func=_cmd_run)
     return parser
 

@@ -1,6 +1,7 @@
 """What a user touches: device placement, concurrent drafting, streaming iterator, threads, chat, Ctrl-C."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -221,10 +222,28 @@ def test_cli_chat_session_over_stdin(bundle_dir, tmp_path):
     (["--target-device", "TPU"], "unknown device 'TPU'"),
     (["--draft-device", "NPU"], "NPU was asked for the draft, but this machine has only"),
     (["--prompt-file", "/no/such/prompt.txt"], "cannot read --prompt-file"),
+    (["--compare", "--algorithm", "none"], "--compare measures speculative decoding against the target alone"),
 ])
 def test_cli_run_bad_inputs_are_one_clear_line(bundle_dir, args, message):
     proc = run_cli(str(bundle_dir(*SAME_VOCAB)), *(["--prompt", "hi"] if "--prompt-file" not in args else []), *args)
     assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_compare_runs_the_target_alone_and_reports_the_speedup(bundle_dir):
+    args = [str(bundle_dir(*SAME_VOCAB)), "--prompt", "def f(x):", "--max-new-tokens", "12", "--ignore-eos", "--compare"]
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("compare:"))
+    assert "x that; output identical to the target alone" in line, line
+    report = json.loads(run_cli(*args, "--json").stdout)
+    alone = json.loads(run_cli(*args[:-1], "--algorithm", "none", "--json").stdout)
+    assert report["compare"]["identical"] is True and report["token_ids"] == alone["token_ids"]
+    assert report["compare"]["speedup"] == pytest.approx(
+        report["stats"]["tokens_per_s"] / report["compare"]["target_alone_tokens_per_s"], rel=1e-2)
+    sampled = json.loads(run_cli(*args, "--temperature", "0.8", "--seed", "3", "--json").stdout)
+    assert sampled["compare"]["identical"] is None  # sampling: no claim of identical text
+    chat = run_cli(str(bundle_dir(*SAME_VOCAB)), "--chat", "--compare", input="hi\n")
+    assert chat.returncode == 1 and "--compare needs one prompt" in chat.stderr
 
 
 def test_cli_fallback_says_what_ran_where(bundle_dir):
