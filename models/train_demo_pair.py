@@ -1,7 +1,7 @@
 """Train the demo pair in models/demo/bundle: a small Qwen2 target and a much smaller Llama draft with
 DIFFERENT tokenizers, both trained here from scratch on the Python standard library's own source.
 
-    python models/train_demo_pair.py                       # ~40 + ~10 + ~12 minutes on one thread, export, measure
+    python models/train_demo_pair.py                       # ~40 + ~10 + ~40 minutes on one thread, export, measure
     python models/train_demo_pair.py --target-minutes 0.5 --draft-minutes 0.3 --distill-minutes 0.2 \
         --distill-train-minutes 0.2 --out /tmp/demo-smoke --bundle /tmp/demo-smoke/bundle --facts /tmp/demo-smoke/training.json   # smoke test
 
@@ -19,16 +19,16 @@ Steps (each logged to stdout):
    calibrated from the first steps' speed to fit the --*-minutes budget (or fixed with --*-steps, which makes a
    run reproducible step for step; training.json records the steps each run took);
 4. export with `edge-specdec export` into --bundle (target int4, group size 32, to stay under 10 MB; draft int8);
-5. sequence-level distillation of the draft (--distill-minutes, default 5; 0 skips it): greedy continuations
+5. sequence-level distillation of the draft (--distill-minutes, default 16; 0 skips it): greedy continuations
    (128 tokens) by the exported int4 target, through edge_specdec.runtime.Pipeline with one OpenVINO thread, of
    seeded stdlib prefixes (a random line start in a training file, 32-96 characters); the draft trained in 3.
-   moves to --out/draft-base-hf and a copy is fine-tuned (--distill-train-minutes, default 7; peak lr 1e-3; 80%
-   distilled windows with the loss on the target's continuation only, 20% stdlib windows; the weights with the
+   moves to --out/draft-base-hf and a copy is fine-tuned (--distill-train-minutes, default 22; peak lr 1e-3; 90%
+   distilled windows with the loss on the target's continuation only, 10% stdlib windows; the weights with the
    best held-out distilled loss are kept) into --out/draft-hf; the bundle is exported again, same settings;
-6. measure greedy decoding speed with `edge-specdec run`, each run pinned to one CPU
-   (target alone vs SLEM K=2,3,4, TLI and the default `auto`, checking the token ids are identical); facts go to --facts.
+6. measure with `edge-specdec run --compare` (the defaults, then the target alone; identical token ids?) on
+   five prompts, three times each; facts go to --facts.
 
-    python models/train_demo_pair.py --skip-train          # distill, re-export and measure the pair in --out (~20 min)
+    python models/train_demo_pair.py --skip-train          # distill, re-export and measure the pair in --out (~40 min)
 
 The Hugging Face folders stay in --out (default ~/.cache/edge-specdec/demo-train), outside the repository.
 """
@@ -509,56 +509,42 @@ def dir_bytes(path: Path) -> int:
 
 
 def measure(bundle: Path, max_new_tokens: int, repeats: int, cpus: set[int] | None = None) -> dict:
-    """Greedy decoding speed of every prompt: target alone vs SLEM K=2,3,4, TLI and the default (`auto`: SLEM
-    here); every drafting row runs the default cost-aware draft policy (K is the first rounds' draft length);
-    median of `repeats` runs. cpus: the CPU affinity of
-    the `edge-specdec run` processes (OpenVINO then uses that many threads); None: unrestricted."""
-    configs = [("none", []), ("slem K=2", ["--algorithm", "slem", "--num-assistant-tokens", "2"]),
-               ("slem K=3", ["--algorithm", "slem", "--num-assistant-tokens", "3"]),
-               ("slem K=4", ["--algorithm", "slem", "--num-assistant-tokens", "4"]),
-               ("tli", ["--algorithm", "tli"]), ("auto (default)", [])]
+    """`edge-specdec run --compare --json` with the runtime's defaults on every prompt, `repeats` times: the
+    speculative run (SLEM here) and then the target alone on the same prompt in the same process, after an
+    untimed warm-up of each; medians over the repeats. cpus: the CPU affinity of the processes (OpenVINO then
+    uses that many threads); None: unrestricted, as a user runs it."""
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     rows = []
     for prompt in PROMPTS:
-        base_ids, base_tps = None, None
-        for label, extra in configs:
-            if label == "none":
-                extra = ["--algorithm", "none"]
-            runs = []
-            for _ in range(repeats):
-                cmd = edge_specdec() + ["run", str(bundle), "--prompt", prompt, "--max-new-tokens",
-                                        str(max_new_tokens), "--json"] + extra
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True, preexec_fn=pin).stdout
-                runs.append(json.loads(out))
-            tps = statistics.median(r["stats"]["tokens_per_s"] for r in runs)
-            ids = runs[0]["token_ids"]
-            same_each = all(r["token_ids"] == ids for r in runs)
-            if label == "none":
-                base_ids, base_tps = ids, tps
-            st = runs[0]["stats"]
-            row = {"prompt": prompt, "config": label, "tokens_per_s": round(tps, 1),
-                   "ratio_vs_none": round(tps / base_tps, 3), "acceptance": round(st["acceptance"], 3),
-                   "mean_tokens_per_target_pass": round(st["mean_tokens_per_target_pass"], 3),
-                   "new_tokens": st["new_tokens"], "identical_to_none": same_each and ids == base_ids,
-                   "tokens_per_s_runs": [round(r["stats"]["tokens_per_s"], 1) for r in runs]}
-            rows.append(row)
-            row["algorithm"] = runs[0].get("stats", {}).get("algorithm") or runs[0].get("algorithm")
-            log(f"measure {prompt!r:32} {label:14} {row['tokens_per_s']:7.1f} tok/s  x{row['ratio_vs_none']:.2f}  "
-                f"acceptance {row['acceptance']:.2f}  tokens/pass {row['mean_tokens_per_target_pass']:.2f}  "
-                f"identical {row['identical_to_none']}")
-    summary = {}
-    for label, _ in configs:
-        sel = [r for r in rows if r["config"] == label]
-        summary[label] = {"median_tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in sel), 1),
-                          "median_ratio_vs_none": round(statistics.median(r["ratio_vs_none"] for r in sel), 3),
-                          "mean_acceptance": round(statistics.mean(r["acceptance"] for r in sel), 3),
-                          "all_identical_to_none": all(r["identical_to_none"] for r in sel)}
-    return {"max_new_tokens": max_new_tokens, "repeats_per_row": repeats, "statistic": "median tokens/s of the repeats",
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, shared with other work",
-            "cpu_affinity": sorted(cpus) if cpus else "unrestricted",
-            "note": "each `edge-specdec run` pinned to one CPU (one OpenVINO thread) while a benchmark ran on the "
-                    "machine: single-threaded-ish and noisy (the repeats of one row differ by up to 2-3x)",
-            "rows": rows, "summary": summary}
+        runs = []
+        for _ in range(repeats):
+            cmd = edge_specdec() + ["run", str(bundle), "--prompt", prompt, "--max-new-tokens", str(max_new_tokens),
+                                    "--compare", "--json"]
+            runs.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                                  preexec_fn=pin).stdout))
+        med = lambda get: round(statistics.median(get(r) for r in runs), 3)  # noqa: E731
+        row = {"prompt": prompt, "algorithm": runs[0]["algorithm"], "new_tokens": runs[0]["stats"]["new_tokens"],
+               "speedup": med(lambda r: r["compare"]["speedup"]),
+               "tokens_per_s": med(lambda r: r["stats"]["tokens_per_s"]),
+               "target_alone_tokens_per_s": med(lambda r: r["compare"]["target_alone_tokens_per_s"]),
+               "mean_tokens_per_target_pass": med(lambda r: r["stats"]["mean_tokens_per_target_pass"]),
+               "acceptance": med(lambda r: r["stats"]["acceptance"]),
+               "identical_to_target_alone": all(r["compare"]["identical"] for r in runs),
+               "speedup_runs": [r["compare"]["speedup"] for r in runs]}
+        rows.append(row)
+        log(f"measure {prompt!r:32} {row['tokens_per_s']:7.1f} tok/s, the target alone "
+            f"{row['target_alone_tokens_per_s']:7.1f}: x{row['speedup']:.2f} (runs {row['speedup_runs']}); "
+            f"tokens/pass {row['mean_tokens_per_target_pass']:.2f}, acceptance {row['acceptance']:.2f}, "
+            f"identical {row['identical_to_target_alone']}")
+    summary = {"median_speedup": round(statistics.median(r["speedup"] for r in rows), 3),
+               "median_tokens_per_target_pass": round(statistics.median(r["mean_tokens_per_target_pass"]
+                                                                        for r in rows), 3),
+               "median_acceptance": round(statistics.median(r["acceptance"] for r in rows), 3),
+               "all_identical_to_target_alone": all(r["identical_to_target_alone"] for r in rows)}
+    return {"command": f"edge-specdec run BUNDLE --prompt P --max-new-tokens {max_new_tokens} --compare --json",
+            "max_new_tokens": max_new_tokens, "repeats_per_prompt": repeats,
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, shared with other work (noisy)",
+            "cpu_affinity": sorted(cpus) if cpus else "unrestricted", "rows": rows, "summary": summary}
 
 
 def run_distillation(args, out: Path) -> dict:
@@ -649,7 +635,7 @@ def main() -> None:
     ap.add_argument("--draft-weights", default="int8")
     ap.add_argument("--skip-train", action="store_true", help="reuse the models in --out (export and measure only)")
     ap.add_argument("--skip-export", action="store_true")
-    ap.add_argument("--distill-minutes", type=float, default=5.0,
+    ap.add_argument("--distill-minutes", type=float, default=16.0,
                     help="sequence-level distillation: minutes of the exported target's greedy continuations to "
                          "fine-tune the draft on (0 = no distillation stage)")
     ap.add_argument("--distill-texts", type=int, help="generate exactly this many continuations (reproducible; "
@@ -657,19 +643,20 @@ def main() -> None:
     ap.add_argument("--distill-new-tokens", type=int, default=128)
     ap.add_argument("--distill-min-chars", type=int, default=32)
     ap.add_argument("--distill-max-chars", type=int, default=96)
-    ap.add_argument("--distill-train-minutes", type=float, default=7.0)
+    ap.add_argument("--distill-train-minutes", type=float, default=22.0)
     ap.add_argument("--distill-train-steps", type=int, help="fixed step count (overrides --distill-train-minutes)")
     ap.add_argument("--distill-lr", type=float, default=1e-3)
     ap.add_argument("--distill-warmup-steps", type=int, default=30)
-    ap.add_argument("--distill-mix", type=float, default=0.8, help="share of each batch from the distilled texts")
+    ap.add_argument("--distill-mix", type=float, default=0.9, help="share of each batch from the distilled texts")
     ap.add_argument("--distill-holdout-every", type=int, default=20,
                     help="every n-th distilled text is held out for the fine-tune's validation loss")
     ap.add_argument("--distill-eval-every-seconds", type=float, default=60.0)
     ap.add_argument("--reuse-distill-corpus", action="store_true",
                     help="fine-tune on the continuations already in --out/distill/corpus.jsonl")
-    ap.add_argument("--measure-cpus", default="auto",
+    ap.add_argument("--measure-cpus", default="all",
                     help="CPU ids the measured `edge-specdec run` processes may use (one = one OpenVINO thread); "
-                         "auto: the last CPU this process may use; all: unrestricted (default %(default)s)")
+                         "auto: the last CPU this process may use; all: unrestricted, as a user runs it "
+                         "(default %(default)s)")
     ap.add_argument("--measure-repeats", type=int, default=3)
     ap.add_argument("--measure-tokens", type=int, default=128)
     ap.add_argument("--no-measure", action="store_true")
@@ -785,9 +772,7 @@ def main() -> None:
         else:
             cpus = {int(c) for c in args.measure_cpus.split(",")}
         facts["measured"] = measure(args.bundle, args.measure_tokens, args.measure_repeats, cpus)
-        for label, s in facts["measured"]["summary"].items():
-            log(f"summary {label:14} median {s['median_tokens_per_s']:7.1f} tok/s  x{s['median_ratio_vs_none']:.2f}  "
-                f"acceptance {s['mean_acceptance']:.2f}  identical {s['all_identical_to_none']}")
+        log(f"summary: {facts['measured']['summary']}")
     facts_path.write_text(json.dumps(facts, indent=2) + "\n")
     args.facts.parent.mkdir(parents=True, exist_ok=True)
     args.facts.write_text(json.dumps(facts, indent=2) + "\n")
