@@ -215,7 +215,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config.validate()
     pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device,
                     precision=args.precision, kv_rollback=args.kv_rollback, allow_fallback=args.allow_fallback,
-                    cache_dir=args.cache_dir, concurrent=args.concurrent, draft_vocab=args.draft_vocab)
+                    cache_dir=args.cache_dir, concurrent=args.concurrent, draft_vocab=args.draft_vocab,
+                    threads=args.threads)
     if not args.json:
         _say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
     options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
@@ -427,6 +428,9 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--cache-dir", metavar="DIR",
                    help="OpenVINO compiled-model cache (default ~/.cache/edge-specdec/ov-cache or "
                         "$EDGE_SPECDEC_CACHE_DIR; 'off' disables it)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads per model (default: 1 for a model under 32 MB, whose narrow layers lose more "
+                        "to thread barriers than they gain; else all cores, or half each with --concurrent)")
     p.add_argument("--precision", default="dq", choices=("dq", "f32"),
                    help="CPU arithmetic: dq = dynamic int8 activations (default, about 1.5x faster here), f32 = "
                         "plain float32, closest to the original model. The speculative output equals the "

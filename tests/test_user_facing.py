@@ -73,6 +73,19 @@ def test_device_configs(tmp_path):
     assert compile_config("CPU", None, threads=1)["INFERENCE_NUM_THREADS"] == 1
 
 
+def test_small_models_get_one_cpu_thread_unless_told(bundle_dir, monkeypatch):
+    def threads(pipe):
+        return [s.compiled.get_property("INFERENCE_NUM_THREADS") for s in (pipe.target, pipe.draft)]
+    bundle = bundle_dir(*SAME_VOCAB)
+    assert threads(Pipeline(bundle, cache_dir="off")) == [1, 1]  # the tiny test models are far under 32 MB
+    assert threads(Pipeline(bundle, cache_dir="off", threads=2)) == [2, 2]
+    monkeypatch.setattr("edge_specdec.runtime.pipeline.SMALL_MODEL_BYTES", 0)  # as if both were big
+    if (os.cpu_count() or 1) > 1:
+        assert 1 not in threads(Pipeline(bundle, cache_dir="off"))
+    with pytest.raises(EdgeSpecdecError, match="threads must be at least 1"):
+        Pipeline(bundle, threads=0)
+
+
 def test_this_machine_runs_auto_on_the_cpu_and_caches_compiled_models(bundle_dir, tmp_path):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path / "cache")
     assert (pipe.placement.target, pipe.placement.draft) == ("CPU", "CPU") and not pipe.concurrent
@@ -223,6 +236,7 @@ def test_cli_chat_session_over_stdin(bundle_dir, tmp_path):
     (["--draft-device", "NPU"], "NPU was asked for the draft, but this machine has only"),
     (["--prompt-file", "/no/such/prompt.txt"], "cannot read --prompt-file"),
     (["--compare", "--algorithm", "none"], "--compare measures speculative decoding against the target alone"),
+    (["--threads", "0"], "threads must be at least 1"),
 ])
 def test_cli_run_bad_inputs_are_one_clear_line(bundle_dir, args, message):
     proc = run_cli(str(bundle_dir(*SAME_VOCAB)), *(["--prompt", "hi"] if "--prompt-file" not in args else []), *args)

@@ -48,6 +48,10 @@ DRAFT_VOCAB = 65536
 # under CONFIDENCE; on both real pairs this beat fixed K=3, which had beaten K=5 and the adaptive policies
 DRAFT_TOKENS, CONFIDENCE = 8, 0.7
 LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
+# a model whose weights are smaller than this runs on one CPU thread: it sits in the caches and its layers are
+# narrow, so barriers between threads cost more than they share (the demo target, 7.7 MB: 1.45 ms a step on one
+# thread, 2-3 ms on two; the demo draft 0.13 vs 0.26 ms; SmolLM2-135M int8, 135 MB, is faster on two)
+SMALL_MODEL_BYTES = 32 * 2**20
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
 
 
@@ -61,7 +65,8 @@ class Pipeline:
     "off" disables it). concurrent: run the draft while the target verifies (default: when they sit on different
     devices). precision / kv_rollback: see `open_session`. draft_vocab: the draft computes logits only for its
     first draft_vocab token ids plus its special tokens, so it can propose only those (default 65536; 0: its
-    whole vocabulary). fixed_blocks: widen the short blocks of speculative decoding to one size per model, so that
+    whole vocabulary). threads: OpenVINO CPU threads per model (None: one for a model under SMALL_MODEL_BYTES,
+    half of the cores each when the two run concurrently on one CPU, else all). fixed_blocks: widen the short blocks of speculative decoding to one size per model, so that
     the device does not prepare a new shape on every call (None: where `fixed_block_pays` measures that it wins,
     checked once per model and size; True / False: always / never). The output is the same either way.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
@@ -73,7 +78,8 @@ class Pipeline:
                  verify: bool = False, precision: str = "dq", kv_rollback: Optional[str] = None,
                  allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
-                 draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None):
+                 draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
+                 threads: Optional[int] = None):
         self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
@@ -84,18 +90,26 @@ class Pipeline:
         self.placement = place(list_devices(core), target_device, draft_device if draft else None, allow_fallback)
         same_device = self.placement.target == self.placement.draft
         self.concurrent = bool(draft) and (not same_device if concurrent is None else concurrent)
+        if threads is not None and threads < 1:
+            raise EdgeSpecdecError(f"threads must be at least 1 (or None: chosen per model), not {threads}.")
         # two models on one CPU at the same time: give each half of the cores
-        threads = max(1, (os.cpu_count() or 2) // 2) if self.concurrent and same_device else None
+        shared = max(1, (os.cpu_count() or 2) // 2) if self.concurrent and same_device else None
+
+        def cpu_threads(model) -> Optional[int]:
+            small = model.model_xml.with_suffix(".bin").stat().st_size < SMALL_MODEL_BYTES
+            return threads or (1 if small else shared)
+
         cache = resolve_cache_dir(cache_dir)
         self.target = open_session(target.model_xml, self.placement.target, core=core, precision=precision,
                                    rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
-                                   config=compile_config(self.placement.target, cache, threads))
+                                   config=compile_config(self.placement.target, cache, cpu_threads(target)))
         self.vocab_map = self.bundle.load_vocab_map()
-        self.draft = open_session(draft.model_xml, self.placement.draft, core=core, precision=precision,
-                                  rollback=kv_rollback, exact_blocks=False,
-                                  output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
-                                  max_context=draft.info.get("max_position_embeddings"),
-                                  config=compile_config(self.placement.draft, cache, threads)) if draft else None
+        self.draft = (open_session(draft.model_xml, self.placement.draft, core=core, precision=precision,
+                                   rollback=kv_rollback, exact_blocks=False,
+                                   output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
+                                   max_context=draft.info.get("max_position_embeddings"),
+                                   config=compile_config(self.placement.draft, cache, cpu_threads(draft)))
+                      if draft else None)
         self._lock = threading.Lock()
         self.fixed_blocks = fixed_blocks
         self._block_pays: dict[tuple[str, int], bool] = {}
