@@ -66,9 +66,10 @@ class Pipeline:
     devices). precision / kv_rollback: see `open_session`. draft_vocab: the draft computes logits only for its
     first draft_vocab token ids plus its special tokens, so it can propose only those (default 65536; 0: its
     whole vocabulary). threads: OpenVINO CPU threads per model (None: one for a model under SMALL_MODEL_BYTES,
-    half of the cores each when the two run concurrently on one CPU, else all). fixed_blocks: widen the short blocks of speculative decoding to one size per model, so that
-    the device does not prepare a new shape on every call (None: where `fixed_block_pays` measures that it wins,
-    checked once per model and size; True / False: always / never). The output is the same either way.
+    half of the cores each when the two run concurrently on one CPU, else all). fixed_blocks: widen the short
+    blocks of speculative decoding to one size per model, so that the device does not prepare a new shape on
+    every call (None: where `fixed_block_pays` measures that it wins, checked once per model and size; True /
+    False: always / never). The output is the same either way.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
     little acceptance and makes a draft with a large vocabulary faster (Qwen2.5-0.5B: 65536 of 151936 ids, a
     12% shorter step). Any draft keeps the output exact: the target decides every token.
