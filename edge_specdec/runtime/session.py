@@ -378,9 +378,10 @@ def keep_output_rows(model: ov.Model, ids: np.ndarray) -> bool:
 def fixed_block_pays(session: ModelSession, size: int, reps: int = 3) -> bool:
     """Is a block of `size` tokens on every call cheaper than a single step plus a change of shape?
 
-    Measures on the device, with a scratch context: the steady cost of single steps c1, of blocks of `size` cs,
-    and of a block right after a single step (cs + the cost of the shape change s). Wins if cs <= c1 + s: true
-    for small models, whose step is mostly fixed costs, false for a big target whose every token costs compute.
+    Measures on the device, with a scratch context, interleaved: the cost of a single step after a single step c1,
+    of a block of `size` after a block cs, and of a block right after a single step (cs + the cost of the shape
+    change s). Wins if cs <= c1 + s: true for small models, whose step is mostly fixed costs, false for a big
+    target whose every token costs compute.
     Only for paged sessions (a masked session would keep every re-fed slot).
     """
     if session.rollback_method != "paged" or size < 2:
@@ -395,17 +396,20 @@ def fixed_block_pays(session: ModelSession, size: int, reps: int = 3) -> bool:
         session.rollback(len(tokens))
         return seconds
 
+    one, switched, block = [], [], []
     try:
         session.reset()
         session.feed(ids[:4])
-        steady_one = [timed(ids[4:5]) for _ in range(reps + 1)][1:]
-        steady_block = [timed(ids[4:]) for _ in range(reps + 1)][1:]
-        switched = [(timed(ids[4:5]), timed(ids[4:]))[1] for _ in range(reps)]
+        for _ in range(reps + 1):  # interleaved, so that the machine's drift hits all three alike
+            timed(ids[4:5])
+            one.append(timed(ids[4:5]))        # a single step after a single step
+            switched.append(timed(ids[4:]))    # a block after a single step: a change of shape
+            block.append(timed(ids[4:]))       # a block after a block
     finally:
         session.min_block = saved
         session.reset()
-    block = float(np.median(steady_block))
-    return block <= float(np.median(steady_one)) + float(np.median(switched)) - block
+    c1, cs_switched, cs = (float(np.median(x[1:])) for x in (one, switched, block))  # [0] warmed up
+    return cs <= c1 + (cs_switched - cs)
 
 
 def is_block_invariant(session: ModelSession, length: int = 12) -> bool:
