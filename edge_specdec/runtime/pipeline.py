@@ -209,7 +209,7 @@ class Pipeline:
             if draft_policy not in DRAFT_POLICIES:
                 raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
                                        f"{', '.join(DRAFT_POLICIES)}.")
-            self._widen_blocks(name != "none", num_assistant_tokens)
+            self._widen_blocks(name != "none", name in NEEDS_DRAFT, num_assistant_tokens)
             rng = np.random.default_rng(config.seed)
             drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
             result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
@@ -220,14 +220,15 @@ class Pipeline:
             result.extra["slrs_rounds"] = {"exact": drafter.rounds_exact, "slem_fallback": drafter.rounds_fallback}
         return result
 
-    def _widen_blocks(self, speculative: bool, k: int) -> None:
+    def _widen_blocks(self, speculative: bool, drafting: bool, k: int) -> None:
         """Set each model's min_block for this call: k + 1 for the target (a proposal and the token before it),
-        DRAFT_BLOCK for the draft, where that pays (paged sessions only); the target alone keeps single steps."""
-        for role, size in (("target", k + 1), ("draft", DRAFT_BLOCK)):
+        DRAFT_BLOCK for the draft when a draft model drafts, where that pays (paged sessions only); the target
+        alone keeps single steps, and an idle draft is not measured."""
+        for role, size, used in (("target", k + 1, speculative), ("draft", DRAFT_BLOCK, drafting)):
             session = getattr(self, role)
             if session is None:
                 continue
-            pays = speculative and session.rollback_method == "paged" and self.fixed_blocks is not False
+            pays = used and session.rollback_method == "paged" and self.fixed_blocks is not False
             if pays and self.fixed_blocks is None:
                 if (role, size) not in self._block_pays:
                     self._block_pays[role, size] = fixed_block_pays(session, size)

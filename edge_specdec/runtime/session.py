@@ -92,12 +92,13 @@ class ModelSession:
         if self.max_context is not None and self.length + n > self.max_context:
             raise ContextOverflowError(f"{self.length + n} tokens exceed the model's context of {self.max_context}")
         rows = n if rows is None else min(n, rows)
-        widen = min(max(self.min_block, 2 if self.block_invariant else 1) - n, self.length)
+        least = 2 if self.block_invariant else 1  # a block-invariant session never feeds a lone token
+        widen = min(max(self.min_block, least) - n, self.length)
         if widen > 0:  # re-feed the last cached tokens, whose cache slots get the same values again
             previous = self.tokens[-widen:]
             self.rollback(widen)
             return self.feed(previous + list(tokens), rows=rows)[-rows:]
-        rows = max(rows, 2 if self.block_invariant else 1)
+        rows = max(rows, least)
         logits = self._infer(tokens, rows)
         self.tokens.extend(tokens)
         if self.output_ids is not None:
