@@ -374,3 +374,26 @@ def test_confidence_out_of_range_is_a_clear_error(pipe):
     for bad in (-0.1, 1.0, 2):
         with pytest.raises(EdgeSpecdecError, match="confidence must be at least 0 and below 1"):
             pipe.generate("x", algorithm="standard", confidence=bad)
+
+
+def test_a_proposal_longer_than_k_is_cut_to_k(pipe, monkeypatch):
+    """A drafter may spell k draft tokens with more target tokens (SLEM does): the target still verifies at
+    most k of them, so its block never outgrows k + 1, and the output stays the target's."""
+    import edge_specdec.runtime.pipeline as pipeline
+    from edge_specdec.runtime.drafters import Proposal, PromptLookupDrafter
+
+    class Greedy(PromptLookupDrafter):  # proposes 3k tokens of the prompt's text every round
+        def propose(self, sequence, k):
+            return Proposal((sequence[-1:] * 3 * k), None)
+    monkeypatch.setattr(pipeline, "PromptLookupDrafter", Greedy)
+    sizes: list[int] = []
+    infer = pipe.target._infer
+    monkeypatch.setattr(pipe.target, "_infer", lambda tokens, rows: sizes.append(len(tokens)) or infer(tokens, rows))
+    config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
+    base = pipe.generate("aaaa aaaa aaaa", config, algorithm="none")
+    pipe.generate("aaaa", GenerationConfig(max_new_tokens=2), algorithm="prompt-lookup", num_assistant_tokens=3)
+    del sizes[:]  # from here on one call per round, the first with the prompt (fixed blocks are measured above)
+    spec = pipe.generate("aaaa aaaa aaaa", config, algorithm="prompt-lookup", num_assistant_tokens=3)
+    assert spec.token_ids == base.token_ids
+    assert spec.stats.draft_tokens_proposed == 3 * spec.stats.rounds
+    assert len(sizes) == spec.stats.rounds and max(sizes[1:]) == 3 + 1

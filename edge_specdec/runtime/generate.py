@@ -94,7 +94,9 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         while output.room and reason == "length":
             t0 = time.perf_counter()
             k = min(draft_length.k, output.room - 1) if drafter and draft_length else 0  # 0: the target alone
-            proposal = (ready.head(k) if ready and ready.tokens else drafter.propose(seq, k)) if k > 0 else Proposal()
+            # at most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with
+            # more: a target with fixed blocks of k + 1 then keeps its shape (a change costs the demo a step)
+            proposal = (ready if ready and ready.tokens else drafter.propose(seq, k)).head(k) if k > 0 else Proposal()
             t1 = time.perf_counter()
             if pool and k > 0:  # the target verifies in a worker thread while the draft drafts ahead
                 job = pool.submit(sync_and_feed, target, seq, proposal.tokens)
