@@ -169,7 +169,7 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
             continue
         try:
             t = time.perf_counter()
-            alone, sd, version = load_genai(bundle.path, engine, precision, any(s.algorithm == "sd" for s in rows))
+            alone, sd, version = load_genai(bundle, engine, precision, any(s.algorithm == "sd" for s in rows))
             say(f"loaded OpenVINO GenAI {version} pipelines ({engine}) in {time.perf_counter() - t:.1f} s")
         except ImportError as exc:
             reason = f"openvino_genai is not importable ({exc})"

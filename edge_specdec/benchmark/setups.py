@@ -217,7 +217,7 @@ def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run
 
 # --- OpenVINO GenAI ---------------------------------------------------------------------------------------------
 
-def load_genai(bundle_path: Path, engine: str, precision: str, need_sd: bool) -> tuple[Any, Any, str]:
+def load_genai(bundle, engine: str, precision: str, need_sd: bool) -> tuple[Any, Any, str]:
     """GenAI's target-only pipeline and (need_sd) its speculative one on the bundle's folders.
 
     Both get the same scheduler settings with the prefix cache off, so that every run pays its own prefill
@@ -226,20 +226,26 @@ def load_genai(bundle_path: Path, engine: str, precision: str, need_sd: bool) ->
     """
     import openvino_genai
 
-    from ..runtime.session import CPU_PRECISIONS
+    import openvino as ov
 
-    props = dict(CPU_PRECISIONS[precision]) if engine == "genai-ours" else {}
-    target, draft = str(bundle_path / "target"), str(bundle_path / "draft")
+    from ..runtime.session import cpu_precision, int4_group_size
+
+    def props(entry) -> dict[str, str]:  # genai-ours: the CPU settings our runtime gives this model
+        if engine != "genai-ours":
+            return {}
+        return cpu_precision(precision, int4_group_size(ov.Core().read_model(str(entry.model_xml))))
+    target, draft = str(bundle.target.folder), str(bundle.path / "draft")
 
     def scheduler():
         s = openvino_genai.SchedulerConfig()
         s.enable_prefix_caching = False
         return s
-    alone = openvino_genai.LLMPipeline(target, "CPU", scheduler_config=scheduler(), **props)
+    alone = openvino_genai.LLMPipeline(target, "CPU", scheduler_config=scheduler(), **props(bundle.target))
     spec = None
     if need_sd:
-        spec = openvino_genai.LLMPipeline(target, "CPU", draft_model=openvino_genai.draft_model(draft, "CPU", **props),
-                                          scheduler_config=scheduler(), **props)
+        drafter = openvino_genai.draft_model(draft, "CPU", **props(bundle.draft))
+        spec = openvino_genai.LLMPipeline(target, "CPU", draft_model=drafter, scheduler_config=scheduler(),
+                                          **props(bundle.target))
     return alone, spec, openvino_genai.__version__
 
 

@@ -29,6 +29,7 @@ before it, which rewrites their cache slots with the same values. `fixed_block_p
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -46,6 +47,25 @@ CPU_PRECISIONS = {
     "f32": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
 }
 ROLLBACK_METHODS = ("paged", "masked")
+
+
+def int4_group_size(model: ov.Model) -> Optional[int]:
+    """The group size of the model's int4 weights (stored as [rows, groups, group size]), or None."""
+    sizes = Counter(op.get_output_shape(0)[-1] for op in model.get_ops()
+                    if op.get_type_name() == "Constant" and op.get_element_type() in (ov.Type.u4, ov.Type.i4)
+                    and len(op.get_output_shape(0)) == 3 and op.get_output_shape(0)[-1] > 1)  # not zero points
+    return int(sizes.most_common(1)[0][0]) if sizes else None
+
+
+def cpu_precision(precision: str, int4_group: Optional[int] = None) -> dict[str, str]:
+    """The CPU properties of a precision. With "dq" on int4 weights quantized in groups of g, the activations are
+    quantized in groups of g too (the plugin's default is 32). Measured on Qwen2.5-1.5B int4, g = 128: a step
+    31.6 ms instead of 36.7, a block of 5 tokens 34.7 ms instead of 44.0; groups of 256 took twice as long, and an
+    int8 draft (per-channel weights) was the same with any group."""
+    config = dict(CPU_PRECISIONS[precision])
+    if precision == "dq" and int4_group and int4_group > 0:
+        config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(int4_group)
+    return config
 LOGITS_FROM = "logits_from"  # an input we add to the paged IR: the first token whose logits are computed
 
 
@@ -288,8 +308,9 @@ def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core
         paged_attention_transformation(model)
         compute_logits_from(model)
     kind = PagedSession if rollback == "paged" else MaskedSession
+    int4_group = int4_group_size(model)
     for attempt in ([precision, "f32"] if precision != "f32" else ["f32"]):
-        cfg = dict(CPU_PRECISIONS[attempt]) if device.upper().startswith("CPU") else {}
+        cfg = cpu_precision(attempt, int4_group) if device.upper().startswith("CPU") else {}
         cfg.update(config or {})
         session = kind(core.compile_model(model, device, cfg), device, attempt, max_context,
                        block_invariant=exact_blocks and rollback == "paged", output_ids=output_ids,
