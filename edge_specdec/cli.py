@@ -432,9 +432,9 @@ is checked against the target alone of its engine: the output must be identical.
                    help="CPU threads per model (default: 1 for a model under 32 MB, whose narrow layers lose more "
                         "to thread barriers than they gain; else all cores, or half each with --concurrent)")
     p.add_argument("--precision", default="dq", choices=("dq", "f32"),
-                   help="CPU arithmetic: dq = dynamic int8 activations (default, about 1.5x faster here), f32 = "
-                        "plain float32, closest to the original model. The speculative output equals the "
-                        "target alone's under the same setting either way.")
+                   help="CPU arithmetic: dq = dynamic int8 activations, in groups as large as the int4 weights' "
+                        "groups (default, about 1.5x faster here), f32 = plain float32, closest to the original "
+                        "model. The speculative output equals the target alone's under the same setting either way.")
     p.add_argument("--kv-rollback", choices=("paged", "masked"),
                    help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")

@@ -224,9 +224,8 @@ def load_genai(bundle, engine: str, precision: str, need_sd: bool) -> tuple[Any,
     (the continuous-batching backend would otherwise reuse the previous run's prompt KV).
     Raises what GenAI raises; the caller turns that into a skipped row.
     """
-    import openvino_genai
-
     import openvino as ov
+    import openvino_genai
 
     from ..runtime.session import cpu_precision, int4_group_size
 

@@ -1,8 +1,9 @@
 """Drafters propose the next tokens (in the target's vocabulary); the verifier decides what to keep.
 
 Every drafter has one method, propose(sequence, k) -> Proposal; the sequence it is given already holds
-the outcome of the previous round, so a drafter with a cache re-syncs to it there. A proposal carries, for each drafted token, the draft distribution q it was drawn
-from (None when the drafter is deterministic: then q is the one-hot of the token).
+the outcome of the previous round, so a drafter with a cache re-syncs to it there. A proposal carries, for
+each drafted token, the draft distribution q it was drawn from (None when the drafter is deterministic: then
+q is the one-hot of the token). The decode loop verifies at most k of a proposal's tokens.
 """
 from __future__ import annotations
 

@@ -143,7 +143,8 @@ class SLEMDrafter(_TextDrafter):
 
 
 class TLIDrafter:
-    """Token-level intersection: the draft samples inside the shared tokens; rejection sampling in the target's vocabulary."""
+    """Token-level intersection: the draft samples inside the shared tokens; rejection sampling in the target's
+    vocabulary."""
 
     def __init__(self, context: DraftTextContext, vocab_map: VocabMap, config: GenerationConfig,
                  rng: np.random.Generator, confidence: float = 0.0):

@@ -47,6 +47,7 @@ CPU_PRECISIONS = {
     "f32": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
 }
 ROLLBACK_METHODS = ("paged", "masked")
+LOGITS_FROM = "logits_from"  # an input we add to the paged IR: the first token whose logits are computed
 
 
 def int4_group_size(model: ov.Model) -> Optional[int]:
@@ -66,7 +67,6 @@ def cpu_precision(precision: str, int4_group: Optional[int] = None) -> dict[str,
     if precision == "dq" and int4_group and int4_group > 0:
         config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(int4_group)
     return config
-LOGITS_FROM = "logits_from"  # an input we add to the paged IR: the first token whose logits are computed
 
 
 class ContextOverflowError(EdgeSpecdecError):
