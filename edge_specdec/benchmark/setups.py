@@ -233,18 +233,18 @@ def load_genai(bundle, engine: str, precision: str, need_sd: bool) -> tuple[Any,
         if engine != "genai-ours":
             return {}
         return cpu_precision(precision, int4_group_size(ov.Core().read_model(str(entry.model_xml))))
-    target, draft = str(bundle.target.folder), str(bundle.path / "draft")
+    target, target_props = str(bundle.target.folder), props(bundle.target)
 
     def scheduler():
         s = openvino_genai.SchedulerConfig()
         s.enable_prefix_caching = False
         return s
-    alone = openvino_genai.LLMPipeline(target, "CPU", scheduler_config=scheduler(), **props(bundle.target))
+    alone = openvino_genai.LLMPipeline(target, "CPU", scheduler_config=scheduler(), **target_props)
     spec = None
     if need_sd:
-        drafter = openvino_genai.draft_model(draft, "CPU", **props(bundle.draft))
+        drafter = openvino_genai.draft_model(str(bundle.draft.folder), "CPU", **props(bundle.draft))
         spec = openvino_genai.LLMPipeline(target, "CPU", draft_model=drafter, scheduler_config=scheduler(),
-                                          **props(bundle.target))
+                                          **target_props)
     return alone, spec, openvino_genai.__version__
 
 

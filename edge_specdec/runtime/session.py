@@ -52,9 +52,9 @@ LOGITS_FROM = "logits_from"  # an input we add to the paged IR: the first token 
 
 def int4_group_size(model: ov.Model) -> Optional[int]:
     """The group size of the model's int4 weights (stored as [rows, groups, group size]), or None."""
-    sizes = Counter(op.get_output_shape(0)[-1] for op in model.get_ops()
-                    if op.get_type_name() == "Constant" and op.get_element_type() in (ov.Type.u4, ov.Type.i4)
-                    and len(op.get_output_shape(0)) == 3 and op.get_output_shape(0)[-1] > 1)  # not zero points
+    shapes = [op.get_output_shape(0) for op in model.get_ops()
+              if op.get_type_name() == "Constant" and op.get_element_type() in (ov.Type.u4, ov.Type.i4)]
+    sizes = Counter(shape[-1] for shape in shapes if len(shape) == 3 and shape[-1] > 1)  # > 1: not zero points
     return int(sizes.most_common(1)[0][0]) if sizes else None
 
 
