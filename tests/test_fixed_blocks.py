@@ -1,12 +1,14 @@
 """Fixed block sizes (min_block): short blocks widened by re-feeding cached tokens; the output stays exact."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.pipeline import DRAFT_BLOCK
-from edge_specdec.runtime.session import fixed_block_pays, open_session
+from edge_specdec.runtime.session import cheapest_step, fixed_block_pays, open_session
 from test_runtime import HETERO_INT8, PROMPTS, SAME_VOCAB, load_target_xml
 
 
@@ -67,7 +69,7 @@ def test_fixed_block_pays_measures_without_changing_the_session(bundle_dir):
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
     return {(vocab, fixed): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else HETERO_INT8)),
-                                     fixed_blocks=fixed)
+                                     fixed_blocks=fixed, static_shapes=False)
             for vocab in ("same", "hetero") for fixed in (True, False)}
 
 
@@ -94,9 +96,34 @@ def test_greedy_stays_lossless_with_and_without_fixed_blocks(pipes, algorithm, m
     assert fixed.target.min_block == k + 1 and loose.target.min_block == 1
 
 
-def test_the_target_alone_keeps_single_steps(pipes, monkeypatch):
+def test_the_target_alone_steps_in_its_cheapest_block(pipes, monkeypatch):
     pipe = pipes["same", True]
     sizes = spy_block_sizes(pipe.target, monkeypatch)
-    pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=8, ignore_eos=True), algorithm="none")
-    assert pipe.target.min_block == 1 and pipe.draft.min_block == 1
-    assert sizes[1:] == [2] * 7  # a block-invariant target re-feeds one token, no more
+    config = GenerationConfig(max_new_tokens=8, ignore_eos=True)
+    pipe.generate("def fib(n):", config, algorithm="none")  # the first call measures the cheapest step
+    del sizes[:]
+    pipe.generate("def fib(n):", config, algorithm="none")
+    step = pipe.target.min_block
+    assert step in (2, 3) and pipe.draft.min_block == 1  # an idle draft is left alone
+    assert sizes[1:] == [step] * 7  # a block-invariant target re-feeds one or two tokens, no more
+
+
+@pytest.mark.parametrize("cheaper, expected", [(3, 3), (2, 2)])
+def test_cheapest_step_takes_the_faster_block(bundle_dir, monkeypatch, cheaper, expected):
+    """A fake device on which blocks of `cheaper` tokens take 2 ms and the other size 6 ms: the faster wins."""
+    session = open_session(load_target_xml(bundle_dir))
+    assert session.block_invariant
+    infer = session._infer
+
+    def paced(tokens, rows):
+        time.sleep(0.002 if len(tokens) == cheaper else 0.006)
+        return infer(tokens, rows)
+    monkeypatch.setattr(session, "_infer", paced)
+    session.min_block = 5
+    assert cheapest_step(session) == expected
+    assert session.min_block == 5 and session.length == 0  # measured on a scratch context, then left as it was
+
+
+def test_a_masked_session_steps_in_its_least_block(bundle_dir):
+    masked = open_session(load_target_xml(bundle_dir), rollback="masked")
+    assert cheapest_step(masked) == 1

@@ -33,7 +33,7 @@ from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate
 from .devices import compile_config, list_devices, place, resolve_cache_dir
-from .session import fixed_block_pays, open_session
+from .session import cheapest_step, fixed_block_pays, open_session
 from .slrs import SLRSDrafter
 from .text import PromptTokenizer, TextStream, decode
 
@@ -53,6 +53,9 @@ LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
 # thread, 2-3 ms on two; the demo draft 0.13 vs 0.26 ms; SmolLM2-135M int8, 135 MB, is faster on two)
 SMALL_MODEL_BYTES = 32 * 2**20
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
+# a model whose weights are smaller than this gets copies compiled for the block sizes it runs most (static
+# shapes, see session.add_static); each copy holds the weights again (SmolLM2-135M int8: 160 MB a copy)
+STATIC_MAX_BYTES = 256 * 2**20
 
 
 class Pipeline:
@@ -68,8 +71,12 @@ class Pipeline:
     whole vocabulary). threads: OpenVINO CPU threads per model (None: one for a model under SMALL_MODEL_BYTES,
     half of the cores each when the two run concurrently on one CPU, else all). fixed_blocks: widen the short
     blocks of speculative decoding to one size per model, so that the device does not prepare a new shape on
-    every call (None: where `fixed_block_pays` measures that it wins, checked once per model and size; True /
-    False: always / never). The output is the same either way.
+    every call (None: where `fixed_block_pays` measures that it wins, checked once per model and size, and
+    otherwise single steps of the size `cheapest_step` measures; True / False: always / never). static_shapes: give a model copies compiled for the block sizes it runs most (the
+    target: single steps and every block up to k + 1; the draft: single steps and DRAFT_BLOCK, to which its short
+    syncs are widened), so that no call changes a shape (None: for models under STATIC_MAX_BYTES of weights;
+    True / False: every model / none). A model with them needs no fixed blocks. The output is the same either
+    way.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
     little acceptance and makes a draft with a large vocabulary faster (Qwen2.5-0.5B: 65536 of 151936 ids, a
     12% shorter step). Any draft keeps the output exact: the target decides every token.
@@ -80,7 +87,7 @@ class Pipeline:
                  allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
                  draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
-                 threads: Optional[int] = None):
+                 threads: Optional[int] = None, static_shapes: Optional[bool] = None):
         self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
@@ -97,8 +104,7 @@ class Pipeline:
         shared = max(1, (os.cpu_count() or 2) // 2) if self.concurrent and same_device else None
 
         def cpu_threads(model) -> Optional[int]:
-            small = model.model_xml.with_suffix(".bin").stat().st_size < SMALL_MODEL_BYTES
-            return threads or (1 if small else shared)
+            return threads or (1 if weight_bytes(model) < SMALL_MODEL_BYTES else shared)
 
         cache = resolve_cache_dir(cache_dir)
         self.target = open_session(target.model_xml, self.placement.target, core=core, precision=precision,
@@ -113,7 +119,9 @@ class Pipeline:
                       if draft else None)
         self._lock = threading.Lock()
         self.fixed_blocks = fixed_blocks
-        self._block_pays: dict[tuple[str, int], bool] = {}
+        self._measurements: dict[tuple, object] = {}  # see _measured
+        self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if static_shapes is None else static_shapes
+                        for role, model in (("target", target), ("draft", draft)) if model}
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
 
@@ -209,7 +217,7 @@ class Pipeline:
             if draft_policy not in DRAFT_POLICIES:
                 raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
                                        f"{', '.join(DRAFT_POLICIES)}.")
-            self._widen_blocks(name != "none", name in NEEDS_DRAFT, num_assistant_tokens)
+            self._prepare_blocks(num_assistant_tokens if name != "none" else 0, name in NEEDS_DRAFT)
             rng = np.random.default_rng(config.seed)
             drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
             result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
@@ -220,20 +228,37 @@ class Pipeline:
             result.extra["slrs_rounds"] = {"exact": drafter.rounds_exact, "slem_fallback": drafter.rounds_fallback}
         return result
 
-    def _widen_blocks(self, speculative: bool, drafting: bool, k: int) -> None:
-        """Set each model's min_block for this call: k + 1 for the target (a proposal and the token before it),
-        DRAFT_BLOCK for the draft when a draft model drafts, where that pays (paged sessions only); the target
-        alone keeps single steps, and an idle draft is not measured."""
-        for role, size, used in (("target", k + 1, speculative), ("draft", DRAFT_BLOCK, drafting)):
+    def _prepare_blocks(self, k: int, drafting: bool) -> None:
+        """How each paged model runs its short blocks in this call (k: the draft length, 0 for the target alone).
+        A model with static shapes gets copies for its sizes (the target: single steps and blocks up to k + 1;
+        the draft, when a draft model drafts: single steps and DRAFT_BLOCK, to which its short syncs are
+        widened). Otherwise short blocks are widened to k + 1 (target) or DRAFT_BLOCK (draft) where that pays,
+        or else to the cheapest single step (see `cheapest_step`). Each measurement runs once per model. An idle
+        draft is neither compiled again nor measured."""
+        for role, size, used in (("target", k + 1, True), ("draft", DRAFT_BLOCK, drafting)):
             session = getattr(self, role)
             if session is None:
                 continue
-            pays = used and session.rollback_method == "paged" and self.fixed_blocks is not False
-            if pays and self.fixed_blocks is None:
-                if (role, size) not in self._block_pays:
-                    self._block_pays[role, size] = fixed_block_pays(session, size)
-                pays = self._block_pays[role, size]
-            session.min_block = size if pays else 1
+            session.min_block = 1
+            if not used or session.rollback_method != "paged" or self.fixed_blocks is False:
+                continue
+            if self._static[role]:
+                least = 2 if session.block_invariant else 1
+                sizes = {1, DRAFT_BLOCK} if role == "draft" else set(range(least, max(least, k + 1) + 1))
+                session.add_static(sizes)
+                if sizes <= session.static_sizes:  # the target has a copy for every size it runs
+                    session.min_block = DRAFT_BLOCK if role == "draft" else 1
+                    continue
+            if k > 0 and (self.fixed_blocks or self._measured((role, size), fixed_block_pays, session, size)):
+                session.min_block = size
+            else:
+                session.min_block = self._measured((role, "step"), cheapest_step, session)
+
+    def _measured(self, key: tuple, measure: Callable, *args):
+        """A measurement of this pipeline's models, taken once."""
+        if key not in self._measurements:
+            self._measurements[key] = measure(*args)
+        return self._measurements[key]
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":
@@ -243,6 +268,11 @@ class Pipeline:
         .close(). Options as for generate().
         """
         return TextIterator(self, prompt, config, options)
+
+
+def weight_bytes(model) -> int:
+    """The size of a bundle model's weights file."""
+    return model.model_xml.with_suffix(".bin").stat().st_size
 
 
 def draft_output_ids(tokens: TokenBytes, draft_vocab: int) -> Optional[np.ndarray]:

@@ -1,0 +1,85 @@
+"""Static shapes: copies of a model compiled for one block size each, sharing the session's KV blocks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime import session as session_module
+from edge_specdec.runtime.pipeline import DRAFT_BLOCK
+from edge_specdec.runtime.session import open_session
+from test_fixed_blocks import spy_block_sizes
+from test_runtime import HETERO_INT8, PROMPTS, SAME_VOCAB, load_target_xml
+
+
+def test_static_copies_give_the_bits_of_the_dynamic_model(bundle_dir):
+    """Random blocks and rollbacks, past the first growth of the KV blocks: the same logits with and without
+    copies, and every call of a static size ran on its copy."""
+    xml = load_target_xml(bundle_dir)
+    plain, shaped = open_session(xml), open_session(xml)
+    shaped.add_static([2, 3, 5])
+    assert shaped.block_invariant and shaped.static_sizes == {2, 3, 5}
+    rng = np.random.default_rng(3)
+    for session in (plain, shaped):
+        session.reset()
+    for step in range(150):
+        tokens = rng.integers(0, 700, int(rng.integers(1, 7))).tolist()
+        a, b = plain.feed(tokens), shaped.feed(tokens)
+        assert np.array_equal(a, b), step
+        n = max(2, len(tokens))  # a lone token is fed with the one before it
+        if n in shaped.static_sizes:
+            ran = shaped._static[n].get_tensor("input_ids").data
+            assert ran.tolist() == shaped.tokens[-n:], step
+        back = int(rng.integers(0, len(tokens) + 1))
+        plain.rollback(back)
+        shaped.rollback(back)
+    assert shaped.length > 4 * shaped.block_size  # the cache grew, and the copies followed
+
+
+def test_copies_that_change_the_bits_are_dropped(bundle_dir, monkeypatch):
+    session = open_session(load_target_xml(bundle_dir))
+    monkeypatch.setattr(session_module, "is_block_invariant", lambda s: False)
+    session.add_static([2, 3])
+    assert session.static_sizes == frozenset() and session.length == 0
+    assert session.feed([5, 6, 7]).shape[0] == 3  # still decodes, on the dynamic model
+
+
+def test_a_masked_session_has_no_static_copies(bundle_dir):
+    masked = open_session(load_target_xml(bundle_dir), rollback="masked")
+    assert masked.static_sizes == frozenset() and not hasattr(masked, "add_static")
+
+
+@pytest.fixture(scope="module")
+def pipes(bundle_dir):
+    """The tiny test models are small, so they get static copies by default."""
+    return {(vocab, static): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else HETERO_INT8)),
+                                      static_shapes=None if static else False)
+            for vocab in ("same", "hetero") for static in (True, False)}
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "slem"])
+def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch):
+    vocab = "same" if algorithm == "standard" else "hetero"
+    shaped, plain = pipes[vocab, True], pipes[vocab, False]
+    k = 4
+    config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
+    shaped.generate(PROMPTS[0], config, algorithm=algorithm, num_assistant_tokens=k)  # compiles the copies
+    target_sizes = spy_block_sizes(shaped.target, monkeypatch)
+    draft_sizes = spy_block_sizes(shaped.draft, monkeypatch)
+    for prompt in PROMPTS:
+        base = plain.generate(prompt, config, algorithm="none")
+        del target_sizes[:], draft_sizes[:]
+        spec = shaped.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
+        assert spec.token_ids == base.token_ids, (algorithm, prompt)
+        # after the prompt, every call of the target and every short call of the draft ran on a copy
+        assert set(target_sizes[1:]) <= shaped.target.static_sizes
+        assert {n for n in draft_sizes[1:] if n <= DRAFT_BLOCK} <= shaped.draft.static_sizes
+    assert shaped.target.static_sizes == set(range(2, k + 2)) and shaped.target.min_block == 1
+    assert shaped.draft.static_sizes == {1, DRAFT_BLOCK} and shaped.draft.min_block == DRAFT_BLOCK
+    assert plain.target.static_sizes == frozenset() and plain.draft.static_sizes == frozenset()
+
+
+def test_the_target_alone_compiles_no_draft_copies(bundle_dir):
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB))
+    pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=4), algorithm="none")
+    assert pipe.target.static_sizes == {2} and pipe.draft.static_sizes == frozenset()
