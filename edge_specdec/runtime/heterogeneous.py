@@ -108,11 +108,14 @@ class _TextDrafter:
         """k draft tokens from the cache's current end (fewer if EOS comes first)."""
         tokens: list[int] = []
         for i in range(k):
-            q = self.draft_distribution(row)
-            token = sample(q, self.rng)
+            if self.config.greedy:  # the draft's top token outside the special ones, without building q
+                q, token = None, int(np.argmax(np.where(self.special, -np.inf, row)))
+            else:
+                q = self.draft_distribution(row)
+                token = sample(q, self.rng)
             tokens.append(token)
             last = token == self.draft_eos or i + 1 == k
-            if last or unsure(row, None if self.config.greedy else q, self.confidence):
+            if last or unsure(row, q, self.confidence):
                 break
             row = self.ctx.session.feed([token])[-1]
         return tokens
