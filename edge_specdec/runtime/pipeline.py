@@ -72,11 +72,11 @@ class Pipeline:
     half of the cores each when the two run concurrently on one CPU, else all). fixed_blocks: widen the short
     blocks of speculative decoding to one size per model, so that the device does not prepare a new shape on
     every call (None: where `fixed_block_pays` measures that it wins, checked once per model and size, and
-    otherwise single steps of the size `cheapest_step` measures; True / False: always / never). static_shapes: give a model copies compiled for the block sizes it runs most (the
-    target: single steps and every block up to k + 1; the draft: single steps and DRAFT_BLOCK, to which its short
-    syncs are widened), so that no call changes a shape (None: for models under STATIC_MAX_BYTES of weights;
-    True / False: every model / none). A model with them needs no fixed blocks. The output is the same either
-    way.
+    otherwise single steps of the size `cheapest_step` measures; True / False: always / never).
+    static_shapes: give a model copies compiled for the block sizes it runs most (the target: single steps and
+    every block up to k + 1; the draft: single steps and DRAFT_BLOCK, to which its short syncs are widened), so
+    that no call changes a shape (None: for models under STATIC_MAX_BYTES of weights; True / False: every model /
+    none). A model with them needs no fixed blocks. The output is the same either way.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
     little acceptance and makes a draft with a large vocabulary faster (Qwen2.5-0.5B: 65536 of 151936 ids, a
     12% shorter step). Any draft keeps the output exact: the target decides every token.

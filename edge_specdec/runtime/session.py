@@ -25,6 +25,8 @@ whose step takes 2 ms, 3 ms on SmolLM2-135M (6 ms step) and 5 ms on Qwen2.5-1.5B
 decoding changes the block size all the time (a draft step, a sync of a few tokens, blocks of varying length for
 the target), so a paged session can widen every short block to `min_block` tokens by re-feeding the tokens
 before it, which rewrites their cache slots with the same values. `fixed_block_pays` measures whether that wins.
+The same widening makes single steps cheaper where a block of 3 costs less than a block of 2 (`cheapest_step`:
+the plugin picks its matmul kernels by the number of rows).
 
 Static shapes (`add_static`): a paged session can also hold copies of its model compiled for one block size
 each (the token inputs reshaped to n), sharing the session's KV blocks. A call of that size runs its own copy:
@@ -352,10 +354,10 @@ def open_session(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core
     for attempt in ([precision, "f32"] if precision != "f32" else ["f32"]):
         cfg = cpu_precision(attempt, int4_group) if device.upper().startswith("CPU") else {}
         cfg.update(config or {})
-        static = {"compile_static": partial(compile_for_block, core, model, device, cfg)} if kind is PagedSession else {}
+        paged = {"compile_static": partial(compile_for_block, core, model, device, cfg)} if kind is PagedSession else {}
         session = kind(core.compile_model(model, device, cfg), device, attempt, max_context,
                        block_invariant=exact_blocks and rollback == "paged", output_ids=output_ids,
-                       vocab_size=vocab_size, **static)
+                       vocab_size=vocab_size, **paged)
         if not session.block_invariant or is_block_invariant(session):
             return session
     session.block_invariant = False  # f32 failed the bitwise check too: exact up to float noise, like "masked"
