@@ -51,9 +51,10 @@ def test_a_masked_session_has_no_static_copies(bundle_dir):
 
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
-    """The tiny test models are small, so they get static copies by default."""
+    """The tiny test models are small, so they get static copies by default; fixed blocks are forced so that
+    the sizes do not depend on a measurement."""
     return {(vocab, static): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else HETERO_INT8)),
-                                      static_shapes=None if static else False)
+                                      static_shapes=None if static else False, fixed_blocks=True)
             for vocab in ("same", "hetero") for static in (True, False)}
 
 
@@ -74,12 +75,17 @@ def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch)
         # after the prompt, every call of the target and every short call of the draft ran on a copy
         assert set(target_sizes[1:]) <= shaped.target.static_sizes
         assert {n for n in draft_sizes[1:] if n <= DRAFT_BLOCK} <= shaped.draft.static_sizes
-    assert shaped.target.static_sizes == set(range(2, k + 2)) and shaped.target.min_block == 1
+    assert shaped.target.static_sizes == {k + 1} and shaped.target.min_block == k + 1
     assert shaped.draft.static_sizes == {1, DRAFT_BLOCK} and shaped.draft.min_block == DRAFT_BLOCK
     assert plain.target.static_sizes == frozenset() and plain.draft.static_sizes == frozenset()
 
 
-def test_the_target_alone_compiles_no_draft_copies(bundle_dir):
+def test_the_target_alone_steps_on_a_copy_and_compiles_no_draft_copies(bundle_dir, monkeypatch):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB))
+    sizes = spy_block_sizes(pipe.target, monkeypatch)
     pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=4), algorithm="none")
-    assert pipe.target.static_sizes == {2} and pipe.draft.static_sizes == frozenset()
+    del sizes[:]
+    pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=6, ignore_eos=True), algorithm="none")
+    step = pipe.target.min_block
+    assert step in (2, 3) and pipe.target.static_sizes == {step} and sizes[1:] == [step] * 5
+    assert pipe.draft.static_sizes == frozenset()

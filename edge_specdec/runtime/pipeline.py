@@ -73,10 +73,10 @@ class Pipeline:
     blocks of speculative decoding to one size per model, so that the device does not prepare a new shape on
     every call (None: where `fixed_block_pays` measures that it wins, checked once per model and size, and
     otherwise single steps of the size `cheapest_step` measures; True / False: always / never).
-    static_shapes: give a model copies compiled for the block sizes it runs most (the target: single steps and
-    every block up to k + 1; the draft: single steps and DRAFT_BLOCK, to which its short syncs are widened), so
-    that no call changes a shape (None: for models under STATIC_MAX_BYTES of weights; True / False: every model /
-    none). A model with them needs no fixed blocks. The output is the same either way.
+    static_shapes: give a model copies compiled for the block sizes it runs most (its single steps, and the
+    fixed block of k + 1 or DRAFT_BLOCK tokens), so that they never change a shape (None: for models under
+    STATIC_MAX_BYTES of weights; True / False: every model / none). A copy takes as long to compile as the model
+    (about 1 s for the 32-layer demo target) and holds its weights again. The output is the same either way.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
     little acceptance and makes a draft with a large vocabulary faster (Qwen2.5-0.5B: 65536 of 151936 ids, a
     12% shorter step). Any draft keeps the output exact: the target decides every token.
@@ -230,11 +230,10 @@ class Pipeline:
 
     def _prepare_blocks(self, k: int, drafting: bool) -> None:
         """How each paged model runs its short blocks in this call (k: the draft length, 0 for the target alone).
-        A model with static shapes gets copies for its sizes (the target: single steps and blocks up to k + 1;
-        the draft, when a draft model drafts: single steps and DRAFT_BLOCK, to which its short syncs are
-        widened). Otherwise short blocks are widened to k + 1 (target) or DRAFT_BLOCK (draft) where that pays,
-        or else to the cheapest single step (see `cheapest_step`). Each measurement runs once per model. An idle
-        draft is neither compiled again nor measured."""
+        Short blocks are widened to k + 1 (target) or DRAFT_BLOCK (draft) where that pays (`fixed_block_pays`),
+        and the target's single steps to the cheaper of 2 and 3 tokens (`cheapest_step`); each measured once per
+        model. A model with static shapes then gets copies for its single step and its widened block, so that
+        neither changes a shape. An idle draft is neither measured nor compiled again."""
         for role, size, used in (("target", k + 1, True), ("draft", DRAFT_BLOCK, drafting)):
             session = getattr(self, role)
             if session is None:
@@ -242,17 +241,13 @@ class Pipeline:
             session.min_block = 1
             if not used or session.rollback_method != "paged" or self.fixed_blocks is False:
                 continue
-            if self._static[role]:
-                least = 2 if session.block_invariant else 1
-                sizes = {1, DRAFT_BLOCK} if role == "draft" else set(range(least, max(least, k + 1) + 1))
-                session.add_static(sizes)
-                if sizes <= session.static_sizes:  # the target has a copy for every size it runs
-                    session.min_block = DRAFT_BLOCK if role == "draft" else 1
-                    continue
             if k > 0 and (self.fixed_blocks or self._measured((role, size), fixed_block_pays, session, size)):
                 session.min_block = size
-            else:
+            elif role == "target":
                 session.min_block = self._measured((role, "step"), cheapest_step, session)
+            if self._static[role]:
+                step = max(1 if role == "draft" else session.min_block, 2 if session.block_invariant else 1)
+                session.add_static({step, size} if k > 0 else {step})
 
     def _measured(self, key: tuple, measure: Callable, *args):
         """A measurement of this pipeline's models, taken once."""
