@@ -89,3 +89,13 @@ def test_the_target_alone_steps_on_a_copy_and_compiles_no_draft_copies(bundle_di
     step = pipe.target.min_block
     assert step in (2, 3) and pipe.target.static_sizes == {step} and sizes[1:] == [step] * 5
     assert pipe.draft.static_sizes == frozenset()
+
+
+def test_without_fixed_blocks_the_copies_serve_single_steps_and_full_blocks(bundle_dir, pipes):
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=False)
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True)
+    for prompt in PROMPTS[:4]:
+        base = pipes["same", False].generate(prompt, config, algorithm="none")
+        assert pipe.generate(prompt, config, algorithm="standard", num_assistant_tokens=4).token_ids == base.token_ids
+    assert pipe.target.static_sizes == {2, 5} and pipe.target.min_block == 1
+    assert pipe.draft.static_sizes == {1, DRAFT_BLOCK} and pipe.draft.min_block == 1

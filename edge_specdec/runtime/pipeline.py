@@ -232,16 +232,19 @@ class Pipeline:
         """How each paged model runs its short blocks in this call (k: the draft length, 0 for the target alone).
         Short blocks are widened to k + 1 (target) or DRAFT_BLOCK (draft) where that pays (`fixed_block_pays`),
         and the target's single steps to the cheaper of 2 and 3 tokens (`cheapest_step`); each measured once per
-        model. A model with static shapes then gets copies for its single step and its widened block, so that
-        neither changes a shape. An idle draft is neither measured nor compiled again."""
+        model (fixed_blocks=False: neither). A model with static shapes then gets copies for its single step and
+        for blocks of k + 1 or DRAFT_BLOCK tokens, so that those calls never change a shape. An idle draft is
+        neither measured nor compiled again."""
         for role, size, used in (("target", k + 1, True), ("draft", DRAFT_BLOCK, drafting)):
             session = getattr(self, role)
             if session is None:
                 continue
             session.min_block = 1
-            if not used or session.rollback_method != "paged" or self.fixed_blocks is False:
+            if not used or session.rollback_method != "paged":
                 continue
-            if k > 0 and (self.fixed_blocks or self._measured((role, size), fixed_block_pays, session, size)):
+            if self.fixed_blocks is False:
+                pass  # blocks as they come
+            elif k > 0 and (self.fixed_blocks or self._measured((role, size), fixed_block_pays, session, size)):
                 session.min_block = size
             elif role == "target":
                 session.min_block = self._measured((role, "step"), cheapest_step, session)
