@@ -249,7 +249,7 @@ class Pipeline:
             elif role == "target":
                 session.min_block = self._measured((role, "step"), cheapest_step, session)
             if self._static[role]:
-                step = max(1 if role == "draft" else session.min_block, 2 if session.block_invariant else 1)
+                step = max(1 if role == "draft" else session.min_block, session.least_block)
                 session.add_static({step, size} if k > 0 else {step})
 
     def _measured(self, key: tuple, measure: Callable, *args):

@@ -110,6 +110,11 @@ class ModelSession:
         return len(self.tokens)
 
     @property
+    def least_block(self) -> int:
+        """The fewest tokens a call feeds: a block-invariant session never feeds a lone token."""
+        return 2 if self.block_invariant else 1
+
+    @property
     def static_sizes(self) -> frozenset:
         """Block sizes this session runs on a copy compiled for that size (see `add_static`)."""
         return frozenset()
@@ -128,7 +133,7 @@ class ModelSession:
         if self.max_context is not None and self.length + n > self.max_context:
             raise ContextOverflowError(f"{self.length + n} tokens exceed the model's context of {self.max_context}")
         rows = n if rows is None else min(n, rows)
-        least = 2 if self.block_invariant else 1  # a block-invariant session never feeds a lone token
+        least = self.least_block
         shortest = least if n >= least and n in self.static_sizes else max(self.min_block, least)
         widen = min(shortest - n, self.length)
         if widen > 0:  # re-feed the last cached tokens, whose cache slots get the same values again
@@ -500,7 +505,7 @@ def cheapest_step(session: ModelSession, reps: int = 4, margin: float = 0.97) ->
     Qwen2.5-1.5B int4 (activations quantized in groups of 128) a block of 3 tokens took 29.3 ms, a block of 2
     31.5 ms. Only for paged sessions (a masked session would keep every re-fed slot).
     """
-    least = 2 if session.block_invariant else 1
+    least = session.least_block
     if session.rollback_method != "paged":
         return least
     costs: dict[int, list[float]] = {least: [], least + 1: []}
