@@ -200,6 +200,8 @@ def _stats_line(result) -> str:
             f"{st['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {st['acceptance']:.2f} "
             f"({st['draft_tokens_accepted']}/{st['draft_tokens_proposed']}); time: draft {st['draft_seconds']:.2f} s, "
             f"target {st['target_seconds']:.2f} s, loop {st['loop_seconds']:.2f} s; stop: {result.stop_reason}")
+    if result.extra.get("lookup_rounds"):
+        line += f"; {result.extra['lookup_rounds']} rounds copied from the text by lookup"
     return line + (f"; drafted ahead and used: {st['drafted_ahead_used']} rounds" if st["drafted_ahead_used"] else "")
 
 
@@ -220,7 +222,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not args.json:
         _say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
     options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
-                   draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence)
+                   draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence,
+                   lookup=not args.no_lookup)
     if args.chat and prompt is None:
         if args.compare:
             raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "
@@ -242,6 +245,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stop_reason": result.stop_reason,
                           "algorithm": result.extra["algorithm"], "placement": vars(pipe.placement),
                           "stats": result.stats.as_dict(),
+                          **{key: result.extra[key] for key in ("lookup_rounds", "slrs_rounds") if key in result.extra},
                           **({"compare": _comparison(result, baseline, config)} if baseline else {})},
                          ensure_ascii=False))
     else:
@@ -406,6 +410,10 @@ is checked against the target alone of its engine: the output must be identical.
                         "otherwise; cost: the K that maximizes tokens/s from the acceptance and the draft and "
                         "target costs measured during the run (K=0, the target alone, when drafting does not pay)")
     p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
+    p.add_argument("--no-lookup", action="store_true",
+                   help="let the draft model draft every round (by default a round first looks for the next "
+                        "tokens in the prompt and the output, and proposes them without running the draft "
+                        "when found: text that repeats, such as code being edited, goes faster)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")

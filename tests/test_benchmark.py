@@ -23,7 +23,8 @@ SPEC_BENCH_CATEGORIES = {"code_generation", "code_editing", "chat", "summarizati
 
 
 def ours_rows(algorithm: str, ks=(3, 5)) -> list[str]:
-    conf = [] if algorithm == "prompt-lookup" else [f"ours-{algorithm}-conf"]  # no probabilities to stop on
+    # prompt lookup has no probabilities to stop on, and is no draft model to look up before
+    conf = [] if algorithm == "prompt-lookup" else [f"ours-{algorithm}-conf", f"ours-{algorithm}-conf-nolookup"]
     return [f"ours-{algorithm}-k{k}" for k in ks] + conf + [f"ours-{algorithm}-{p}" for p in adaptive_policies()]
 
 

@@ -4,8 +4,12 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
 
     ours-none                   our Pipeline, the target alone (the baseline of every ours-* row)
     ours-ALG-kK                 our speculative decoding, K drafted tokens per round (fixed)
+                                (every ours row with a draft model first looks for the next tokens in the
+                                prompt and output, as the runtime does by default, except the -nolookup one)
     ours-ALG-conf               the runtime's default: up to 8 drafted tokens, stopping after a token whose
                                 draft probability (its top one) is under 0.7
+    ours-ALG-conf-nolookup      the same without looking up the next tokens in the prompt and output first
+                                (the draft model drafts every round; before LookupFirst, the default)
     ours-ALG-POLICY             the same with an adaptive draft length, one row per adaptive draft policy of the
                                 runtime (schedule: +2 after a fully accepted round, -1 otherwise; cost: the K
                                 that maximizes measured tokens/s), starting at the smallest K
@@ -50,6 +54,7 @@ class Spec:
     policy: str = "fixed"  # ours: the draft policy (fixed, or an adaptive one)
     confidence: float = 0.0  # stop drafting under this top probability (ours and GenAI; 0 = never)
     concurrent: bool = False
+    lookup: bool = True  # ours, with a draft model: each round first looks for the next tokens in the text so far
     family: str = "core"  # the option that adds the row: core, genai, genai-ours, concurrent or hf
 
     @property
@@ -139,6 +144,10 @@ def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, conc
                                   f"under top probability {CONFIDENCE} (the runtime's default)", default=on,
                                   algorithm=alg, k=DRAFT_TOKENS, confidence=CONFIDENCE, concurrent=is_concurrent,
                                   family=family))
+                specs.append(Spec(f"{prefix}-{alg}-conf-nolookup", "ours", f"ours, {what}, the runtime's default "
+                                  f"without looking up the next tokens in the text first (the draft drafts every "
+                                  f"round)", default=on, algorithm=alg, k=DRAFT_TOKENS, confidence=CONFIDENCE,
+                                  concurrent=is_concurrent, lookup=False, family=family))
             specs += [Spec(f"{prefix}-{alg}-{policy}", "ours", f"ours, {what}, draft policy {policy} (first K={k0})",
                            default=on, algorithm=alg, k=k0, policy=policy, concurrent=is_concurrent,
                            family=family) for policy in adaptive_policies()]
@@ -197,7 +206,7 @@ def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run
     from ..runtime import GenerationConfig
 
     config = GenerationConfig(max_new_tokens=max_new_tokens)
-    options = dict(draft_policy=spec.policy)
+    options = dict(draft_policy=spec.policy, lookup=spec.lookup)
 
     def run(prompt: Prompt) -> Run:
         t = time.perf_counter()

@@ -117,6 +117,30 @@ class PromptLookupDrafter:
         return Proposal([], None)
 
 
+
+class LookupFirst:
+    """A draft model's drafter that first looks for the next tokens in the text so far.
+
+    When the last 2-4 tokens occurred before (in the prompt or the output) and at least `min_tokens` tokens
+    followed them there, those tokens are the proposal and the draft model sits the round out: copying costs it
+    nothing, and its cache catches up with the accepted text at its next round. Otherwise the model drafts.
+    Text that repeats (code being edited, a summary quoting its source) then goes by at the target's pace, and
+    other text is drafted as before. `lookup_rounds` counts the rounds the lookup served.
+    """
+
+    def __init__(self, model: Drafter, min_tokens: int = 3, min_ngram: int = 2, max_ngram: int = 4):
+        self.model, self.min_tokens = model, min_tokens
+        self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        self.lookup_rounds = 0
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        found = self.lookup.propose(sequence, k)
+        if len(found.tokens) >= self.min_tokens:
+            self.lookup_rounds += 1
+            return found
+        return self.model.propose(sequence, k)
+
+
 DRAFT_POLICIES = ("fixed", "schedule", "cost")
 
 
