@@ -117,7 +117,6 @@ class PromptLookupDrafter:
         return Proposal([], None)
 
 
-
 class LookupFirst:
     """A draft model's drafter that first looks for the next tokens in the text so far.
 
