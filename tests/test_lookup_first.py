@@ -12,7 +12,8 @@ from edge_specdec.runtime.drafters import LookupFirst, Proposal
 from hostile_text import HOSTILE_STRINGS
 from test_runtime import ALPHA, HETERO_INT8, N_SAMPLES, SAME_VOCAB, SAMPLING, homogeneity_pvalue
 
-REPEATING = ["def f(x):\n    return x\n" * 3 + "def f(x):\n", "a b a b a b a b", "def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):\n",
+REPEATING = ["def f(x):\n    return x\n" * 3 + "def f(x):\n", "a b a b a b a b",
+             "def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):\n",
              "one two three four. one two three four. one two"]
 
 
