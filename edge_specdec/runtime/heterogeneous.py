@@ -95,21 +95,21 @@ class _TextDrafter:
         if draft_eos is not None:
             self.special[draft_eos] = False
 
+    def without_specials(self, row: np.ndarray) -> np.ndarray:
+        """The draft's logits with its special tokens other than EOS removed (never drafted)."""
+        return np.where(self.special, -np.inf, row)
+
     def draft_distribution(self, row: np.ndarray) -> np.ndarray:
-        """q over the draft vocabulary: the config's transform, special tokens other than EOS removed."""
-        row = np.where(self.special, -np.inf, row)
-        if self.config.greedy:
-            q = np.zeros(len(row))
-            q[int(np.argmax(row))] = 1.0
-            return q
-        return distribution(row, self.config)
+        """q over the draft vocabulary when sampling: the config's transform of `without_specials(row)`.
+        (Greedy drafting takes the top token directly: see `draft`; greedy SLRS runs SLEM rounds.)"""
+        return distribution(self.without_specials(row), self.config)
 
     def draft(self, row: np.ndarray, k: int) -> list[int]:
         """k draft tokens from the cache's current end (fewer if EOS comes first)."""
         tokens: list[int] = []
         for i in range(k):
-            if self.config.greedy:  # the draft's top token outside the special ones, without building q
-                q, token = None, int(np.argmax(np.where(self.special, -np.inf, row)))
+            if self.config.greedy:  # the draft's top token, without building q
+                q, token = None, int(np.argmax(self.without_specials(row)))
             else:
                 q = self.draft_distribution(row)
                 token = sample(q, self.rng)
