@@ -48,6 +48,17 @@ def test_a_match_needs_two_tokens_of_context_and_three_to_copy():
     assert drafter.lookup_rounds == 1
 
 
+def test_a_shorter_match_copies_fewer_tokens():
+    model = Recorder()
+    drafter = LookupFirst(model)
+    body = list(range(20, 32))  # 12 tokens that follow the matched context
+    # context (1, 2) matched: 2 tokens each, at most 4 copied; (3, 1, 2): 6; (5, 3, 1, 2), the longest n-gram: all k
+    assert drafter.propose([1, 2] + body + [9, 1, 2], 8).tokens == body[:4]
+    assert drafter.propose([3, 1, 2] + body + [9, 3, 1, 2], 8).tokens == body[:6]
+    assert drafter.propose([5, 3, 1, 2] + body + [5, 3, 1, 2], 8).tokens == body[:8]
+    assert model.calls == [] and drafter.lookup_rounds == 3
+
+
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
     return {"standard": Pipeline(bundle_dir(*SAME_VOCAB)), "hetero": Pipeline(bundle_dir(*HETERO_INT8))}

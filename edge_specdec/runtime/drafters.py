@@ -105,6 +105,10 @@ class PromptLookupDrafter:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
+        return self.find(sequence, k)[1]
+
+    def find(self, sequence: list[int], k: int) -> tuple[int, Proposal]:
+        """The length of the n-gram matched (0: none) and the up to k tokens that followed it."""
         arr = np.asarray(sequence)
         for n in range(min(self.max_ngram, len(sequence) - 1), self.min_ngram - 1, -1):
             tail = arr[-n:]
@@ -113,8 +117,8 @@ class PromptLookupDrafter:
             for start in hits[::-1]:  # most recent match first
                 follow = arr[start + n:start + n + k]
                 if len(follow):
-                    return Proposal([int(t) for t in follow], None)
-        return Proposal([], None)
+                    return n, Proposal([int(t) for t in follow], None)
+        return 0, Proposal([], None)
 
 
 class LookupFirst:
@@ -125,6 +129,11 @@ class LookupFirst:
     nothing, and its cache catches up with the accepted text at its next round. Otherwise the model drafts.
     Text that repeats (code being edited, a summary quoting its source) then goes by at the target's pace, and
     other text is drafted as before. `lookup_rounds` counts the rounds the lookup served.
+
+    A match shorter than `max_ngram` proposes at most 2 tokens per matched token (at least `min_tokens`). Measured
+    on Qwen2.5-Coder-1.5B + SmolLM2-135M, code prompts: after a 2-token match the target kept 1.65 of 8 copied
+    tokens per round (11 of 26 rounds none), after a 4-token match 4.7; a block of 9 tokens costs the target 1.5x
+    a block of 3. Capped, SLEM ran 1.03x faster (paired, median; code prompts and all 20 prompts alike).
     """
 
     def __init__(self, model: Drafter, min_tokens: int = 3, min_ngram: int = 2, max_ngram: int = 4):
@@ -133,10 +142,10 @@ class LookupFirst:
         self.lookup_rounds = 0
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
-        found = self.lookup.propose(sequence, k)
+        n, found = self.lookup.find(sequence, k)
         if len(found.tokens) >= self.min_tokens:
             self.lookup_rounds += 1
-            return found
+            return found if n >= self.lookup.max_ngram else found.head(max(self.min_tokens, 2 * n))
         return self.model.propose(sequence, k)
 
 
