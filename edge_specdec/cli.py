@@ -450,8 +450,8 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--compare", action="store_true",
                    help="then run the target alone on the same prompt and print the speedup and whether the "
-                        "output is identical (after an untimed run of each, as the benchmark does: takes about four times as "
-                        "long)")
+                        "output is identical (each side runs once untimed first, as in the benchmark: about four "
+                        "times as long in all)")
     p.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats (and compare)")
     p.set_defaults(func=_cmd_run)
     return parser
