@@ -268,13 +268,53 @@ def test_cli_fallback_says_what_ran_where(bundle_dir):
 
 
 def test_cli_ctrl_c_stops_cleanly_and_prints_the_statistics(bundle_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)), "--prompt",
+    """Ctrl-C during `run`: exit code 130, the statistics line with "stop: interrupted", no traceback.
+
+    The generation waits for the test, not the other way round: the CLI runs under a wrapper whose stdout, once
+    the first text is written and flushed, sleeps (at most 120 s) in that write, which the CLI's streaming
+    callback makes. The test reads that first text, then sends SIGINT; Python's default handler raises
+    KeyboardInterrupt in the sleeping write, inside the callback, so what is tested is the CLI's and generate()'s
+    own handling of it. Nothing is left to the machine's speed: however fast the model, the generation cannot
+    get past its first text piece before the signal comes. (Before, the test slept 0.05 s after the first byte; a
+    machine that wrote all 400 tokens in 0.12 s exited 0 before the signal.)
+
+    It cannot pass if the generation finished before the signal: the run would then end with "stop: length",
+    all 400 tokens and exit code 0 (a signal to a finished process changes nothing), and each of the three
+    asserts below fails. The 1 s pause before the signal makes that visible: the whole run takes about 0.2 s
+    here, so without the wait in the wrapper it would be over by then.
+    """
+    import re
+
+    wrapper = (
+        "import sys, time\n"
+        "from edge_specdec.cli import main\n"
+        "class FirstTextWaits:\n"
+        "    def __init__(self, real):\n"
+        "        self.real, self.waited = real, False\n"
+        "    def write(self, text):\n"
+        "        n = self.real.write(text)\n"
+        "        self.real.flush()\n"
+        "        if text and not self.waited:\n"
+        "            self.waited = True\n"
+        "            time.sleep(120)  # the test's SIGINT ends this with KeyboardInterrupt\n"
+        "        return n\n"
+        "    def __getattr__(self, name):\n"
+        "        return getattr(self.real, name)\n"
+        "sys.stdout = FirstTextWaits(sys.stdout)\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", wrapper, "run", str(bundle_dir(*SAME_VOCAB)), "--prompt",
                              "def f(x):", "--max-new-tokens", "400", "--ignore-eos", "--algorithm", "none"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off"})
-    first = proc.stdout.read(1)  # generation has started
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        first = proc.stdout.read(1)  # generation has started, and now waits in the wrapper's write
+        time.sleep(1.0)  # longer than the whole run takes here: a finished run would fail the asserts
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert first and proc.returncode == 130, err
     assert "stop: interrupted" in err and "Traceback" not in err
+    stats = re.search(r"^\[none\] (\d+) tokens in .*; stop: interrupted$", err, re.MULTILINE)
+    assert stats and int(stats.group(1)) < 400, err  # the statistics line, for the tokens written before Ctrl-C
