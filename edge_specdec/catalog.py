@@ -1,4 +1,5 @@
-"""The catalog of known-good pairs (models/pairs.json): `edge-specdec pairs` and `edge-specdec export --pair`."""
+"""The catalog of known-good pairs (edge_specdec/data/pairs.json, package data): `edge-specdec pairs` and
+`edge-specdec export --pair`."""
 from __future__ import annotations
 
 import json
@@ -7,14 +8,14 @@ from typing import Any, Optional
 
 from .errors import EdgeSpecdecError
 
-CATALOG = Path(__file__).resolve().parent.parent / "models" / "pairs.json"
+CATALOG = Path(__file__).resolve().parent / "data" / "pairs.json"
 
 
 def load_catalog(path: Optional[Path] = None) -> dict[str, dict[str, Any]]:
     path = path or CATALOG
     if not path.exists():
-        raise EdgeSpecdecError(f"the pair catalog {path} is missing: it ships with the source checkout "
-                               f"(pip install -e .), or pass --target and --draft yourself.")
+        raise EdgeSpecdecError(f"the pair catalog {path} is missing: it ships inside the edge-specdec package "
+                               f"(reinstall it), or pass --target and --draft yourself.")
     return json.loads(path.read_text(encoding="utf-8"))["pairs"]
 
 

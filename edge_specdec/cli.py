@@ -7,6 +7,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import __version__
+from .demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY, run_defaults
 from .errors import EdgeSpecdecError
 
 EXPORT_EXAMPLES = """\
@@ -147,6 +148,7 @@ DRAFT_VOCAB_HELP = ("the draft computes logits only for its first N token ids an
 
 RUN_EXAMPLES = """\
 examples:
+  edge-specdec run --prompt "def parse_args("        # no bundle: the demo pair that ships with edge-specdec
   edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --max-new-tokens 64
   edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --compare   # + the target alone: speedup, identical?
   edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3 \
@@ -207,6 +209,7 @@ def _stats_line(result) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runtime import GenerationConfig, Pipeline
 
+    args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
     prompt = _read_prompt(args)
     if prompt is not None and not prompt.strip():
         raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
@@ -321,8 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("pairs", help="list known-good (target, draft) pairs for export --pair",
-                       description="The catalog of known-good pairs (models/pairs.json): sources, recommended "
-                                   "weight formats and devices, and what we measured.",
+                       description="The catalog of known-good pairs (edge_specdec/data/pairs.json): sources, "
+                                   "recommended weight formats and devices, and what we measured.",
                        epilog="example:\n  edge-specdec pairs\n  edge-specdec export --pair qwen-coder-1.5b+smollm2-135m",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print the catalog as JSON")
@@ -395,7 +398,9 @@ is checked against the target alone of its engine: the output must be identical.
                        description="Generate with the bundle's target, drafting with its draft model or prompt "
                                    "lookup. Text streams to stdout, statistics go to stderr.",
                        epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("bundle", metavar="BUNDLE", help="a bundle folder written by `edge-specdec export`")
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?",
+                   help="a bundle folder written by `edge-specdec export` (optional; default: the demo pair that "
+                        f"ships with edge-specdec, {DEMO_BUNDLE}, a 6.8M-parameter Python code model)")
     p.add_argument("--prompt", metavar="TEXT", help="the prompt; - reads it from stdin")
     p.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
@@ -419,8 +424,10 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
     p.add_argument("--seed", type=int, help="random seed for sampling")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
-                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off)")
+    p.add_argument("--repetition-penalty", type=float, metavar="R",
+                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off, "
+                        f"the default; the demo pair's default is {DEMO_REPETITION_PENALTY}, which keeps its tiny "
+                        "target from repeating itself)")
     p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     p.add_argument("--chat", action="store_true",

@@ -1,5 +1,5 @@
-"""Train the demo pair in models/demo/bundle: a small Qwen2 target and a much smaller Llama draft with
-DIFFERENT tokenizers, both trained here from scratch on the Python standard library's own source.
+"""Train the demo pair in edge_specdec/data/demo_bundle (package data): a small Qwen2 target and a much smaller
+Llama draft with DIFFERENT tokenizers, both trained here from scratch on the Python standard library's own source.
 
     python models/train_demo_pair.py                       # ~40 + ~10 + ~40 minutes on one thread, export, measure
     python models/train_demo_pair.py --target-minutes 0.5 --draft-minutes 0.3 --distill-minutes 0.2 \
@@ -518,8 +518,9 @@ def measure(bundle: Path, max_new_tokens: int, repeats: int, cpus: set[int] | No
     for prompt in PROMPTS:
         runs = []
         for _ in range(repeats):
+            # --repetition-penalty 1.0: the model's own speed, not the demo's default penalty (edge_specdec/demo.py)
             cmd = edge_specdec() + ["run", str(bundle), "--prompt", prompt, "--max-new-tokens", str(max_new_tokens),
-                                    "--compare", "--json"]
+                                    "--repetition-penalty", "1.0", "--compare", "--json"]
             runs.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                                   preexec_fn=pin).stdout))
         med = lambda get: round(statistics.median(get(r) for r in runs), 3)  # noqa: E731
@@ -541,7 +542,8 @@ def measure(bundle: Path, max_new_tokens: int, repeats: int, cpus: set[int] | No
                                                                         for r in rows), 3),
                "median_acceptance": round(statistics.median(r["acceptance"] for r in rows), 3),
                "all_identical_to_target_alone": all(r["identical_to_target_alone"] for r in rows)}
-    return {"command": f"edge-specdec run BUNDLE --prompt P --max-new-tokens {max_new_tokens} --compare --json",
+    return {"command": f"edge-specdec run BUNDLE --prompt P --max-new-tokens {max_new_tokens} --repetition-penalty 1.0 "
+                       f"--compare --json",
             "max_new_tokens": max_new_tokens, "repeats_per_prompt": repeats,
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, shared with other work (noisy)",
             "cpu_affinity": sorted(cpus) if cpus else "unrestricted", "rows": rows, "summary": summary}
@@ -605,7 +607,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "edge-specdec" / "demo-train",
                     help="work folder for the tokenizers and Hugging Face models (default %(default)s)")
-    ap.add_argument("--bundle", type=Path, default=REPO / "models" / "demo" / "bundle")
+    ap.add_argument("--bundle", type=Path, default=REPO / "edge_specdec" / "data" / "demo_bundle",
+                    help="the bundle to write (default: the demo that ships inside the package, %(default)s)")
     ap.add_argument("--facts", type=Path, default=REPO / "models" / "demo" / "training.json")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target-minutes", type=float, default=40.0)
