@@ -146,7 +146,7 @@ def test_sampling_test_catches_a_broken_variant(hetero, algorithm, monkeypatch):
 
     def accept_everything(rows, proposal, config, rng, context):
         from edge_specdec.runtime.sampling import distribution, sample
-        return len(proposal.tokens), sample(distribution(rows[-1], config), rng)
+        return len(proposal.tokens), sample(distribution(rows[-1], config), rng), rows
 
     sampling = SLRS_SAMPLING if algorithm == "slrs" else {"temperature": 0.3, "top_k": 40, "top_p": 0.95}
     base = first_tokens(hetero, "none", range(N_SAMPLES), sampling)

@@ -163,7 +163,7 @@ def test_sampling_test_catches_a_broken_acceptance_rule(pipe, monkeypatch):
 
     def accept_everything(rows, proposal, config, rng, context):
         from edge_specdec.runtime.sampling import distribution, sample
-        return len(proposal.tokens), sample(distribution(rows[-1], config), rng)
+        return len(proposal.tokens), sample(distribution(rows[-1], config), rng), rows
 
     base = first_tokens(pipe, "none", range(N_SAMPLES), SAMPLING)
     monkeypatch.setattr(gen, "verify", accept_everything)

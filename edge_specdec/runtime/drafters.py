@@ -67,12 +67,13 @@ class DraftModelDrafter:
     """
 
     def __init__(self, session: ModelSession, config: GenerationConfig, rng: np.random.Generator,
-                 confidence: float = 0.0):
+                 confidence: float = 0.0, width: Optional[int] = None):
         self.session, self.config, self.rng, self.confidence = session, config, rng, confidence
+        self.width = width  # the target's number of logits, which may differ from the draft's (padding)
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         proposal = Proposal([], None if self.config.greedy else [])
-        row = sync_and_feed(self.session, sequence, [])[-1]
+        row = to_width(sync_and_feed(self.session, sequence, [])[-1], self.width)
         for i in range(k):
             if self.config.repetition_penalty != 1.0:
                 row = penalize(row[None], self.config, sequence + proposal.tokens, [])[0]
@@ -83,8 +84,19 @@ class DraftModelDrafter:
             proposal.tokens.append(token)
             if i + 1 == k or unsure(row, q, self.confidence):
                 break
-            row = self.session.feed([token])[-1]
+            row = to_width(self.session.feed([token])[-1], self.width)
         return proposal
+
+
+def to_width(row: np.ndarray, width: Optional[int]) -> np.ndarray:
+    """A same-vocabulary draft's logits over the target's `width` logits: the ids only the draft has are dropped
+    (so never drafted), the ids only the target has get -inf (no draft probability). Vocabularies padded to
+    different sizes (Qwen2.5-7B: 152064 logits, Qwen2.5-0.5B: 151936) share every real token."""
+    if width is None or len(row) == width:
+        return row
+    if len(row) > width:
+        return row[:width]
+    return np.concatenate([row, np.full(width - len(row), -np.inf, dtype=row.dtype)])
 
 
 def unsure(row: np.ndarray, q: Optional[np.ndarray], confidence: float) -> bool:
@@ -163,17 +175,25 @@ class DraftLength:
     line). When no k beats the target alone, k is 0, with a probe of k = 1 every 8 rounds.
     """
 
-    def __init__(self, k: int = 5, policy: str = "fixed", k_max: int = 12):
+    def __init__(self, k: int = 5, policy: str = "fixed", k_max: int = 12,
+                 prices: Optional[tuple[float, float, float]] = None):
         if policy not in DRAFT_POLICIES:
             raise ValueError(f"unknown draft policy {policy!r}: choose one of {', '.join(DRAFT_POLICIES)}")
         self.k = self.k0 = k
         self.policy, self.k_max = policy, k_max
+        # prices: (draft seconds per token, target seconds for one token, extra target seconds per token), used
+        # instead of the rounds' clocks, so that the lengths follow the acceptance alone (a seeded sampled run
+        # then draws the same numbers in the same rounds however fast the machine is)
+        self.prices = prices
         self.accepted = self.rejections = 0.0      # decayed counts for the acceptance rate
         self.draft_s = self.drafted = 0.0          # decayed draft seconds and tokens
         self.blocks: dict[int, float] = {}         # block size -> smoothed target seconds
         self.rounds = self.idle = 0
 
     def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+        if self.prices:
+            draft_token, target_one, per_token = self.prices
+            draft_seconds, target_seconds = draft_token * proposed, target_one + per_token * proposed
         if self.policy == "schedule" and proposed:
             self.k = min(self.k_max, self.k + 2) if accepted == proposed else max(1, self.k - 1)
         elif self.policy == "cost":

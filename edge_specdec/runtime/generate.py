@@ -1,6 +1,7 @@
 """The decode loop: draft, verify in one target pass, keep the agreed prefix plus one target token."""
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -9,7 +10,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .drafters import Drafter, DraftLength, Proposal, sync_and_feed
-from .sampling import GenerationConfig
+from .sampling import GenerationConfig, TokenLogprob, token_logprobs
 from .session import ContextOverflowError, ModelSession
 from .text import TextStream
 from .verify import verify
@@ -58,25 +59,35 @@ class Stats:
 
 @dataclass
 class Result:
+    """What generate() returns.
+
+    exact: the tokens (and logprobs) are bit-identical to what the target alone computes on this pipeline. False
+    only when the target's session cannot promise it (a masked KV rollback, or a device that failed the
+    block-invariance check): then a near-tie can flip a token. logprobs: one TokenLogprob per token when the
+    config asked for them (GenerationConfig.logprobs / top_logprobs), else None.
+    """
     text: str
     token_ids: list[int]
     stats: Stats
     stop_reason: str = "length"
     extra: dict = field(default_factory=dict)
+    exact: bool = True
+    logprobs: Optional[list[TokenLogprob]] = None
 
 
 def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConfig, stream: TextStream,
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
-             concurrent: bool = False) -> Result:
+             concurrent: bool = False, cancel: Optional[threading.Event] = None) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     concurrent: while the target verifies a proposal, the drafter already drafts the next round as if every
     token were accepted and its own guess of the target's next token were right; that proposal is used only if
     both hold, and dropped otherwise (any proposal is lossless, so this changes speed, never the output).
-    on_text receives each piece of text as soon as it is final; if it returns True, generation stops
-    (stop_reason "stopped"). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason
-    "interrupted".
+    on_text receives each piece of text as soon as it is final and cannot be part of a stop string; if it
+    returns True, generation stops (stop_reason "stopped"), and so it does when `cancel` is set (checked every
+    round). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
+    A drafter whose model runs out of context stops drafting: the target alone finishes the run.
     """
     config.validate()
     if target.max_context is not None and len(prompt_ids) + config.max_new_tokens > target.max_context:
@@ -85,6 +96,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             f"target's context of {target.max_context} tokens: shorten the prompt or lower max_new_tokens.")
     rng = rng or np.random.default_rng(config.seed)
     stats, seq, output, reason = Stats(), list(prompt_ids), Output(config, stream, on_text), "length"
+    exact = target.block_invariant or drafter is None
     pool = ThreadPoolExecutor(1, thread_name_prefix="target") if concurrent and drafter else None
     ready: Optional[Proposal] = None  # drafted during the previous target pass
     start = time.perf_counter()
@@ -96,15 +108,18 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             k = min(draft_length.k, output.room - 1) if drafter and draft_length else 0  # 0: the target alone
             # at most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with
             # more: a target with fixed blocks of k + 1 then keeps its shape (a change costs the demo a step)
-            proposal = (ready if ready and ready.tokens else drafter.propose(seq, k)).head(k) if k > 0 else Proposal()
+            proposal = (ready if ready and ready.tokens else propose(drafter, seq, k)) if k > 0 else Proposal()
+            if proposal is None:  # the draft's context is full: the target alone finishes the run
+                drafter, proposal = None, Proposal()
+            proposal = proposal.head(k)
             t1 = time.perf_counter()
-            if pool and k > 0:  # the target verifies in a worker thread while the draft drafts ahead
+            if pool and drafter and k > 0:  # the target verifies in a worker thread while the draft drafts ahead
                 job = pool.submit(sync_and_feed, target, seq, proposal.tokens)
-                ahead = drafter.propose(seq + proposal.tokens, k + 1)
+                ahead = propose(drafter, seq + proposal.tokens, k + 1)
                 rows = job.result()
             else:
                 ahead, rows = None, sync_and_feed(target, seq, proposal.tokens)  # one pass over the proposal
-            n, nxt = verify(rows, proposal, config, rng, seq)
+            n, nxt, decided = verify(rows, proposal, config, rng, seq)
             target.rollback(len(proposal.tokens) - n)
             t2 = time.perf_counter()
             taken = proposal.tokens[:n] + [nxt]
@@ -114,7 +129,10 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
                 draft_length.update(n, len(proposal.tokens), t1 - t0, t2 - t1)
             stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1)
             stats.first_token_seconds = stats.first_token_seconds or time.perf_counter() - start
-            reason = output.add(taken, seq)
+            logprobs = token_logprobs(decided, taken, config) if config.wants_logprobs else None
+            reason = output.add(taken, seq, logprobs)
+            if cancel is not None and cancel.is_set() and reason == "length":
+                reason = "stopped"
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
@@ -122,40 +140,73 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             pool.shutdown(wait=True)
     stats.new_tokens = len(output.tokens)
     stats.seconds = time.perf_counter() - start
-    return Result(output.finish(reason), output.tokens, stats, reason)
+    return Result(output.finish(reason), output.tokens, stats, reason, exact=exact,
+                  logprobs=output.logprobs if config.wants_logprobs else None)
+
+
+def propose(drafter: Drafter, sequence: list[int], k: int) -> Optional[Proposal]:
+    """The drafter's proposal, or None when its model has no room left for the sequence: a draft's context
+    (or its tokenizer's spelling of the same text) may be shorter than the target's, and must not fail a run."""
+    try:
+        return drafter.propose(sequence, k)
+    except ContextOverflowError:
+        return None
 
 
 class Output:
-    """The generated tokens and their text: stops at EOS, a stop string, the token budget or the callback."""
+    """The generated tokens and their text: stops at EOS, a stop string, the token budget or the callback.
+
+    Text reaches on_text only once it cannot be the start of a stop string, and never past one, so the streamed
+    text always equals the result's text."""
 
     def __init__(self, config: GenerationConfig, stream: TextStream, on_text: Optional[Callable[[str], Any]]):
         self.config, self.stream, self.on_text = config, stream, on_text
         self.eos = set() if config.ignore_eos else set(config.eos_token_ids or [])
         self.tokens: list[int] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.sent = 0  # characters of the text handed to on_text
 
     @property
     def room(self) -> int:
         return self.config.max_new_tokens - len(self.tokens)
 
-    def add(self, tokens: list[int], seq: list[int]) -> str:
+    def add(self, tokens: list[int], seq: list[int], logprobs: Optional[list[TokenLogprob]] = None) -> str:
         """Append tokens (to seq too) up to the first stop; return why it stopped, or "length" to go on."""
-        for token in tokens[:self.room]:
+        for i, token in enumerate(tokens[:self.room]):
             seq.append(token)
             self.tokens.append(token)
+            if logprobs:
+                self.logprobs.append(logprobs[i])
             if token in self.eos:
                 return "eos"
-            text = self.stream.push([token])
-            if self.on_text and text and self.on_text(text) is True:  # the callback asked to stop
-                return "stopped"
-            if self.config.stop_strings and any(s in self.stream.text for s in self.config.stop_strings):
+            self.stream.push([token])
+            cut = self.stop_at()
+            if cut is not None:
+                self.send(cut)
                 return "stop_string"
+            if self.send(len(self.stream.text) - self.held_back()):  # the callback asked to stop
+                return "stopped"
         return "length"
 
-    def finish(self, reason: str) -> str:
-        tail = self.stream.finish()
-        if self.on_text and tail:
-            self.on_text(tail)
+    def stop_at(self) -> Optional[int]:
+        """Where the first stop string in the text starts, if there is one."""
+        found = [i for i in (self.stream.text.find(s) for s in self.config.stop_strings if s) if i >= 0]
+        return min(found) if found else None
+
+    def held_back(self) -> int:
+        """The length of the longest end of the text that a stop string starts with: not final yet."""
         text = self.stream.text
-        if reason == "stop_string":
-            text = text[:min(text.find(s) for s in self.config.stop_strings if s in text)]
+        return max((n for s in self.config.stop_strings for n in range(min(len(s) - 1, len(text)), 0, -1)
+                    if text.endswith(s[:n])), default=0)
+
+    def send(self, end: int) -> bool:
+        """Hand the text up to `end` to on_text; True if the callback asked to stop."""
+        piece, self.sent = self.stream.text[self.sent:end], max(self.sent, end)
+        return bool(self.on_text and piece and self.on_text(piece) is True)
+
+    def finish(self, reason: str) -> str:
+        self.stream.finish()
+        cut = self.stop_at()
+        text = self.stream.text if cut is None else self.stream.text[:cut]
+        self.send(len(text))
         return text

@@ -69,7 +69,13 @@ class Pipeline:
     GPU or the NPU, the target on the CPU or a discrete GPU). An absent device is an error unless
     allow_fallback, then it falls back to the CPU. `placement.describe()` says what runs where and why.
     cache_dir: OpenVINO's compiled-model cache (None: $EDGE_SPECDEC_CACHE_DIR or ~/.cache/edge-specdec/ov-cache;
-    "off" disables it). concurrent: run the draft while the target verifies (default: when they sit on different
+    "off" disables it). verify: the bundle's sha256 checksums (sizes are always checked). None (default): the files
+    not verified on this machine since they last changed, so every file the first time, then only a file whose size
+    or mtime changed; a later load of an unchanged bundle costs only stat() calls. What was verified is remembered
+    below cache_dir (with it "off" or unwritable: every file at every load). True: every file at every load.
+    False: none, sizes only (the former default). A changed file is refused (BundleError) with the words of
+    `edge-specdec info`; a Bundle object passed in is used as loaded.
+    concurrent: run the draft while the target verifies (default: when they sit on different
     devices). precision / kv_rollback: see `open_session`. draft_vocab: the draft computes logits only for its
     first draft_vocab token ids plus its special tokens, so it can propose only those (default 65536; 0: its
     whole vocabulary). threads: OpenVINO CPU threads per model (None: one for a model under SMALL_MODEL_BYTES,
@@ -87,7 +93,7 @@ class Pipeline:
     """
 
     def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "AUTO", draft_device: str = "AUTO",
-                 verify: bool = False, precision: str = "dq", kv_rollback: Optional[str] = None,
+                 verify: Optional[bool] = None, precision: str = "dq", kv_rollback: Optional[str] = None,
                  allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
                  draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
@@ -96,7 +102,8 @@ class Pipeline:
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
                                    f"not {draft_vocab}.")
-        self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle, verify=verify)
+        self.bundle = (bundle if isinstance(bundle, Bundle)
+                       else load_bundle(bundle, verify=verify, cache_dir=cache_dir))
         self._core = core = core or ov.Core()
         target, draft = self.bundle.target, self.bundle.draft
         self.placement = place(list_devices(core), target_device, draft_device if draft else None, allow_fallback)
@@ -159,7 +166,7 @@ class Pipeline:
     def _drafter(self, name: str, prompt: Union[str, list[int]], prompt_ids: list[int], config: GenerationConfig,
                  rng: np.random.Generator, confidence: float) -> Optional[Drafter]:
         if name == "standard":
-            return DraftModelDrafter(self.draft, config, rng, confidence)
+            return DraftModelDrafter(self.draft, config, rng, confidence, width=self.target.vocab_size)
         if name == "prompt-lookup":
             return PromptLookupDrafter()
         if name not in HETEROGENEOUS:
@@ -192,7 +199,8 @@ class Pipeline:
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                  algorithm: str = "auto", num_assistant_tokens: Optional[int] = None, draft_policy: str = "fixed",
                  confidence: Optional[float] = None, lookup: Optional[bool] = None,
-                 on_text: Optional[Callable[[str], Optional[bool]]] = None) -> Result:
+                 on_text: Optional[Callable[[str], Optional[bool]]] = None,
+                 cancel: Optional[threading.Event] = None) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
         num_assistant_tokens: the most tokens drafted per round (the first length, for the adaptive policies;
@@ -202,7 +210,9 @@ class Pipeline:
         maximizes measured tokens per second; see DraftLength). lookup: a draft model's round first looks for
         the next tokens in the prompt and the output, and proposes them when found, without running the draft
         (see LookupFirst; default True). on_text receives the text as it becomes final; returning True from it
-        stops generation.
+        stops generation, and so does setting `cancel` (checked every round, from any thread).
+        A seeded sampled run reproduces with every policy: the cost policy then prices its rounds from the
+        models' weight sizes instead of the clock (see `weight_prices`).
         """
         with self._lock:  # the KV caches and the tokenizer's request serve one call at a time
             config = config or GenerationConfig()
@@ -228,9 +238,11 @@ class Pipeline:
             model_drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
             use_lookup = LOOKUP_FIRST if lookup is None else lookup
             drafter = LookupFirst(model_drafter) if use_lookup and name in NEEDS_DRAFT else model_drafter
-            result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter,
-                              DraftLength(num_assistant_tokens, draft_policy), rng, on_text,
-                              concurrent=self.concurrent and drafter is not None and name != "prompt-lookup")
+            seeded = config.seed is not None and not config.greedy and draft_policy == "cost"
+            length = DraftLength(num_assistant_tokens, draft_policy, prices=self.weight_prices(name) if seeded else None)
+            result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter, length,
+                              rng, on_text, concurrent=self.concurrent and drafter is not None and name != "prompt-lookup",
+                              cancel=cancel)
         result.extra["algorithm"] = name
         if isinstance(drafter, LookupFirst):
             result.extra["lookup_rounds"] = drafter.lookup_rounds
@@ -238,6 +250,14 @@ class Pipeline:
             result.extra["slrs_rounds"] = {"exact": model_drafter.rounds_exact,
                                            "slem_fallback": model_drafter.rounds_fallback}
         return result
+
+    def weight_prices(self, algorithm: str) -> tuple[float, float, float]:
+        """Round prices for the cost policy that do not depend on the clock: the target's step is one unit, each
+        more token in its block a tenth of one, and a drafted token the draft's share of the target's weight
+        bytes (a step of a small model reads its weights once); prompt lookup drafts for free."""
+        draft = self.bundle.draft if algorithm in NEEDS_DRAFT else None
+        share = weight_bytes(draft) / weight_bytes(self.bundle.target) if draft else 0.0
+        return share, 1.0, 0.1
 
     def _prepare_blocks(self, k: int, drafting: bool) -> None:
         """How each paged model runs its short blocks in this call (k: the draft length, 0 for the target alone).
@@ -293,37 +313,47 @@ def draft_output_ids(tokens: TokenBytes, draft_vocab: int) -> Optional[np.ndarra
 
 
 class TextIterator:
-    """Runs one generate() call in a background thread and hands its text pieces over as an iterator."""
+    """Runs one generate() call in a background thread and hands its text pieces over as an iterator.
+
+    The thread holds only the queue and the cancel event, not the iterator: an iterator that is dropped
+    (abandoned before its end, or never iterated) cancels its generation within a round."""
 
     def __init__(self, pipe: Pipeline, prompt, config, options):
-        self.result: Optional[Result] = None
         self._pieces: "queue.Queue" = queue.Queue()
-        self._stop = threading.Event()
-        self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, args=(pipe, prompt, config, options), daemon=True)
+        self._cancel = threading.Event()
+        self._outcome: dict = {}  # "result" or "error", set by the thread
+        self._thread = threading.Thread(target=_stream_worker, daemon=True,
+                                        args=(pipe, prompt, config, options, self._pieces, self._cancel,
+                                              self._outcome))
         self._thread.start()
 
-    def _run(self, pipe, prompt, config, options) -> None:
-        def on_text(text: str) -> bool:
-            self._pieces.put(text)
-            return self._stop.is_set()
-        try:
-            self.result = pipe.generate(prompt, config, on_text=on_text, **options)
-        except BaseException as exc:  # handed to the consumer's thread
-            self._error = exc
-        finally:
-            self._pieces.put(None)
+    @property
+    def result(self) -> Optional[Result]:
+        return self._outcome.get("result")
 
     def __iter__(self) -> Iterator[str]:
         try:
-            while not self._stop.is_set() and (piece := self._pieces.get()) is not None:
+            while not self._cancel.is_set() and (piece := self._pieces.get()) is not None:
                 yield piece
         finally:
             self.close()
-        if self._error is not None:
-            raise self._error
+        if "error" in self._outcome:
+            raise self._outcome["error"]
 
     def close(self) -> None:
         """Stop generating (if still running) and wait for the background thread; .result then holds the text."""
-        self._stop.set()
+        self._cancel.set()
         self._thread.join()
+
+    def __del__(self) -> None:
+        self._cancel.set()
+
+
+def _stream_worker(pipe: Pipeline, prompt, config, options, pieces: "queue.Queue", cancel: threading.Event,
+                   outcome: dict) -> None:
+    try:
+        outcome["result"] = pipe.generate(prompt, config, on_text=pieces.put, cancel=cancel, **options)
+    except BaseException as exc:  # handed to the consumer's thread
+        outcome["error"] = exc
+    finally:
+        pieces.put(None)

@@ -9,6 +9,9 @@ import numpy as np
 from ..errors import EdgeSpecdecError
 
 
+MAX_TOP_LOGPROBS = 20  # as in OpenAI's API
+
+
 @dataclass
 class GenerationConfig:
     """The options users know from Hugging Face and OpenVINO GenAI.
@@ -17,6 +20,9 @@ class GenerationConfig:
     takes the bundle's; stop_strings end generation once the text contains one of them (the text is cut
     before it). repetition_penalty (1.0 = off) works as in Hugging Face: the logit of every token already in
     the prompt or the output is divided by it when positive, multiplied when negative.
+    logprobs: put on the result the target's log-probability of each output token, from the logits that decided
+    it (after the repetition penalty and the temperature, before top-k and top-p); top_logprobs (at most
+    MAX_TOP_LOGPROBS) adds that many most likely tokens per position and implies logprobs.
     """
     max_new_tokens: int = 128
     temperature: float = 0.0
@@ -27,6 +33,8 @@ class GenerationConfig:
     stop_strings: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     repetition_penalty: float = 1.0
+    logprobs: bool = False
+    top_logprobs: int = 0
 
     @property
     def greedy(self) -> bool:
@@ -44,7 +52,14 @@ class GenerationConfig:
         if self.repetition_penalty <= 0:
             raise EdgeSpecdecError(f"repetition_penalty must be > 0 (got {self.repetition_penalty}); 1.0 switches "
                                    f"it off.")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise EdgeSpecdecError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (got "
+                                   f"{self.top_logprobs}).")
         return self
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs or self.top_logprobs > 0
 
 
 def penalize(rows: np.ndarray, config: GenerationConfig, context: list[int], block: list[int]) -> np.ndarray:
@@ -90,3 +105,31 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
     """One draw from a probability vector (inverse CDF; robust to rounding)."""
     cdf = np.cumsum(p)
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(p) - 1))
+
+
+@dataclass
+class TokenLogprob:
+    """One output token with the target's log-probability of it, and the most likely tokens at its position
+    (token id, log-probability; most likely first)."""
+    token: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+def token_logprobs(rows: np.ndarray, tokens: list[int], config: GenerationConfig) -> list[TokenLogprob]:
+    """The log-probabilities of tokens[i] under rows[i] (penalized logits), at the config's temperature.
+
+    Each row is reduced on its own in float64, so equal logits bits give equal logprob bits, whichever
+    algorithm produced the row."""
+    out = []
+    for row, token in zip(rows, tokens):
+        x = np.asarray(row, dtype=np.float64) / (config.temperature or 1.0)
+        top = x.max()
+        logp = x - (top + np.log(np.exp(x - top).sum()))
+        best = []
+        if config.top_logprobs:
+            ids = np.argpartition(-logp, config.top_logprobs - 1)[:config.top_logprobs]
+            ids = sorted(ids.tolist(), key=lambda i: (-logp[i], i))
+            best = [(int(i), float(logp[i])) for i in ids]
+        out.append(TokenLogprob(int(token), float(logp[token]), best))
+    return out

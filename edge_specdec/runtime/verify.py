@@ -16,8 +16,10 @@ from .sampling import GenerationConfig, distribution, penalize, sample
 
 
 def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: np.random.Generator,
-           context: list[int]) -> tuple[int, int]:
-    """rows: target logits, len(proposal.tokens) + 1 of them, following context. Returns (accepted, next token)."""
+           context: list[int]) -> tuple[int, int, np.ndarray]:
+    """rows: target logits, len(proposal.tokens) + 1 of them, following context.
+
+    Returns (accepted, next token, the rows after the repetition penalty): row i decided output token i."""
     tokens = proposal.tokens
     rows = penalize(rows, config, context, tokens)
     if config.greedy:
@@ -25,10 +27,13 @@ def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: 
         n = 0
         while n < len(tokens) and tokens[n] == choice[n]:
             n += 1
-        return n, int(choice[n])
+        return n, int(choice[n]), rows
     p = distribution(rows, config)
     for i, x in enumerate(tokens):
         q = None if proposal.q is None else proposal.q[i]
+        if q is not None and len(q) != p.shape[-1]:
+            raise ValueError(f"a draft distribution over {len(q)} tokens for a target of {p.shape[-1]}: the "
+                             f"drafter must give q over the target's logits")
         q_x = 1.0 if q is None else q[x]
         if rng.random() * q_x < p[i, x]:  # accept with probability min(1, p/q)
             continue
@@ -39,5 +44,5 @@ def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: 
             residual = np.maximum(p[i] - q, 0.0)
         if residual.sum() <= 0.0:  # p == q up to rounding: any draw from p is exact
             residual = p[i]
-        return i, sample(residual, rng)
-    return len(tokens), sample(p[len(tokens)], rng)
+        return i, sample(residual, rng), rows
+    return len(tokens), sample(p[len(tokens)], rng), rows
