@@ -123,6 +123,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     _apply_pair(args)
 
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else None
+    if args.check_only:  # every check export runs before converting, and no conversion; nothing is written
+        from .export import check_export
+        summary = check_export(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
+                               draft_weights=_weights(args, "draft"), force=args.force,
+                               allow_larger_draft=args.allow_larger_draft, progress=progress)
+        for role, info in summary.items():
+            print(f"{role}: {info['source']['given']}: {info['model_type']} ({', '.join(info['architectures'])}), "
+                  f"{info['num_parameters'] / 1e6:.1f}M parameters, tokenizer {info['tokenizer']}: ok")
+        return 0
     export_bundle(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
                   draft_weights=_weights(args, "draft"), force=args.force,
                   allow_larger_draft=args.allow_larger_draft, progress=progress)
@@ -318,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="the bundle folder to write (with --pair: bundles/NAME)")
     p.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
     p.add_argument("--allow-larger-draft", action="store_true", help="export even if the draft is the larger model")
+    p.add_argument("--check-only", action="store_true",
+                   help="run the checks export runs before converting (architectures against the installed "
+                        "optimum-intel/transformers, tokenizers against openvino-tokenizers) and stop; writes nothing")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_weight_options(p, "target", "int4")
     _add_weight_options(p, "draft", "int8")

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import shutil
+import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
@@ -23,11 +24,12 @@ from .. import __version__
 from ..bundle import FORMAT_NAME, MANIFEST_FILE, MANIFEST_VERSION, VOCAB_MAP_FILE, file_records, read_manifest
 from ..errors import BundleError, ExportError
 from ..vocab_map import NO_TOKEN, VocabMap, build_vocab_map
-from .convert import WeightSettings, export_model, export_tokenizer, quiet_libraries
+from .checks import check_architecture, check_sources, folder_architecture, raise_problems
+from .convert import PARITY_STRINGS, WeightSettings, export_model, export_tokenizer, quiet_libraries
 from .sources import ResolvedSource, count_parameters, optional_json, read_config, resolve_source
 from .token_bytes import TokenTable, token_table
 
-__all__ = ["export_bundle", "WeightSettings"]
+__all__ = ["export_bundle", "check_export", "WeightSettings"]
 
 _TOOLS = ("openvino", "openvino-tokenizers", "optimum-intel", "optimum", "nncf", "transformers", "torch",
           "tokenizers", "numpy")
@@ -40,8 +42,11 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
                   progress: Optional[Callable[[str], None]] = None) -> Path:
     """Export target (and draft, unless None) into the bundle folder `out`; return its path.
 
-    The bundle is written into a temporary folder beside `out` and renamed into place only when complete, so
-    a failed or interrupted export leaves no half bundle and never damages an existing one.
+    Every check runs before the first model conversion (see check_export): a source that the installed
+    optimum-intel / transformers cannot export, or whose tokenizer openvino-tokenizers cannot reproduce, fails in
+    seconds, not after the other source's conversion. The bundle is written into a temporary folder beside `out`
+    and renamed into place only when complete, so a failed or interrupted export leaves no half bundle and never
+    damages an existing one.
     """
     say = _timed(progress)
     out = Path(out).expanduser().absolute()
@@ -50,6 +55,8 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
     if draft is not None:
         settings["draft"] = draft_weights.validate("draft")
     sources = {"target": target, "draft": draft}
+    with quiet_libraries():
+        checked = check_sources(sources, say)  # reads config.json / GGUF headers only: nothing is written yet
 
     token = uuid.uuid4().hex[:8]
     partial = out.parent / f".{out.name}.partial-{token}"
@@ -59,13 +66,7 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
         partial.mkdir()
         scratch.mkdir()
         with quiet_libraries():
-            resolved = {role: resolve_source(src, scratch, role, say) for role, src in sources.items() if src}
-            params = {role: count_parameters(r.folder) for role, r in resolved.items()}
-            if "draft" in params and params["draft"] > params["target"] and not allow_larger_draft:
-                raise ExportError(
-                    f"the draft ({params['draft'] / 1e6:.1f}M parameters) is larger than the target "
-                    f"({params['target'] / 1e6:.1f}M): did you swap --target and --draft? The target is the large model "
-                    "whose output you want; the draft is the small, fast one. Pass --allow-larger-draft to export anyway.")
+            resolved, params = _resolve_and_check(sources, checked, partial, scratch, allow_larger_draft, say)
             entries, tables = {}, {}
             for role in resolved:
                 src = resolved[role]
@@ -75,8 +76,6 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
                 role_scratch.mkdir()
                 stats = export_model(src.folder, partial / role, settings[role], role_scratch, say)
                 shutil.rmtree(role_scratch, ignore_errors=True)
-                say(f"[{role}] converting the tokenizer with openvino-tokenizers")
-                export_tokenizer(src.folder, partial / role, src.given)
                 tables[role] = token_table(src.folder)
                 entries[role] = _model_entry(src, partial / role, settings[role], stats, params[role], tables[role])
         say("computing the vocabulary map")
@@ -103,6 +102,77 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
         shutil.rmtree(scratch, ignore_errors=True)
     say(f"bundle written to {out}")
     return out
+
+
+def check_export(target: str, draft: Optional[str], out: Optional[str | Path] = None, *,
+                 target_weights: WeightSettings = WeightSettings("int4"),
+                 draft_weights: WeightSettings = WeightSettings("int8"),
+                 force: bool = False, allow_larger_draft: bool = False,
+                 progress: Optional[Callable[[str], None]] = None) -> dict[str, dict[str, Any]]:
+    """Run every check export_bundle() runs before converting a model, and convert nothing; return a summary.
+
+    Checks: the --out folder (if given) and the weight settings; each source's architecture against the installed
+    optimum-intel and transformers; the larger-draft guard; each tokenizer converted by openvino-tokenizers and
+    compared with the Hugging Face tokenizer. Work files (a dequantized .gguf, the trial tokenizer IRs) go to a
+    temporary folder that is removed; nothing is written beside `out`. Raises ExportError on the first failure.
+    """
+    say = _timed(progress)
+    if out is not None:
+        _check_output(Path(out).expanduser().absolute(), force)
+    target_weights.validate("target")
+    if draft is not None:
+        draft_weights.validate("draft")
+    sources = {"target": target, "draft": draft}
+    with quiet_libraries():
+        checked = check_sources(sources, say)
+    with tempfile.TemporaryDirectory(prefix="edge-specdec-check-") as tmp:
+        partial, scratch = Path(tmp) / "bundle", Path(tmp) / "scratch"
+        partial.mkdir()
+        scratch.mkdir()
+        with quiet_libraries():
+            resolved, params = _resolve_and_check(sources, checked, partial, scratch, allow_larger_draft, say)
+            arch = {role: folder_architecture(src.folder) for role, src in resolved.items()}
+    say("all checks passed: the export would now convert the models")
+    return {role: {"source": src.describe(), "model_type": arch[role].model_type,
+                   "architectures": list(arch[role].architectures), "num_parameters": params[role],
+                   "tokenizer": f"converted by openvino-tokenizers, same ids as Hugging Face on "
+                                f"{len(PARITY_STRINGS)} strings"}
+            for role, src in resolved.items()}
+
+
+def _resolve_and_check(sources: dict[str, Optional[str]], checked: dict[str, Any], partial: Path, scratch: Path,
+                       allow_larger_draft: bool, say: Callable[[str], None]) -> tuple[dict[str, ResolvedSource],
+                                                                                  dict[str, int]]:
+    """Resolve the sources to local folders and run every check that needs them, before any model conversion.
+
+    - the architecture of a source not checked from its config.json before (a hub id whose config could not be
+      fetched alone, a .gguf file once transformers has read it);
+    - the draft is not the larger model (unless allowed);
+    - each tokenizer is converted by openvino-tokenizers into partial/ROLE and compared with the Hugging Face
+      tokenizer (seconds), so that a tokenizer openvino-tokenizers cannot reproduce stops the export before the
+      minutes a model conversion takes. The converted tokenizer IRs are the bundle's.
+    """
+    resolved = {role: resolve_source(src, scratch, role, say) for role, src in sources.items() if src}
+    problems = []
+    for role, src in resolved.items():
+        if role not in checked:
+            arch = folder_architecture(src.folder)
+            say(f"[{role}] checking {arch.describe()} from its config.json")
+            problem = check_architecture(arch, role, src.given)
+            if problem is not None:
+                problems.append(problem)
+    raise_problems(problems, written_nothing=False)
+    params = {role: count_parameters(r.folder) for role, r in resolved.items()}
+    if "draft" in params and params["draft"] > params["target"] and not allow_larger_draft:
+        raise ExportError(
+            f"the draft ({params['draft'] / 1e6:.1f}M parameters) is larger than the target "
+            f"({params['target'] / 1e6:.1f}M): did you swap --target and --draft? The target is the large model "
+            "whose output you want; the draft is the small, fast one. Pass --allow-larger-draft to export anyway.")
+    for role, src in resolved.items():
+        say(f"[{role}] converting the tokenizer with openvino-tokenizers and comparing it with Hugging Face's")
+        (partial / role).mkdir(exist_ok=True)
+        export_tokenizer(src.folder, partial / role, src.given)
+    return resolved, params
 
 
 def _timed(progress: Optional[Callable[[str], None]]) -> Callable[[str], None]:

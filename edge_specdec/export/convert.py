@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from ..errors import ExportError, MissingDependencyError
+from .checks import tokenizer_hints
 
 WEIGHT_FORMATS = ("int4", "int8", "fp16", "fp32")
 # Files copied from the source folder so that the runtime has the tokenizer, chat template and configs.
@@ -150,7 +151,7 @@ def export_model(source: Path, out: Path, settings: WeightSettings, scratch: Pat
         raise ExportError(f"optimum-intel could not convert {source} to OpenVINO ({type(exc).__name__}: {exc}). "
                           "Check that the architecture is supported by optimum-intel (Llama, Qwen2, Mistral, Phi, "
                           "GPT-2, ...).") from exc
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)  # may already hold the tokenizer IRs: export_bundle converts them first
     if settings.format in ("fp16", "fp32"):
         model = ov.Core().read_model(full / "openvino_model.xml")
         ov.save_model(model, out / "openvino_model.xml", compress_to_fp16=settings.format == "fp16")
@@ -215,13 +216,16 @@ def export_tokenizer(source: Path, out: Path, name: Optional[str] = None) -> Non
     except ImportError as exc:
         raise MissingDependencyError(f"tokenizer conversion needs openvino-tokenizers and transformers ({exc}): "
                                      "pip install 'edge-specdec[export]'.") from None
+    # Known openvino-tokenizers limitations found in tokenizer.json: they explain a failure below, if any.
+    hints = "".join(f" Known cause: {h}." for h in tokenizer_hints(source))
     hf = AutoTokenizer.from_pretrained(source)
     try:
         tokenizer, detokenizer = convert_tokenizer(hf, with_detokenizer=True, skip_special_tokens=True)
     except Exception as exc:
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         raise ExportError(f"openvino-tokenizers could not convert the tokenizer of {name} "
-                          f"({type(exc).__name__}: {exc}). The runtime needs it; a tokenizer.json with a supported "
-                          "pre-tokenizer is required.") from exc
+                          f"({type(exc).__name__}: {reason}). The runtime needs it; a tokenizer.json with a "
+                          f"supported pre-tokenizer is required.{hints}") from exc
     ov.save_model(tokenizer, out / "openvino_tokenizer.xml")
     ov.save_model(detokenizer, out / "openvino_detokenizer.xml")
     for fname in ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "openvino_detokenizer.xml",
@@ -237,4 +241,4 @@ def export_tokenizer(source: Path, out: Path, name: Optional[str] = None) -> Non
             raise ExportError(f"the OpenVINO tokenizer converted from {name} disagrees with its Hugging Face "
                               f"tokenizer on {text!r}: {got[:12]} vs {want[:12]}. The runtime would see other "
                               "tokens than the model was trained on. If the source is a .gguf file, export from "
-                              "the original Hugging Face folder instead.")
+                              f"the original Hugging Face folder instead.{hints}")
