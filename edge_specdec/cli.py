@@ -224,7 +224,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
-                              ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty)
+                              ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
+                              logprobs=args.logprobs is not None, top_logprobs=args.logprobs or 0)
     config.validate()
     pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device,
                     precision=args.precision, kv_rollback=args.kv_rollback, allow_fallback=args.allow_fallback,
@@ -254,19 +255,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
     stream = None if args.json else (lambda text: print(text, end="", flush=True))
     result = pipe.generate(prompt, config, on_text=stream, **options)
     baseline = pipe.generate(prompt, config, algorithm="none") if args.compare else None
+    if not result.exact:
+        _say("edge-specdec: warning: this run is exact only up to float noise (the target's session is not "
+             "block-invariant: --kv-rollback masked, or a device that failed the check); a near-tie can give "
+             "another token than the target alone. The default paged rollback on the CPU is bit-exact.")
     if args.json:
-        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stop_reason": result.stop_reason,
-                          "algorithm": result.extra["algorithm"], "placement": vars(pipe.placement),
-                          "stats": result.stats.as_dict(),
-                          **{key: result.extra[key] for key in ("lookup_rounds", "slrs_rounds") if key in result.extra},
+        pieces = pipe.vocab_map.target
+        print(json.dumps({**result.to_dict(lambda t: (pieces.piece(t) or b"").decode("utf-8", "replace")),
+                          "placement": vars(pipe.placement),
                           **({"compare": _comparison(result, baseline, config)} if baseline else {})},
                          ensure_ascii=False))
     else:
         print()
+        if result.logprobs is not None:
+            _say(_logprobs_lines(result, pipe.vocab_map.target))
         _say(_stats_line(result))
         if baseline:
             _say(_compare_line(_comparison(result, baseline, config), result.extra["algorithm"]))
     return 130 if result.stop_reason == "interrupted" else 0
+
+
+def _logprobs_lines(result, pieces) -> str:
+    """One line per output token: its text, its log-probability, and the best alternatives."""
+    def shown(token: int) -> str:
+        return repr((pieces.piece(token) or b"").decode("utf-8", "replace"))
+
+    return "\n".join(f"{shown(lp.token)} {lp.logprob:.4f}" + "".join(f"  {shown(t)} {v:.4f}" for t, v in lp.top)
+                     for lp in result.logprobs)
 
 
 def _comparison(result, baseline, config) -> dict:
@@ -471,7 +486,12 @@ is checked against the target alone of its engine: the output must be identical.
                    help="then run the target alone on the same prompt and print the speedup and whether the "
                         "output is identical (each side runs once untimed first, as in the benchmark: about four "
                         "times as long in all)")
-    p.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats (and compare)")
+    p.add_argument("--logprobs", nargs="?", type=int, const=0, metavar="N",
+                   help="report the target's log-probability of each output token (and the N most likely tokens "
+                        "at each position, N up to 20): one line per token on stderr, or 'logprobs' in --json. "
+                        "On a bit-exact session every algorithm gives the target alone's bits")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: text, token_ids, stop_reason, exact, stats (and logprobs, compare)")
     p.set_defaults(func=_cmd_run)
     return parser
 

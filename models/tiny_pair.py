@@ -89,14 +89,16 @@ def train_tokenizer(style: str, vocab_size: int, out_dir: Path) -> Path:
     return out_dir
 
 
-def build_model(arch: str, tokenizer_dir: Path, out_dir: Path, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
-    """A tiny random decoder of the given architecture over the tokenizer in tokenizer_dir."""
+def build_model(arch: str, tokenizer_dir: Path, out_dir: Path, seed: int = 0, hidden: int = 64, layers: int = 2,
+                vocab_pad: int = 0) -> Path:
+    """A tiny random decoder of the given architecture over the tokenizer in tokenizer_dir. vocab_pad: logits for
+    that many ids past the tokenizer's (as models padded to a round vocabulary size have)."""
     import torch
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    ids = dict(vocab_size=len(tok) + vocab_pad, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
     if arch == "llama":

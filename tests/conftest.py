@@ -21,6 +21,7 @@ MODELS = {
     "gpt2-prefixspace": ("gpt2", "prefixspace", 32, 3),        # prefix-space tokenizer draft
     "llama-metaspace-large": ("llama", "metaspace", 64, 4),    # targets of the other tokenizer styles
     "gpt2-prefixspace-large": ("gpt2", "prefixspace", 64, 5),
+    "qwen2-bytelevel-padded": ("qwen2", "bytelevel", 32, 6, 4),  # same-vocabulary draft with 4 more logits
 }
 
 
@@ -54,8 +55,9 @@ def model_dir(workdir, tokenizer_dir):
 
     def get(name: str) -> Path:
         if name not in cache:
-            arch, style, hidden, seed = MODELS[name]
-            cache[name] = build_model(arch, tokenizer_dir(style), workdir / f"model-{name}", seed=seed, hidden=hidden)
+            arch, style, hidden, seed, *pad = MODELS[name]
+            cache[name] = build_model(arch, tokenizer_dir(style), workdir / f"model-{name}", seed=seed, hidden=hidden,
+                                      vocab_pad=pad[0] if pad else 0)
         return cache[name]
     return get
 

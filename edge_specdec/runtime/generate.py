@@ -74,6 +74,19 @@ class Result:
     exact: bool = True
     logprobs: Optional[list[TokenLogprob]] = None
 
+    def to_dict(self, token_text: Optional[Callable[[int], str]] = None) -> dict:
+        """The result as JSON-ready data (what `edge-specdec run --json` prints); token_text(id) adds each
+        logprob's token text."""
+        def entry(token: int, logprob: float) -> dict:
+            return {"token_id": token, **({"text": token_text(token)} if token_text else {}), "logprob": logprob}
+
+        out = {"text": self.text, "token_ids": self.token_ids, "stop_reason": self.stop_reason, "exact": self.exact,
+               **self.extra, "stats": self.stats.as_dict()}
+        if self.logprobs is not None:
+            out["logprobs"] = [{**entry(lp.token, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]}
+                               for lp in self.logprobs]
+        return out
+
 
 def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConfig, stream: TextStream,
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
