@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import ExportError, MissingDependencyError
 from .sources import _HUB_ID
+from .token_bytes import _walk
 
 TASK = "text-generation-with-past"  # the task export_model() passes to optimum-intel's main_export()
 
@@ -379,16 +380,6 @@ def tokenizer_hints(folder: Path) -> list[str]:
         if kind in ("UnicodeScripts", "CharDelimiterSplit"):
             hints.append(f"its {kind} pre-tokenizer is not supported by openvino-tokenizers")
     return hints
-
-
-def _walk(node: Any):
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _walk(value)
 
 
 def _print_supported() -> None:  # pragma: no cover - a helper for docs/export.md
