@@ -379,13 +379,15 @@ def test_confidence_out_of_range_is_a_clear_error(pipe):
 def test_a_proposal_longer_than_k_is_cut_to_k(pipe, monkeypatch):
     """A drafter may spell k draft tokens with more target tokens (SLEM does): the target still verifies at
     most k of them, so its block never outgrows k + 1, and the output stays the target's."""
-    import edge_specdec.runtime.pipeline as pipeline
+    import dataclasses
+    from edge_specdec.runtime.algorithms import REGISTRY
     from edge_specdec.runtime.drafters import Proposal, PromptLookupDrafter
 
     class Greedy(PromptLookupDrafter):  # proposes 3k tokens of the prompt's text every round
         def propose(self, sequence, k):
             return Proposal((sequence[-1:] * 3 * k), None)
-    monkeypatch.setattr(pipeline, "PromptLookupDrafter", Greedy)
+    monkeypatch.setitem(REGISTRY, "prompt-lookup", dataclasses.replace(REGISTRY["prompt-lookup"],
+                                                                       drafter=lambda request: Greedy()))
     sizes: list[int] = []
     infer = pipe.target._infer
     monkeypatch.setattr(pipe.target, "_infer", lambda tokens, rows: sizes.append(len(tokens)) or infer(tokens, rows))

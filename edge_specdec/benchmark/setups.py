@@ -39,7 +39,6 @@ from ..errors import EdgeSpecdecError
 ENGINES = ("ours", "genai", "genai-ours", "hf")
 ENGINE_TITLES = {"ours": "edge-specdec", "genai": "OpenVINO GenAI (its default CPU properties)",
                  "genai-ours": "OpenVINO GenAI (our CPU properties)", "hf": "transformers fp32 (CPU)"}
-MODEL_ALGORITHMS = {"identical": ("standard",), "heterogeneous": ("slem", "tli"), "target-only": ()}
 
 
 @dataclass
@@ -124,12 +123,13 @@ def adaptive_policies() -> tuple[str, ...]:
 def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, concurrent: bool = False,
                     hf: bool = False, genai: bool = True) -> list[Spec]:
     """Every row this bundle allows, in report order; `default` marks those a run without --setups includes."""
+    from ..runtime.algorithms import benchmark_algorithms
     from ..runtime.pipeline import CONFIDENCE, DRAFT_TOKENS
 
     same = relation == "identical"
     k0 = min(ks)
     specs = [Spec("ours-none", "ours", "our Pipeline, the target alone")]
-    algorithms = list(MODEL_ALGORITHMS.get(relation, ())) + ["prompt-lookup"]
+    algorithms = benchmark_algorithms(relation)
     for prefix, is_concurrent in (("ours", False), ("ours-concurrent", True)):
         for alg in algorithms:
             if is_concurrent and alg == "prompt-lookup":  # nothing to draft ahead: no model drafts

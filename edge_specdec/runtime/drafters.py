@@ -34,6 +34,10 @@ class Proposal:
 class Drafter(Protocol):
     def propose(self, sequence: list[int], k: int) -> Proposal: ...
 
+    def stats(self) -> dict:
+        """What this drafter counted in its run, for Result.extra (empty when nothing of its own)."""
+        ...
+
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
@@ -70,6 +74,9 @@ class DraftModelDrafter:
                  confidence: float = 0.0, width: Optional[int] = None):
         self.session, self.config, self.rng, self.confidence = session, config, rng, confidence
         self.width = width  # the target's number of logits, which may differ from the draft's (padding)
+
+    def stats(self) -> dict:
+        return {}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         proposal = Proposal([], None if self.config.greedy else [])
@@ -116,6 +123,9 @@ class PromptLookupDrafter:
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
+    def stats(self) -> dict:
+        return {}
+
     def propose(self, sequence: list[int], k: int) -> Proposal:
         return self.find(sequence, k)[1]
 
@@ -152,6 +162,9 @@ class LookupFirst:
         self.model, self.min_tokens = model, min_tokens
         self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_rounds = 0
+
+    def stats(self) -> dict:
+        return {"lookup_rounds": self.lookup_rounds, **self.model.stats()}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         n, found = self.lookup.find(sequence, k)

@@ -95,6 +95,9 @@ class _TextDrafter:
         if draft_eos is not None:
             self.special[draft_eos] = False
 
+    def stats(self) -> dict:
+        return {}
+
     def without_specials(self, row: np.ndarray) -> np.ndarray:
         """The draft's logits with its special tokens other than EOS removed (never drafted)."""
         return np.where(self.special, -np.inf, row)
@@ -155,6 +158,9 @@ class TLIDrafter:
         self.target_size = len(vocab_map.target)  # one entry per target logit
         self.d2t = vocab_map.draft_to_target[:context.session.vocab_size]
         self.shared = self.d2t != NO_TOKEN
+
+    def stats(self) -> dict:
+        return {}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         row, pending = self.ctx.sync(sequence)

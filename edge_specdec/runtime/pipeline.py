@@ -26,20 +26,16 @@ import openvino as ov
 from ..bundle import Bundle, load_bundle
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
-from .drafters import DRAFT_POLICIES, Drafter, DraftLength, DraftModelDrafter, LookupFirst, PromptLookupDrafter
+from .algorithms import ALGORITHMS, REGISTRY, DraftRequest
+from .drafters import DRAFT_POLICIES, DraftLength, LookupFirst
 from .generate import Result, generate
-from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate
 from .devices import compile_config, list_devices, place, resolve_cache_dir
 from .session import cheapest_step, fixed_block_pays, open_session
-from .slrs import SLRSDrafter
-from .text import PromptTokenizer, TextStream, decode
+from .text import PromptTokenizer, TextStream
 
-ALGORITHMS = ("auto", "none", "standard", "prompt-lookup", "slem", "tli", "slrs")
-NEEDS_DRAFT = ("standard", "slem", "tli", "slrs")
-HETEROGENEOUS = ("slem", "tli", "slrs")
 # auto picks TLI for sampling when at least this share of the draft's vocabulary exists in the target's
 TLI_MIN_DRAFT_SHARE = 0.5
 # the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
@@ -148,9 +144,6 @@ class Pipeline:
             raise EdgeSpecdecError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
         vocabulary = self.bundle.vocabulary
         relation = vocabulary["relation"]
-        if algorithm in NEEDS_DRAFT and self.draft is None:
-            raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft model, but this bundle has only a "
-                                   f"target. Use prompt-lookup or none, or export the bundle with --draft.")
         if algorithm == "auto":
             if relation == "identical":
                 return "standard"
@@ -158,27 +151,15 @@ class Pipeline:
                 return "prompt-lookup"
             greedy = config is None or config.greedy
             return "slem" if greedy or vocabulary.get("draft_share", 0) < TLI_MIN_DRAFT_SHARE else "tli"
-        if algorithm == "standard" and relation != "identical":
-            raise EdgeSpecdecError(f"algorithm 'standard' needs a draft with the target's vocabulary, but this "
-                                   f"bundle's relation is {relation!r}. Use slem, tli, slrs or auto.")
+        entry = REGISTRY[algorithm]
+        if entry.needs_draft and self.draft is None:
+            raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft model, but this bundle has only a "
+                                   f"target. Use prompt-lookup or none, or export the bundle with --draft.")
+        if relation not in entry.relations:
+            serving = ", ".join(name for name, a in REGISTRY.items() if relation in a.relations)
+            raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft with the target's vocabulary, but this "
+                                   f"bundle's relation is {relation!r}. Use {serving} or auto.")
         return algorithm
-
-    def _drafter(self, name: str, prompt: Union[str, list[int]], prompt_ids: list[int], config: GenerationConfig,
-                 rng: np.random.Generator, confidence: float) -> Optional[Drafter]:
-        if name == "standard":
-            return DraftModelDrafter(self.draft, config, rng, confidence, width=self.target.vocab_size)
-        if name == "prompt-lookup":
-            return PromptLookupDrafter()
-        if name not in HETEROGENEOUS:
-            return None
-        text = prompt if isinstance(prompt, str) else decode(self.vocab_map.target, prompt_ids)
-        context = DraftTextContext(self.draft, self.draft_retokenizer, self.vocab_map, len(prompt_ids),
-                                   self.draft_retokenizer.encode(text))
-        if name == "tli":
-            return TLIDrafter(context, self.vocab_map, config, rng, confidence)
-        draft_eos = self.bundle.draft.info["special_tokens"].get("eos_token_id")
-        kind = SLEMDrafter if name == "slem" else SLRSDrafter
-        return kind(context, self.target_retokenizer, self.vocab_map, config, rng, draft_eos, confidence)
 
     @cached_property
     def chat_template(self) -> Optional[ChatTemplate]:
@@ -233,29 +214,25 @@ class Pipeline:
             if draft_policy not in DRAFT_POLICIES:
                 raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
                                        f"{', '.join(DRAFT_POLICIES)}.")
-            self._prepare_blocks(num_assistant_tokens if name != "none" else 0, name in NEEDS_DRAFT)
+            entry = REGISTRY[name]
+            self._prepare_blocks(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
             rng = np.random.default_rng(config.seed)
-            model_drafter = self._drafter(name, prompt, prompt_ids, config, rng, confidence)
-            use_lookup = LOOKUP_FIRST if lookup is None else lookup
-            drafter = LookupFirst(model_drafter) if use_lookup and name in NEEDS_DRAFT else model_drafter
+            drafter = entry.drafter and entry.drafter(DraftRequest(self, prompt, prompt_ids, config, rng, confidence))
+            if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
+                drafter = LookupFirst(drafter)
             seeded = config.seed is not None and not config.greedy and draft_policy == "cost"
             length = DraftLength(num_assistant_tokens, draft_policy, prices=self.weight_prices(name) if seeded else None)
             result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter, length,
                               rng, on_text, concurrent=self.concurrent and drafter is not None and name != "prompt-lookup",
                               cancel=cancel)
-        result.extra["algorithm"] = name
-        if isinstance(drafter, LookupFirst):
-            result.extra["lookup_rounds"] = drafter.lookup_rounds
-        if isinstance(model_drafter, SLRSDrafter):
-            result.extra["slrs_rounds"] = {"exact": model_drafter.rounds_exact,
-                                           "slem_fallback": model_drafter.rounds_fallback}
+        result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
         return result
 
     def weight_prices(self, algorithm: str) -> tuple[float, float, float]:
         """Round prices for the cost policy that do not depend on the clock: the target's step is one unit, each
         more token in its block a tenth of one, and a drafted token the draft's share of the target's weight
         bytes (a step of a small model reads its weights once); prompt lookup drafts for free."""
-        draft = self.bundle.draft if algorithm in NEEDS_DRAFT else None
+        draft = self.bundle.draft if REGISTRY[algorithm].needs_draft else None
         share = weight_bytes(draft) / weight_bytes(self.bundle.target) if draft else 0.0
         return share, 1.0, 0.1
 

@@ -41,6 +41,9 @@ class SLRSDrafter(SLEMDrafter):
         eos = self.vocab_map.draft_to_target[self.draft_eos] if self.draft_eos is not None else -1
         self.eos_target = int(eos) if eos >= 0 else None
 
+    def stats(self) -> dict:
+        return {"slrs_rounds": {"exact": self.rounds_exact, "slem_fallback": self.rounds_fallback}}
+
     def propose(self, sequence: list[int], k: int) -> Proposal:
         if self.config.greedy:
             return super().propose(sequence, k)
