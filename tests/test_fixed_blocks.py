@@ -8,7 +8,8 @@ import pytest
 
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.pipeline import DRAFT_BLOCK
-from edge_specdec.runtime.session import cheapest_step, fixed_block_pays, open_session
+from edge_specdec.runtime.probes import cheapest_step, fixed_block_pays
+from edge_specdec.runtime.session import open_session
 from test_runtime import HETERO_INT8, PROMPTS, SAME_VOCAB, load_target_xml
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import DraftLength
-from edge_specdec.runtime.session import ContextOverflowError, is_block_invariant, open_session
+from edge_specdec.runtime.probes import is_block_invariant
+from edge_specdec.runtime.session import ContextOverflowError, open_session
 from edge_specdec.runtime.text import TextStream
 from edge_specdec.vocab_map import TokenBytes
 from hostile_text import HOSTILE_STRINGS
@@ -409,7 +410,7 @@ def test_int4_activations_are_quantized_in_the_weights_groups(model_dir, bundle_
     import openvino as ov
 
     from edge_specdec.export import WeightSettings, export_bundle
-    from edge_specdec.runtime.session import int4_group_size
+    from edge_specdec.runtime.graph import int4_group_size
 
     core = ov.Core()
     int4 = export_bundle(str(model_dir("qwen2-bytelevel")), None, tmp_path / "b",

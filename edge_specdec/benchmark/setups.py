@@ -236,12 +236,14 @@ def load_genai(bundle, engine: str, precision: str, need_sd: bool) -> tuple[Any,
     import openvino as ov
     import openvino_genai
 
-    from ..runtime.session import cpu_precision, int4_group_size
+    from ..runtime.devices import PROFILES
+    from ..runtime.graph import int4_group_size
 
     def props(entry) -> dict[str, str]:  # genai-ours: the CPU settings our runtime gives this model
         if engine != "genai-ours":
             return {}
-        return cpu_precision(precision, int4_group_size(ov.Core().read_model(str(entry.model_xml))))
+        return PROFILES["CPU"].precision_properties(precision,
+                                                    int4_group_size(ov.Core().read_model(str(entry.model_xml))))
     target, target_props = str(bundle.target.folder), props(bundle.target)
 
     def scheduler():

@@ -1,6 +1,7 @@
 """The runtime: loads a bundle and decodes with OpenVINO, openvino-tokenizers and numpy only."""
+from .algorithms import ALGORITHMS
 from .generate import Result, Stats
-from .pipeline import ALGORITHMS, Pipeline
+from .pipeline import DecodingSession, Engine, Pipeline
 from .sampling import GenerationConfig
 
-__all__ = ["ALGORITHMS", "GenerationConfig", "Pipeline", "Result", "Stats"]
+__all__ = ["ALGORITHMS", "DecodingSession", "Engine", "GenerationConfig", "Pipeline", "Result", "Stats"]

@@ -18,15 +18,16 @@ from .slrs import SLRSDrafter
 from .text import decode
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from .pipeline import DecodingSession
 
 ANY_RELATION = ("identical", "heterogeneous", "target-only")
 
 
 @dataclass(frozen=True)
 class DraftRequest:
-    """What a drafter is built from: the loaded pipeline and one generate() call's prompt and settings."""
-    pipe: "Pipeline"
+    """What a drafter is built from: the decoding session (its engine holds the shared parts) and one generate()
+    call's prompt and settings."""
+    session: "DecodingSession"
     prompt: Union[str, list[int]]
     prompt_ids: list[int]
     config: GenerationConfig
@@ -45,27 +46,28 @@ class Algorithm:
 
 
 def _standard(r: DraftRequest) -> Drafter:
-    return DraftModelDrafter(r.pipe.draft, r.config, r.rng, r.confidence, width=r.pipe.target.vocab_size)
+    return DraftModelDrafter(r.session.draft, r.config, r.rng, r.confidence, width=r.session.target.vocab_size)
 
 
 def _text_context(r: DraftRequest) -> DraftTextContext:
     """The draft's view of the prompt, in its own tokens (the prompt as text, re-tokenized by the draft)."""
-    pipe = r.pipe
-    text = r.prompt if isinstance(r.prompt, str) else decode(pipe.vocab_map.target, r.prompt_ids)
-    return DraftTextContext(pipe.draft, pipe.draft_retokenizer, pipe.vocab_map, len(r.prompt_ids),
-                            pipe.draft_retokenizer.encode(text))
+    engine = r.session.engine
+    text = r.prompt if isinstance(r.prompt, str) else decode(engine.vocab_map.target, r.prompt_ids)
+    return DraftTextContext(r.session.draft, engine.draft_retokenizer, engine.vocab_map, len(r.prompt_ids),
+                            engine.draft_retokenizer.encode(text))
 
 
 def _text_drafter(kind) -> Callable[[DraftRequest], Drafter]:
     def build(r: DraftRequest) -> Drafter:
-        draft_eos = r.pipe.bundle.draft.info["special_tokens"].get("eos_token_id")
-        return kind(_text_context(r), r.pipe.target_retokenizer, r.pipe.vocab_map, r.config, r.rng, draft_eos,
+        engine = r.session.engine
+        draft_eos = engine.bundle.draft.info["special_tokens"].get("eos_token_id")
+        return kind(_text_context(r), engine.target_retokenizer, engine.vocab_map, r.config, r.rng, draft_eos,
                     r.confidence)
     return build
 
 
 def _tli(r: DraftRequest) -> Drafter:
-    return TLIDrafter(_text_context(r), r.pipe.vocab_map, r.config, r.rng, r.confidence)
+    return TLIDrafter(_text_context(r), r.session.engine.vocab_map, r.config, r.rng, r.confidence)
 
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in [

@@ -20,8 +20,61 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "edge-specdec" / "ov-cache"
 # pipeline, which compiles static prefill and decode graphs from the stateful IR.
 NPU_LLM_CONFIG = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_LLM_BATCH_DIM": 0, "NPUW_LLM_SEQ_LEN_DIM": 2,
                   "NPUW_LLM_MAX_PROMPT_LEN": 1024, "NPUW_LLM_MIN_RESPONSE_LEN": 256}
-GPU_CONFIG = {"PERFORMANCE_HINT": "LATENCY"}
-CPU_CONFIG = {"PERFORMANCE_HINT": "LATENCY"}
+
+# Activation precisions on the CPU. "dq": int8 dynamic quantization of the activations of int4/int8 weight
+# matmuls (the plugin's default kernels, much faster on small CPUs). "f32": plain float32 arithmetic, closest to
+# the original model. Both keep the KV cache in f32: a u8 cache is quantized per block, so it is not exact
+# across rollbacks. bf16 inference is not used: on AVX-512 BF16 CPUs it was not exact.
+CPU_PRECISIONS = {
+    "dq": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"},
+    "f32": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
+}
+PRECISIONS = tuple(CPU_PRECISIONS)
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What one kind of device needs from the runtime, in one place instead of string checks.
+
+    rollback: the KV rollback its sessions use unless told otherwise (the NPU's NPUW pipeline owns a stateful
+    cache). properties: what every model compiled there gets. precisions: the activation precisions it can be
+    asked for, each with its properties, tried in order until the session passes the block-invariance check
+    (empty: the device has no such setting, and its session compiles once). threads: whether
+    INFERENCE_NUM_THREADS applies."""
+    kind: str
+    rollback: str
+    properties: dict = field(default_factory=dict)
+    precisions: dict = field(default_factory=dict)
+    threads: bool = False
+
+    def precision_attempts(self, precision: str) -> list[str]:
+        """The precisions to try for a request, the asked one first; [precision] where the device has none."""
+        if not self.precisions:
+            return [precision]
+        return list(dict.fromkeys([precision, "f32"]))
+
+    def precision_properties(self, precision: str, int4_group: Optional[int] = None) -> dict[str, str]:
+        """The properties of a precision. With "dq" on int4 weights quantized in groups of g, the CPU quantizes the
+        activations in groups of g too (its default is 32, slower on groups of 128)."""
+        config = dict(self.precisions.get(precision, {}))
+        if config and precision == "dq" and int4_group and int4_group > 0:
+            config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(int4_group)
+        return config
+
+
+PROFILES = {
+    "CPU": DeviceProfile("CPU", "paged", {"PERFORMANCE_HINT": "LATENCY"}, CPU_PRECISIONS, threads=True),
+    "GPU": DeviceProfile("GPU", "paged", {"PERFORMANCE_HINT": "LATENCY"}),
+    "NPU": DeviceProfile("NPU", "masked", NPU_LLM_CONFIG),
+}
+
+
+def profile(device: str) -> DeviceProfile:
+    """The profile of a device name as OpenVINO spells it (CPU, GPU, GPU.1, NPU)."""
+    kind = device.split(".")[0].upper()
+    if kind not in PROFILES:
+        raise DeviceError(f"unknown device {device!r}: use {DEVICE_CHOICES}.")
+    return PROFILES[kind]
 
 
 class DeviceError(EdgeSpecdecError):
@@ -126,14 +179,10 @@ def place(devices: list[DeviceInfo], target: str = "AUTO", draft: Optional[str] 
 
 def compile_config(device: str, cache_dir: Optional[Path], threads: Optional[int] = None) -> dict[str, Any]:
     """The OpenVINO properties for a model on a device (precision settings are added by the session)."""
-    if device.startswith("NPU"):
-        config: dict[str, Any] = dict(NPU_LLM_CONFIG)
-    elif device.startswith("GPU"):
-        config = dict(GPU_CONFIG)
-    else:
-        config = dict(CPU_CONFIG)
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = threads
+    device_profile = profile(device)
+    config: dict[str, Any] = dict(device_profile.properties)
+    if threads and device_profile.threads:
+        config["INFERENCE_NUM_THREADS"] = threads
     if cache_dir is not None:
         config["CACHE_DIR"] = str(cache_dir)
     return config

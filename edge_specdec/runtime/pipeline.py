@@ -1,4 +1,4 @@
-"""The Python API: load a bundle once, generate many times.
+"""The Python API: load a bundle once, generate many times, from one thread or many.
 
     from edge_specdec.runtime import Pipeline, GenerationConfig
     pipe = Pipeline("bundles/qwen")
@@ -7,8 +7,11 @@
     for piece in pipe.stream("def fib(n):"):            # or generate(..., on_text=callback)
         print(piece, end="", flush=True)
 
-Threads: a Pipeline holds one KV cache per model, so its calls run one at a time (a lock serializes them;
-a second thread waits). For parallel generation, load one Pipeline per thread.
+An `Engine` holds what is loaded once: the bundle, the placement, the compiled models with their static copies,
+the tokenizers, the vocabulary map and the block plan. A `DecodingSession` (`engine.session()`) holds one
+request's KV caches and infer requests, nothing else: N sessions decode in N threads with the weights held once.
+A `Pipeline` is an Engine with one session of its own, whose calls run one at a time (a lock; a second thread
+waits): the simple API. For parallel generation, give each thread `pipe.session()`.
 """
 from __future__ import annotations
 
@@ -33,7 +36,9 @@ from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate
 from .devices import compile_config, list_devices, place, resolve_cache_dir
-from .session import cheapest_step, fixed_block_pays, open_session
+from .plan import BlockPlan, machine_name
+from .probes import cheapest_step, fixed_block_pays
+from .session import ModelSession, open_model
 from .text import PromptTokenizer, TextStream
 
 # auto picks TLI for sampling when at least this share of the draft's vocabulary exists in the target's
@@ -58,8 +63,8 @@ DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) w
 STATIC_MAX_BYTES = 256 * 2**20
 
 
-class Pipeline:
-    """A loaded bundle: the target (and draft) compiled on their devices, ready to generate many times.
+class Engine:
+    """A loaded bundle: the target (and draft) compiled on their devices once, shared by every session.
 
     target_device / draft_device: CPU, GPU, GPU.N, NPU or AUTO (the design's choice: the draft on an integrated
     GPU or the NPU, the target on the CPU or a discrete GPU). An absent device is an error unless
@@ -72,7 +77,7 @@ class Pipeline:
     False: none, sizes only (the former default). A changed file is refused (BundleError) with the words of
     `edge-specdec info`; a Bundle object passed in is used as loaded.
     concurrent: run the draft while the target verifies (default: when they sit on different
-    devices). precision / kv_rollback: see `open_session`. draft_vocab: the draft computes logits only for its
+    devices). precision / kv_rollback: see `open_model`. draft_vocab: the draft computes logits only for its
     first draft_vocab token ids plus its special tokens, so it can propose only those (default 65536; 0: its
     whole vocabulary). threads: OpenVINO CPU threads per model (None: one for a model under SMALL_MODEL_BYTES,
     half of the cores each when the two run concurrently on one CPU, else all). fixed_blocks: widen the short
@@ -114,19 +119,24 @@ class Pipeline:
             return threads or (1 if weight_bytes(model) < SMALL_MODEL_BYTES else shared)
 
         cache = resolve_cache_dir(cache_dir)
-        self.target = open_session(target.model_xml, self.placement.target, core=core, precision=precision,
-                                   rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
-                                   config=compile_config(self.placement.target, cache, cpu_threads(target)))
+        configs = {role: compile_config(getattr(self.placement, role), cache, cpu_threads(model))
+                   for role, model in (("target", target), ("draft", draft)) if model}
+        self.plan = BlockPlan(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
+                                      "machine": machine_name(core), "placement": vars(self.placement),
+                                      "precision": precision, "rollback": kv_rollback, "configs": configs,
+                                      "draft_vocab": self.draft_vocab})
+        known = self.plan.values.setdefault("target/invariant", {})  # exactness per precision, from the plan
+        self.target_model = open_model(target.model_xml, self.placement.target, core=core, precision=precision,
+                                       rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
+                                       config=configs["target"], known_invariant=known)
+        self.plan.save()
         self.vocab_map = self.bundle.load_vocab_map()
-        self.draft = (open_session(draft.model_xml, self.placement.draft, core=core, precision=precision,
-                                   rollback=kv_rollback, exact_blocks=False,
-                                   output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
-                                   max_context=draft.info.get("max_position_embeddings"),
-                                   config=compile_config(self.placement.draft, cache, cpu_threads(draft)))
-                      if draft else None)
-        self._lock = threading.Lock()
+        self.draft_model = (open_model(draft.model_xml, self.placement.draft, core=core, precision=precision,
+                                       rollback=kv_rollback, exact_blocks=False,
+                                       output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
+                                       max_context=draft.info.get("max_position_embeddings"), config=configs["draft"])
+                            if draft else None)
         self.fixed_blocks = fixed_blocks
-        self._measurements: dict[tuple, object] = {}  # see _measured
         self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if static_shapes is None else static_shapes
                         for role, model in (("target", target), ("draft", draft)) if model}
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
@@ -152,7 +162,7 @@ class Pipeline:
             greedy = config is None or config.greedy
             return "slem" if greedy or vocabulary.get("draft_share", 0) < TLI_MIN_DRAFT_SHARE else "tli"
         entry = REGISTRY[algorithm]
-        if entry.needs_draft and self.draft is None:
+        if entry.needs_draft and self.draft_model is None:
             raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft model, but this bundle has only a "
                                    f"target. Use prompt-lookup or none, or export the bundle with --draft.")
         if relation not in entry.relations:
@@ -170,12 +180,38 @@ class Pipeline:
         if self.chat_template is None:
             raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): use a plain "
                                    "prompt instead of chat.")
-        with self._lock:
-            ids = self.tokenizer.encode(self.chat_template.render(messages))
+        ids = self.tokenizer.encode(self.chat_template.render(messages))
         bos = self.bundle.target.special_tokens.get("bos_token_id")
         if bos is not None and ids[:2] == [bos, bos]:  # the template wrote BOS and the tokenizer added it again
             ids = ids[1:]
         return ids
+
+    def weight_prices(self, algorithm: str) -> tuple[float, float, float]:
+        """Round prices for the cost policy that do not depend on the clock: the target's step is one unit, each
+        more token in its block a tenth of one, and a drafted token the draft's share of the target's weight
+        bytes (a step of a small model reads its weights once); prompt lookup drafts for free."""
+        draft = self.bundle.draft if REGISTRY[algorithm].needs_draft else None
+        share = weight_bytes(draft) / weight_bytes(self.bundle.target) if draft else 0.0
+        return share, 1.0, 0.1
+
+    def session(self) -> "DecodingSession":
+        """A new decoding session on this engine: its own KV caches, the compiled models shared."""
+        return DecodingSession(self)
+
+    def measured(self, name: str, measure: Callable, *args):
+        """A measurement of this engine's models, taken once on this machine (see plan.py)."""
+        return self.plan.get(name, lambda: measure(*args))
+
+
+class DecodingSession:
+    """One request's decoding state on an Engine: the target's (and draft's) KV caches and infer requests.
+
+    A session decodes one generate() call at a time; sessions of one engine decode in parallel threads."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.target: ModelSession = engine.target_model.session()
+        self.draft: Optional[ModelSession] = engine.draft_model.session() if engine.draft_model else None
 
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                  algorithm: str = "auto", num_assistant_tokens: Optional[int] = None, draft_policy: str = "fixed",
@@ -195,46 +231,43 @@ class Pipeline:
         A seeded sampled run reproduces with every policy: the cost policy then prices its rounds from the
         models' weight sizes instead of the clock (see `weight_prices`).
         """
-        with self._lock:  # the KV caches and the tokenizer's request serve one call at a time
-            config = config or GenerationConfig()
-            if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
-                config = dataclasses.replace(config, eos_token_ids=self.bundle.target.eos_token_ids)
-            prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-            if not prompt_ids:
-                raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
-            name = self.resolve_algorithm(algorithm, config)
-            if num_assistant_tokens is None:
-                num_assistant_tokens = LOOKUP_TOKENS if name == "prompt-lookup" else DRAFT_TOKENS
-            confidence = CONFIDENCE if confidence is None else confidence
-            if num_assistant_tokens < 1:
-                raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
-            if not 0.0 <= confidence < 1.0:
-                raise EdgeSpecdecError(f"confidence must be at least 0 and below 1 (0 = never stop drafting "
-                                       f"early), not {confidence}.")
-            if draft_policy not in DRAFT_POLICIES:
-                raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
-                                       f"{', '.join(DRAFT_POLICIES)}.")
-            entry = REGISTRY[name]
-            self._prepare_blocks(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
-            rng = np.random.default_rng(config.seed)
-            drafter = entry.drafter and entry.drafter(DraftRequest(self, prompt, prompt_ids, config, rng, confidence))
-            if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
-                drafter = LookupFirst(drafter)
-            seeded = config.seed is not None and not config.greedy and draft_policy == "cost"
-            length = DraftLength(num_assistant_tokens, draft_policy, prices=self.weight_prices(name) if seeded else None)
-            result = generate(self.target, prompt_ids, config, TextStream(self.vocab_map.target), drafter, length,
-                              rng, on_text, concurrent=self.concurrent and drafter is not None and name != "prompt-lookup",
-                              cancel=cancel)
+        engine = self.engine
+        config = config or GenerationConfig()
+        if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
+            config = dataclasses.replace(config, eos_token_ids=engine.bundle.target.eos_token_ids)
+        prompt_ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not prompt_ids:
+            raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
+        name = engine.resolve_algorithm(algorithm, config)
+        if num_assistant_tokens is None:
+            num_assistant_tokens = LOOKUP_TOKENS if name == "prompt-lookup" else DRAFT_TOKENS
+        confidence = CONFIDENCE if confidence is None else confidence
+        if num_assistant_tokens < 1:
+            raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
+        if not 0.0 <= confidence < 1.0:
+            raise EdgeSpecdecError(f"confidence must be at least 0 and below 1 (0 = never stop drafting "
+                                   f"early), not {confidence}.")
+        if draft_policy not in DRAFT_POLICIES:
+            raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
+                                   f"{', '.join(DRAFT_POLICIES)}.")
+        entry = REGISTRY[name]
+        self._prepare_blocks(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
+        rng = np.random.default_rng(config.seed)
+        drafter = entry.drafter and entry.drafter(DraftRequest(self, prompt, prompt_ids, config, rng, confidence))
+        if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
+            drafter = LookupFirst(drafter)
+        seeded = config.seed is not None and not config.greedy and draft_policy == "cost"
+        length = DraftLength(num_assistant_tokens, draft_policy, prices=engine.weight_prices(name) if seeded else None)
+        concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
+        result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length, rng,
+                          on_text, concurrent=concurrent, cancel=cancel)
         result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
         return result
 
-    def weight_prices(self, algorithm: str) -> tuple[float, float, float]:
-        """Round prices for the cost policy that do not depend on the clock: the target's step is one unit, each
-        more token in its block a tenth of one, and a drafted token the draft's share of the target's weight
-        bytes (a step of a small model reads its weights once); prompt lookup drafts for free."""
-        draft = self.bundle.draft if REGISTRY[algorithm].needs_draft else None
-        share = weight_bytes(draft) / weight_bytes(self.bundle.target) if draft else 0.0
-        return share, 1.0, 0.1
+    def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
+               **options) -> "TextIterator":
+        """Iterate over the text as it is generated (see Pipeline.stream)."""
+        return TextIterator(self, prompt, config, options)
 
     def _prepare_blocks(self, k: int, drafting: bool) -> None:
         """How each paged model runs its short blocks in this call (k: the draft length, 0 for the target alone).
@@ -243,6 +276,7 @@ class Pipeline:
         model (fixed_blocks=False: neither). A model with static shapes then gets copies for its single step and
         for blocks of k + 1 or DRAFT_BLOCK tokens, so that those calls never change a shape. An idle draft is
         neither measured nor compiled again."""
+        engine = self.engine
         for role, size, used in (("target", k + 1, True), ("draft", DRAFT_BLOCK, drafting)):
             session = getattr(self, role)
             if session is None:
@@ -250,21 +284,45 @@ class Pipeline:
             session.min_block = 1
             if not used or session.rollback_method != "paged":
                 continue
-            if self.fixed_blocks is False:
+            if engine.fixed_blocks is False:
                 pass  # blocks as they come
-            elif k > 0 and (self.fixed_blocks or self._measured((role, size), fixed_block_pays, session, size)):
+            elif k > 0 and (engine.fixed_blocks or engine.measured(f"{role}/fixed_block/{size}", fixed_block_pays,
+                                                                  session, size)):
                 session.min_block = size
             elif role == "target":
-                session.min_block = self._measured((role, "step"), cheapest_step, session)
-            if self._static[role]:
+                session.min_block = engine.measured(f"{role}/step", cheapest_step, session)
+            if engine._static[role]:
                 step = max(1 if role == "draft" else session.min_block, session.least_block)
                 session.add_static({step, size} if k > 0 else {step})
 
-    def _measured(self, key: tuple, measure: Callable, *args):
-        """A measurement of this pipeline's models, taken once."""
-        if key not in self._measurements:
-            self._measurements[key] = measure(*args)
-        return self._measurements[key]
+
+
+class Pipeline(Engine):
+    """An Engine with one decoding session of its own: `generate` and `stream` run on it one call at a time (a
+    lock serializes callers). `session()` gives a thread a session of its own on the same loaded models.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._own = self.session()
+        self._lock = threading.Lock()
+
+    @property
+    def target(self) -> ModelSession:
+        """The Pipeline's own session on the target."""
+        return self._own.target
+
+    @property
+    def draft(self) -> Optional[ModelSession]:
+        return self._own.draft
+
+    def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
+                 **options) -> Result:
+        """Generate a continuation of prompt on the Pipeline's own session; options as for
+        DecodingSession.generate (algorithm, num_assistant_tokens, draft_policy, confidence, lookup, on_text,
+        cancel)."""
+        with self._lock:
+            return self._own.generate(prompt, config, **options)
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":
@@ -274,6 +332,7 @@ class Pipeline:
         .close(). Options as for generate().
         """
         return TextIterator(self, prompt, config, options)
+
 
 
 def weight_bytes(model) -> int:
@@ -295,7 +354,7 @@ class TextIterator:
     The thread holds only the queue and the cancel event, not the iterator: an iterator that is dropped
     (abandoned before its end, or never iterated) cancels its generation within a round."""
 
-    def __init__(self, pipe: Pipeline, prompt, config, options):
+    def __init__(self, pipe: Union[Pipeline, DecodingSession], prompt, config, options):
         self._pieces: "queue.Queue" = queue.Queue()
         self._cancel = threading.Event()
         self._outcome: dict = {}  # "result" or "error", set by the thread

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import codecs
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -16,9 +17,11 @@ class PromptTokenizer:
 
     def __init__(self, tokenizer_xml: Path, core: Optional[ov.Core] = None):
         self.compiled = (core or ov.Core()).compile_model(str(tokenizer_xml), "CPU")
+        self._lock = threading.Lock()  # the compiled model's own request serves one call at a time
 
     def encode(self, text: str) -> list[int]:
-        return self.compiled([text])["input_ids"][0].tolist()
+        with self._lock:
+            return self.compiled([text])["input_ids"][0].tolist()
 
 
 class TextStream:

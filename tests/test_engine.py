@@ -1,0 +1,97 @@
+"""One engine, many sessions: the models compiled once, sessions decoding in parallel threads, the block plan
+remembered per machine."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import edge_specdec.runtime.session as session_module
+from edge_specdec.runtime import DecodingSession, Engine, GenerationConfig, Pipeline
+
+SAME = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
+HETERO = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
+PROMPTS = ["def f(x):", "class A:\n    def", "import os\n", "for i in range(", "x = [1, 2,", "# a comment\n"]
+
+
+def logprob_bits(result) -> list:
+    return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
+
+
+@pytest.mark.parametrize("pair,algorithm", [(SAME, "standard"), (HETERO, "slem")])
+def test_sessions_decode_in_parallel_threads_exactly_as_one_after_another(bundle_dir, pair, algorithm):
+    engine = Engine(bundle_dir(*pair), static_shapes=True)
+    config = GenerationConfig(max_new_tokens=24, ignore_eos=True, logprobs=True)
+    alone = engine.session()
+    expected = {p: alone.generate(p, config, algorithm="none") for p in PROMPTS}
+    sessions = [engine.session() for _ in range(3)]
+    results: dict = {}
+    errors: list = []
+
+    def work(session: DecodingSession, prompts: list[str]) -> None:
+        try:
+            for prompt in prompts:
+                results[prompt] = session.generate(prompt, config, algorithm=algorithm)
+        except BaseException as exc:  # handed to the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s, PROMPTS[i::3])) for i, s in enumerate(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    for prompt in PROMPTS:
+        assert results[prompt].token_ids == expected[prompt].token_ids, prompt
+        assert logprob_bits(results[prompt]) == logprob_bits(expected[prompt]), prompt
+        assert results[prompt].stats.draft_tokens_proposed > 0
+
+
+def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypatch):
+    engine = Engine(bundle_dir(*SAME), static_shapes=True)
+    engine.session().generate("def f(", GenerationConfig(max_new_tokens=8), algorithm="standard")  # static copies
+    compiled = []
+    monkeypatch.setattr(session_module.ov.Core, "compile_model",
+                        lambda self, *a, **k: compiled.append(a) or pytest.fail("a session compiled a model"))
+    a, b = engine.session(), engine.session()
+    assert a.target.compiled is b.target.compiled is engine.target_model.compiled
+    assert a.target.request is not b.target.request  # each session its own infer request and KV cache
+    ra = a.generate("def f(", GenerationConfig(max_new_tokens=8), algorithm="standard")
+    rb = b.generate("def f(", GenerationConfig(max_new_tokens=8), algorithm="standard")
+    assert ra.token_ids == rb.token_ids and not compiled
+    assert a.target.static_sizes == b.target.static_sizes == frozenset(engine.target_model.static) != frozenset()
+
+
+def test_the_block_plan_is_remembered_for_the_next_process(bundle_dir, tmp_path, monkeypatch):
+    """A second engine on the same bundle, machine and settings reads the plan instead of measuring; other
+    settings get a plan of their own."""
+    import edge_specdec.runtime.pipeline as pipeline_module
+    checks, probes = [], []
+    invariant = session_module.is_block_invariant
+    monkeypatch.setattr(session_module, "is_block_invariant", lambda s: checks.append(1) or invariant(s))
+    step = pipeline_module.cheapest_step
+    monkeypatch.setattr(pipeline_module, "cheapest_step", lambda s: probes.append(1) or step(s))
+    config = GenerationConfig(max_new_tokens=12, ignore_eos=True)
+
+    first = Engine(bundle_dir(*SAME), cache_dir=tmp_path, static_shapes=False)
+    expected = first.session().generate("def f(", config, algorithm="none")
+    assert checks and probes and first.plan.path.is_file()
+    checks.clear(), probes.clear()
+
+    second = Engine(bundle_dir(*SAME), cache_dir=tmp_path, static_shapes=False)
+    assert second.plan.loaded and second.target_model.block_invariant
+    assert second.session().generate("def f(", config, algorithm="none").token_ids == expected.token_ids
+    assert not checks and not probes  # nothing measured again
+
+    other = Engine(bundle_dir(*SAME), cache_dir=tmp_path, static_shapes=False, precision="f32")
+    assert other.plan.path != first.plan.path and checks
+
+
+def test_pipeline_is_an_engine_with_a_session_of_its_own(bundle_dir):
+    pipe = Pipeline(bundle_dir(*SAME))
+    config = GenerationConfig(max_new_tokens=10, ignore_eos=True)
+    own = pipe.generate("def f(", config, algorithm="standard")
+    assert pipe.session().generate("def f(", config, algorithm="standard").token_ids == own.token_ids
+    assert pipe.target.compiled is pipe.target_model.compiled
+    assert "".join(pipe.session().stream("def f(", config)) == own.text
