@@ -51,6 +51,8 @@ def test_sessions_decode_in_parallel_threads_exactly_as_one_after_another(bundle
 def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypatch):
     engine = Engine(bundle_dir(*SAME), static_shapes=True)
     engine.session().generate("def f(", GenerationConfig(max_new_tokens=8), algorithm="standard")  # static copies
+    engine.draft_model.wait_static()
+    assert engine.draft_model.static  # the draft's, compiled in the background
     compiled = []
     monkeypatch.setattr(session_module.ov.Core, "compile_model",
                         lambda self, *a, **k: compiled.append(a) or pytest.fail("a session compiled a model"))

@@ -65,6 +65,7 @@ def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch)
     k = 4
     config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
     shaped.generate(PROMPTS[0], config, algorithm=algorithm, num_assistant_tokens=k)  # compiles the copies
+    shaped.draft_model.wait_static()  # the draft's compile in the background
     target_sizes = spy_block_sizes(shaped.target, monkeypatch)
     draft_sizes = spy_block_sizes(shaped.draft, monkeypatch)
     for prompt in PROMPTS:
@@ -97,5 +98,6 @@ def test_without_fixed_blocks_the_copies_serve_single_steps_and_full_blocks(bund
     for prompt in PROMPTS[:4]:
         base = pipes["same", False].generate(prompt, config, algorithm="none")
         assert pipe.generate(prompt, config, algorithm="standard", num_assistant_tokens=4).token_ids == base.token_ids
+    pipe.draft_model.wait_static()
     assert pipe.target.static_sizes == {2, 5} and pipe.target.min_block == 1
     assert pipe.draft.static_sizes == {1, DRAFT_BLOCK} and pipe.draft.min_block == 1

@@ -17,7 +17,6 @@ range excludes the transformers the export extra installs (see its comments for 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path

@@ -59,7 +59,7 @@ LOOKUP_FIRST = True
 SMALL_MODEL_BYTES = 32 * 2**20
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
 # a model whose weights are smaller than this gets copies compiled for the block sizes it runs most (static
-# shapes, see session.add_static); each copy holds the weights again (SmolLM2-135M int8: 160 MB a copy)
+# shapes, see CompiledLM.add_static); each copy holds the weights again (SmolLM2-135M int8: 160 MB a copy)
 STATIC_MAX_BYTES = 256 * 2**20
 
 
@@ -293,7 +293,8 @@ class DecodingSession:
                 session.min_block = engine.measured(f"{role}/step", cheapest_step, session)
             if engine._static[role]:
                 step = max(1 if role == "draft" else session.min_block, session.least_block)
-                session.add_static({step, size} if k > 0 else {step})
+                # the draft's copies compile in the background: its first steps run on the dynamic model
+                session.model.add_static({step, size} if k > 0 else {step}, wait=role == "target")
 
 
 

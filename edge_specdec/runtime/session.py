@@ -76,25 +76,42 @@ class CompiledLM:
         self._compile_static = compile_static  # n -> the model compiled for blocks of n tokens (paged only)
         self.static: dict[int, ov.CompiledModel] = {}
         self._lock = threading.Lock()  # sessions in several threads may ask for static copies at once
+        self._pending: list[threading.Thread] = []  # background compiles (add_static with wait=False)
 
     def session(self) -> "ModelSession":
         """A new decoding context: its own infer requests and KV cache, the weights shared."""
         return (PagedSession if self.rollback_method == "paged" else MaskedSession)(self)
 
-    def add_static(self, sizes) -> None:
+    def add_static(self, sizes, wait: bool = True) -> None:
         """Compile a copy of the model for each block size in `sizes` (see "Static shapes" above). A
-        block-invariant model keeps them only if they give the dynamic model's bits."""
+        block-invariant model keeps them only if they give the dynamic model's bits. wait=False (only for a model
+        that promises no invariance, such as a draft): compile in a background thread and publish each copy when
+        it is ready, so that the first calls do not wait for them (sessions run the dynamic model until then)."""
+        if self._compile_static is None:
+            return
+        if wait or self.block_invariant:
+            self._compile(sizes)
+        elif not any(t.is_alive() for t in self._pending):
+            # not a daemon: the interpreter waits for it at exit (OpenVINO aborts if a compile is cut off)
+            thread = threading.Thread(target=self._compile, args=(sizes,), name="static-copies")
+            self._pending.append(thread)
+            thread.start()
+
+    def _compile(self, sizes) -> None:
         with self._lock:
-            new = sorted(set(sizes) - set(self.static))
-            if not new or self._compile_static is None:
-                return
-            for n in new:
+            for n in sorted(set(sizes) - set(self.static)):
                 try:
-                    self.static[n] = self._compile_static(n)
+                    copy = self._compile_static(n)
                 except RuntimeError:  # token inputs that do not take a static shape: stay dynamic
                     break
-            if self.block_invariant and not is_block_invariant(self.session()):
+                self.static[n] = copy
+            if self.block_invariant and self.static and not is_block_invariant(self.session()):
                 self.static.clear()
+
+    def wait_static(self) -> None:
+        """Wait for static copies being compiled in the background."""
+        for thread in self._pending:
+            thread.join()
 
 
 class ModelSession:

@@ -1,0 +1,98 @@
+"""`edge-specdec bench`: the target alone, our algorithms and the peers, side by side."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..runtime.devices import PRECISIONS
+from ..runtime.session import ROLLBACK_METHODS
+from .common import DRAFT_VOCAB_HELP, say
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import shlex
+
+    from ..benchmark import run_benchmark
+    from ..benchmark.report import render_markdown
+
+    spelled = ["edge-specdec", "bench", args.bundle, "--max-new-tokens", str(args.max_new_tokens), "--repeats",
+               str(args.repeats), "--ks", *map(str, args.ks), "--precision", args.precision]
+    for flag, value in (("--setups", args.setups), ("--categories", args.categories)):
+        spelled += [flag, *value] if value else []
+    spelled += ["--out", args.out] if args.out else []
+    spelled += ["--kv-rollback", args.kv_rollback] if args.kv_rollback else []
+    spelled += ["--draft-vocab", str(args.draft_vocab)] if args.draft_vocab is not None else []
+    spelled += [flag for flag, on in (("--hf", args.hf), ("--no-genai", args.no_genai),
+                                      ("--genai-ours", args.genai_ours), ("--concurrent", args.concurrent)) if on]
+    command = shlex.join(spelled)
+    if "bench" in sys.argv[1:]:  # called from a shell: keep what was typed too
+        typed = shlex.join(["edge-specdec", *sys.argv[sys.argv.index("bench"):]])
+        command = typed if typed == command else f"{typed}\n# the same with every option spelled out:\n{command}"
+    report = run_benchmark(args.bundle, setups=args.setups, max_new_tokens=args.max_new_tokens,
+                           repeats=args.repeats, ks=args.ks, categories=args.categories, out=args.out,
+                           genai=not args.no_genai, genai_ours=args.genai_ours, concurrent=args.concurrent,
+                           hf=args.hf, precision=args.precision, kv_rollback=args.kv_rollback,
+                           draft_vocab=args.draft_vocab, command=command,
+                           progress=say)
+    print(render_markdown(report))
+    if report["not_identical"]:
+        say(f"edge-specdec: warning: output NOT identical to the same engine's target alone: "
+             f"{', '.join(report['not_identical'])} (see report.md)")
+    return 130 if report["settings"]["interrupted"] else 0
+
+
+def add_parser(sub) -> None:
+    """The `bench` subcommand."""
+    p = sub.add_parser("bench", help="benchmark a bundle: target alone, our algorithms and the peers, side by side",
+                       description="Run the target alone, each of our algorithms that applies to the bundle (fixed "
+                                   "and adaptive draft lengths), prompt lookup, OpenVINO GenAI's own pipelines and "
+                                   "(--hf) transformers on the same prompts, interleaved in one run so that drift "
+                                   "in machine speed hits all alike. Prints a report and writes report.json, "
+                                   "report.md and speedup.png (needs matplotlib: pip install 'edge-specdec[bench]') "
+                                   "to --out. Progress goes to stderr, the Markdown report to stdout.",
+                       epilog="""\
+examples:
+  edge-specdec bench bundles/qwen                                  # the default rows, all 7 prompt categories
+  edge-specdec bench bundles/qwen --categories code_generation math --max-new-tokens 32 --repeats 1
+  edge-specdec bench bundles/qwen --setups ours-none 'ours-standard-*' genai-sd-k3 --ks 2 3 4
+  edge-specdec bench bundles/qwen+smollm --hf --out results/smollm   # + transformers UAG
+  edge-specdec bench bundles/qwen --genai-ours --concurrent --precision f32
+
+setups (--setups takes names or shell patterns; the target alone of each engine is always added):
+  ours-none                  our Pipeline, the target alone
+  ours-ALG-kK                our speculative decoding, K fixed (each of --ks); ALG = standard (same
+                             vocabulary), slem and tli (other vocabulary), prompt-lookup
+  ours-ALG-schedule, ours-ALG-cost   the same with an adaptive draft length (--draft-policy of `run`)
+  ours-ALG-conf              the runtime's default: up to 8 tokens, stopping under draft probability 0.7
+  ours-concurrent-ALG-...    drafting during verification, from a Pipeline(concurrent=True)  (--concurrent)
+  genai-none, genai-sd-kK    OpenVINO GenAI alone / speculative, its default CPU properties  (same vocabulary)
+  genai-sd-conf              GenAI speculative with its assistant_confidence_threshold 0.7
+  genai-ours-none, genai-ours-sd-kK   the same with our CPU properties (--precision)        (--genai-ours)
+  hf-none, hf-assisted, hf-uag        transformers fp32 on the bundle's source folders            (--hf)
+
+prompt categories: code_generation, code_editing, chat, summarization, question_answering, math, translation
+(edge_specdec/benchmark/prompts.json), in the target's chat template when it has one. Every row is greedy and
+is checked against the target alone of its engine: the output must be identical.
+""", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", help="a bundle folder written by `edge-specdec export`")
+    p.add_argument("--setups", nargs="+", metavar="NAME", help="rows to run: names or patterns such as 'ours-*' "
+                   "(default: every row the bundle allows but the optional ones; --hf, --genai-ours and "
+                   "--concurrent add theirs either way)")
+    p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="tokens per run (default 64)")
+    p.add_argument("--repeats", type=int, default=2, metavar="N",
+                   help="timed runs per prompt and row, after one warm-up (default 2)")
+    p.add_argument("--ks", type=int, nargs="+", default=[3, 5], metavar="K",
+                   help="fixed draft lengths (default 3 5); the adaptive rows start at the smallest")
+    p.add_argument("--categories", nargs="+", metavar="CAT", help="prompt categories (default: all)")
+    p.add_argument("--out", metavar="DIR", help="where to write the report (default bench-results/<bundle name>)")
+    p.add_argument("--hf", action="store_true",
+                   help="add transformers rows (fp32, CPU) from the source folders in the bundle's manifest")
+    p.add_argument("--no-genai", action="store_true", help="leave out the OpenVINO GenAI rows")
+    p.add_argument("--genai-ours", action="store_true",
+                   help="add GenAI rows with our CPU properties (--precision): the loop-against-loop comparison")
+    p.add_argument("--concurrent", action="store_true",
+                   help="add rows that draft while the target verifies (a second Pipeline, concurrent=True)")
+    p.add_argument("--precision", default="dq", choices=PRECISIONS, help="our CPU precision (default dq)")
+    p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS, help="our KV rollback (default: per device)")
+    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
+    p.set_defaults(func=_cmd_bench)

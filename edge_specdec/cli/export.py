@@ -1,0 +1,117 @@
+"""`edge-specdec export`: a (target, draft) pair converted and compressed into one bundle."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import EdgeSpecdecError
+
+EXPORT_EXAMPLES = """\
+examples:
+  # a heterogeneous pair: any small model can draft for any target
+  edge-specdec export --target Qwen/Qwen2.5-Coder-1.5B-Instruct \\
+      --draft HuggingFaceTB/SmolLM2-135M-Instruct --out bundles/qwen-smol
+
+  # local folders, int8 target, fp16 draft
+  edge-specdec export --target ./qwen-1.5b --draft ./qwen-0.5b --out bundles/qwen \\
+      --target-weights int8 --draft-weights fp16
+
+  # a GGUF file as the source, int4 with a smaller group size and AWQ on calibration text
+  edge-specdec export --target model.gguf --draft ./small --out bundles/b \\
+      --target-group-size 64 --target-awq --target-dataset calib.txt
+
+  # a pair from the catalog (edge-specdec pairs), written to bundles/NAME
+  edge-specdec export --pair qwen-coder-1.5b+smollm2-135m
+
+SRC is a local Hugging Face folder (config.json, weights, tokenizer.json), a hub id (ORG/NAME, needs the
+hub to be reachable) or a .gguf file. The bundle is written atomically: an interrupted export leaves
+nothing behind, and --force replaces an existing bundle only once the new one is complete.
+"""
+
+
+def _add_weight_options(parser: argparse.ArgumentParser, role: str, default: str) -> None:
+    group = parser.add_argument_group(f"{role} weights")
+    group.add_argument(f"--{role}-weights", metavar="FORMAT",
+                       help=f"int4 | int8 | fp16 | fp32 (default {default})")
+    group.add_argument(f"--{role}-group-size", type=int, metavar="N",
+                       help="int4 group size (default 128; -1 = one scale per channel)")
+    group.add_argument(f"--{role}-ratio", type=float, metavar="R",
+                       help="share of layers in int4, the rest in int8 (default 1.0)")
+    group.add_argument(f"--{role}-sym", action="store_true", help="symmetric quantization (default asymmetric)")
+    group.add_argument(f"--{role}-awq", action="store_true", help="AWQ (data-aware with --%s-dataset)" % role)
+    group.add_argument(f"--{role}-scale-estimation", action="store_true", help="scale estimation (needs a dataset)")
+    group.add_argument(f"--{role}-dataset", metavar="FILE", help="calibration text, one sample per line")
+    group.add_argument(f"--{role}-group-size-fallback", default="adjust", choices=("adjust", "ignore", "error"),
+                       help="layers the group size does not divide: adjust (default), ignore or error")
+
+
+def _weights(args: argparse.Namespace, role: str):
+    from ..export.convert import WeightSettings
+
+    get = lambda name: getattr(args, f"{role}_{name}")  # noqa: E731
+    return WeightSettings(format=get("weights"), group_size=get("group_size"), ratio=get("ratio"), sym=get("sym"),
+                          awq=get("awq"), scale_estimation=get("scale_estimation"), dataset=get("dataset"),
+                          group_size_fallback=get("group_size_fallback"))
+
+
+DEFAULT_WEIGHTS = {"target": "int4", "draft": "int8"}
+
+
+def _apply_pair(args: argparse.Namespace) -> None:
+    """--pair NAME fills in what the command line leaves out; explicit options win."""
+    pair = {}
+    if args.pair:
+        from ..catalog import get_pair
+        pair = get_pair(args.pair)
+        args.target = args.target or pair["target"]
+        args.draft = args.draft or pair["draft"]
+        args.out = args.out or f"bundles/{args.pair}"
+    for role in ("target", "draft"):
+        if getattr(args, f"{role}_weights") is None:
+            setattr(args, f"{role}_weights", pair.get(f"{role}_weights", DEFAULT_WEIGHTS[role]))
+    if not args.target or not args.out:
+        raise EdgeSpecdecError("export needs --target SRC and --out DIR, or --pair NAME (see `edge-specdec pairs`).")
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ..export import export_bundle
+
+    _apply_pair(args)
+
+    progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else None
+    if args.check_only:  # every check export runs before converting, and no conversion; nothing is written
+        from ..export import check_export
+        summary = check_export(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
+                               draft_weights=_weights(args, "draft"), force=args.force,
+                               allow_larger_draft=args.allow_larger_draft, progress=progress)
+        for role, info in summary.items():
+            print(f"{role}: {info['source']['given']}: {info['model_type']} ({', '.join(info['architectures'])}), "
+                  f"{info['num_parameters'] / 1e6:.1f}M parameters, tokenizer {info['tokenizer']}: ok")
+        return 0
+    export_bundle(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
+                  draft_weights=_weights(args, "draft"), force=args.force,
+                  allow_larger_draft=args.allow_larger_draft, progress=progress)
+    return 0
+
+
+def add_parser(sub) -> None:
+    """The `export` subcommand."""
+    p = sub.add_parser("export", help="convert and compress a (target, draft) pair into one bundle",
+                       description="Convert a target and a draft model to OpenVINO IR, compress their weights with "
+                                   "NNCF, convert their tokenizers and precompute the vocabulary map, into one "
+                                   "bundle folder. Needs the export extra: pip install 'edge-specdec[export]'.",
+                       epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pair", metavar="NAME", help="a known pair from the catalog (`edge-specdec pairs`); "
+                   "--target, --draft, --out and the weight options override its entries")
+    p.add_argument("--target", metavar="SRC", help="the model whose output you want")
+    p.add_argument("--draft", metavar="SRC", help="the small model that drafts (omit for a target-only bundle)")
+    p.add_argument("--out", metavar="DIR", help="the bundle folder to write (with --pair: bundles/NAME)")
+    p.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
+    p.add_argument("--allow-larger-draft", action="store_true", help="export even if the draft is the larger model")
+    p.add_argument("--check-only", action="store_true",
+                   help="run the checks export runs before converting (architectures against the installed "
+                        "optimum-intel/transformers, tokenizers against openvino-tokenizers) and stop; writes nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _add_weight_options(p, "target", "int4")
+    _add_weight_options(p, "draft", "int8")
+    p.set_defaults(func=_cmd_export)

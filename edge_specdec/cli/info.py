@@ -1,0 +1,31 @@
+"""`edge-specdec info`: validate a bundle and show what is inside."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from ..bundle import describe, load_bundle
+
+    bundle = load_bundle(args.bundle, verify=not args.no_verify,
+                         progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(bundle.manifest, indent=2, ensure_ascii=False))
+    else:
+        print(describe(bundle))
+        print("checksums verified" if not args.no_verify else "checksums not verified (--no-verify)")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """The `info` subcommand."""
+    p = sub.add_parser("info", help="validate a bundle and show what is inside",
+                       description="Validate a bundle (files present, sizes and sha256 checksums) and print a summary.",
+                       epilog="example:\n  edge-specdec info bundles/qwen-smol\n  edge-specdec info bundles/qwen-smol "
+                              "--json | jq .vocabulary", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", help="a bundle folder written by `edge-specdec export`")
+    p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+    p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks (sizes are still checked)")
+    p.set_defaults(func=_cmd_info)

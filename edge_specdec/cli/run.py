@@ -1,0 +1,231 @@
+"""`edge-specdec run`: generate from a bundle (or the packaged demo), one prompt or a chat."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional
+
+from ..demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY, run_defaults
+from ..benchmark import compare
+from ..errors import EdgeSpecdecError
+from ..runtime.algorithms import ALGORITHMS
+from ..runtime.devices import PRECISIONS
+from ..runtime.drafters import DRAFT_POLICIES
+from ..runtime.session import ROLLBACK_METHODS
+from .common import DRAFT_VOCAB_HELP, say
+
+RUN_EXAMPLES = """\
+examples:
+  edge-specdec run --prompt "def parse_args("        # no bundle: the demo pair that ships with edge-specdec
+  edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --max-new-tokens 64
+  edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --compare   # + the target alone: speedup, identical?
+  edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3 \
+      --confidence 0                      # exactly 3 drafted tokens per round (default: up to 8, until unsure)
+  echo "Summarize: ..." | edge-specdec run bundles/qwen --prompt - --algorithm prompt-lookup
+  edge-specdec run bundles/qwen --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7 --json
+  edge-specdec run bundles/qwen+smollm --prompt "def f(x):" --algorithm tli --temperature 0.7 --top-k 20
+  edge-specdec run bundles/qwen --chat                        # a conversation, with the model's chat template
+  edge-specdec run bundles/qwen --chat --prompt "Explain Python decorators"   # one chat turn, scriptable
+  edge-specdec run bundles/qwen --prompt "..." --draft-device GPU --target-device CPU --allow-fallback
+
+algorithms:
+  auto           the default: standard for a same-vocabulary draft; for a draft with another vocabulary
+                 slem when greedy, tli when sampling (if most draft tokens exist in the target's
+                 vocabulary, else slem); prompt-lookup when the bundle has no draft
+  none           the target alone
+  standard       draft model + verification (the draft shares the target's vocabulary)
+  slem           any draft: its text is re-tokenized for the target, which keeps what it would have written
+  tli            any draft: it drafts only tokens both vocabularies share; rejection sampling
+  slrs           any draft: string-level rejection sampling of each round's first token; practical with a
+                 small --top-k (it enumerates the draft's token tree), else it runs SLEM rounds
+  prompt-lookup  n-gram matches from the prompt and the output, no draft model
+Output is the target's own: identical to --algorithm none under greedy decoding, the same distribution
+when sampling.
+"""
+
+
+def _read_prompt(args: argparse.Namespace) -> Optional[str]:
+    if args.prompt_file:
+        try:
+            return open(args.prompt_file, encoding="utf-8").read()
+        except OSError as exc:
+            raise EdgeSpecdecError(f"cannot read --prompt-file {args.prompt_file}: {exc.strerror}.") from None
+    if args.prompt == "-":
+        return sys.stdin.read()
+    if args.prompt is None and not args.chat:
+        raise EdgeSpecdecError("no prompt: pass --prompt TEXT, --prompt - (read stdin), --prompt-file FILE, "
+                               "or --chat for a conversation.")
+    return args.prompt
+
+
+def _stats_line(result) -> str:
+    st = result.stats.as_dict()
+    line = (f"[{result.extra['algorithm']}] {st['new_tokens']} tokens in {st['seconds']:.2f} s = "
+            f"{st['tokens_per_s']:.1f} tokens/s; {st['target_passes']} target passes, "
+            f"{st['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {st['acceptance']:.2f} "
+            f"({st['draft_tokens_accepted']}/{st['draft_tokens_proposed']}); time: draft {st['draft_seconds']:.2f} s, "
+            f"target {st['target_seconds']:.2f} s, loop {st['loop_seconds']:.2f} s; stop: {result.stop_reason}")
+    if result.extra.get("lookup_rounds"):
+        line += f"; {result.extra['lookup_rounds']} rounds copied from the text by lookup"
+    return line + (f"; drafted ahead and used: {st['drafted_ahead_used']} rounds" if st["drafted_ahead_used"] else "")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ..runtime import GenerationConfig, Pipeline
+
+    args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
+    prompt = _read_prompt(args)
+    if prompt is not None and not prompt.strip():
+        raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
+                              ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
+                              logprobs=args.logprobs is not None, top_logprobs=args.logprobs or 0)
+    config.validate()
+    pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device,
+                    precision=args.precision, kv_rollback=args.kv_rollback, allow_fallback=args.allow_fallback,
+                    cache_dir=args.cache_dir, concurrent=args.concurrent, draft_vocab=args.draft_vocab,
+                    threads=args.threads)
+    if not args.json:
+        say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
+    options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
+                   draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence,
+                   lookup=not args.no_lookup)
+    if args.chat and prompt is None:
+        if args.compare:
+            raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "
+                                   "interactive --chat session.")
+        return _chat_loop(pipe, config, options)
+    if args.chat:
+        prompt = pipe.chat_prompt([{"role": "user", "content": prompt}])
+    if args.compare:
+        compare.warm_up(pipe, prompt, config, options)
+    stream = None if args.json else (lambda text: print(text, end="", flush=True))
+    result = pipe.generate(prompt, config, on_text=stream, **options)
+    comparison = compare.against_target_alone(pipe, prompt, config, result) if args.compare else None
+    if not result.exact:
+        say("edge-specdec: warning: this run is exact only up to float noise (the target's session is not "
+             "block-invariant: --kv-rollback masked, or a device that failed the check); a near-tie can give "
+             "another token than the target alone. The default paged rollback on the CPU is bit-exact.")
+    if args.json:
+        pieces = pipe.vocab_map.target
+        print(json.dumps({**result.to_dict(lambda t: (pieces.piece(t) or b"").decode("utf-8", "replace")),
+                          "placement": vars(pipe.placement),
+                          **({"compare": comparison} if comparison else {})},
+                         ensure_ascii=False))
+    else:
+        print()
+        if result.logprobs is not None:
+            say(_logprobs_lines(result, pipe.vocab_map.target))
+        say(_stats_line(result))
+        if comparison:
+            say(compare.compare_line(comparison, result.extra["algorithm"]))
+    return 130 if result.stop_reason == "interrupted" else 0
+
+
+def _logprobs_lines(result, pieces) -> str:
+    """One line per output token: its text, its log-probability, and the best alternatives."""
+    def shown(token: int) -> str:
+        return repr((pieces.piece(token) or b"").decode("utf-8", "replace"))
+
+    return "\n".join(f"{shown(lp.token)} {lp.logprob:.4f}" + "".join(f"  {shown(t)} {v:.4f}" for t, v in lp.top)
+                     for lp in result.logprobs)
+
+
+def _chat_loop(pipe, config, options) -> int:
+    """An interactive conversation: each turn goes through the target's chat template."""
+    pipe.chat_prompt([{"role": "user", "content": "hi"}])  # no template: say so before the first question
+    say("chat: type a message and press Enter; an empty line or Ctrl-D ends, Ctrl-C stops a reply.")
+    messages: list[dict[str, str]] = []
+    while True:
+        try:
+            print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            line = ""
+        if not line.strip():
+            print(file=sys.stderr)
+            return 0
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        result = pipe.generate(pipe.chat_prompt(messages), config,
+                               on_text=lambda text: print(text, end="", flush=True), **options)
+        print()
+        say(_stats_line(result))
+        messages.append({"role": "assistant", "content": result.text})
+
+
+def add_parser(sub) -> None:
+    """The `run` subcommand."""
+    p = sub.add_parser("run", help="generate text from a bundle, with speculative decoding",
+                       description="Generate with the bundle's target, drafting with its draft model or prompt "
+                                   "lookup. Text streams to stdout, statistics go to stderr.",
+                       epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?",
+                   help="a bundle folder written by `edge-specdec export` (optional; default: the demo pair that "
+                        f"ships with edge-specdec, {DEMO_BUNDLE}, a 6.8M-parameter Python code model)")
+    p.add_argument("--prompt", metavar="TEXT", help="the prompt; - reads it from stdin")
+    p.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
+    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="see below (default auto)")
+    p.add_argument("--num-assistant-tokens", type=int, metavar="K",
+                   help="the most tokens drafted per round (the first K of the adaptive policies; default 8 with "
+                        "a draft model, 3 for prompt lookup)")
+    p.add_argument("--confidence", type=float, metavar="P",
+                   help="a draft model stops drafting after a token whose top probability is under P (default "
+                        "0.7, measured best on our real pairs; 0 drafts K tokens every round)")
+    p.add_argument("--draft-policy", default="fixed", choices=DRAFT_POLICIES,
+                   help="how K changes: fixed (the default); schedule: +2 after a fully accepted round, -1 "
+                        "otherwise; cost: the K that maximizes tokens/s from the acceptance and the draft and "
+                        "target costs measured during the run (K=0, the target alone, when drafting does not pay)")
+    p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
+    p.add_argument("--no-lookup", action="store_true",
+                   help="let the draft model draft every round (by default a round first looks for the next "
+                        "tokens in the prompt and the output, and proposes them without running the draft "
+                        "when found: text that repeats, such as code being edited, goes faster)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
+    p.add_argument("--seed", type=int, help="random seed for sampling")
+    p.add_argument("--repetition-penalty", type=float, metavar="R",
+                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off, "
+                        f"the default; the demo pair's default is {DEMO_REPETITION_PENALTY}, which keeps its tiny "
+                        "target from repeating itself)")
+    p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
+    p.add_argument("--chat", action="store_true",
+                   help="apply the target's chat template; without a prompt, an interactive conversation")
+    p.add_argument("--target-device", default="AUTO", metavar="DEV",
+                   help="CPU, GPU, GPU.N, NPU or AUTO (default: a discrete GPU if any, else the CPU)")
+    p.add_argument("--draft-device", default="AUTO", metavar="DEV",
+                   help="CPU, GPU, GPU.N, NPU or AUTO (default: an integrated GPU or the NPU if any, else the CPU)")
+    p.add_argument("--allow-fallback", action="store_true",
+                   help="if a device asked for is absent, run on the CPU instead of failing")
+    p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
+                   help="draft the next round while the target verifies (default: on when draft and target sit "
+                        "on different devices; on one CPU each model then gets half of the cores)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="OpenVINO compiled-model cache (default ~/.cache/edge-specdec/ov-cache or "
+                        "$EDGE_SPECDEC_CACHE_DIR; 'off' disables it)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads per model (default: 1 for a model under 32 MB, whose narrow layers lose more "
+                        "to thread barriers than they gain; else all cores, or half each with --concurrent)")
+    p.add_argument("--precision", default="dq", choices=PRECISIONS,
+                   help="CPU arithmetic: dq = dynamic int8 activations, in groups as large as the int4 weights' "
+                        "groups (default, about 1.5x faster here), f32 = plain float32, closest to the original "
+                        "model. The speculative output equals the target alone's under the same setting either way.")
+    p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS,
+                   help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
+                        "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
+    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
+    p.add_argument("--compare", action="store_true",
+                   help="then run the target alone on the same prompt and print the speedup and whether the "
+                        "output is identical (each side runs once untimed first, as in the benchmark: about four "
+                        "times as long in all)")
+    p.add_argument("--logprobs", nargs="?", type=int, const=0, metavar="N",
+                   help="report the target's log-probability of each output token (and the N most likely tokens "
+                        "at each position, N up to 20): one line per token on stderr, or 'logprobs' in --json. "
+                        "On a bit-exact session every algorithm gives the target alone's bits")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: text, token_ids, stop_reason, exact, stats (and logprobs, compare)")
+    p.set_defaults(func=_cmd_run)
