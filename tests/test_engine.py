@@ -97,3 +97,14 @@ def test_pipeline_is_an_engine_with_a_session_of_its_own(bundle_dir):
     assert pipe.session().generate("def f(", config, algorithm="standard").token_ids == own.token_ids
     assert pipe.target.compiled is pipe.target_model.compiled
     assert "".join(pipe.session().stream("def f(", config)) == own.text
+
+
+def test_a_measurement_waits_for_static_copies_compiling_in_the_background(bundle_dir):
+    """A timing taken while a copy compiles on the same cores would be skewed, and the plan keeps it for good."""
+    engine = Engine(bundle_dir(*SAME))
+    done = threading.Event()
+    compiling = threading.Thread(target=lambda: (threading.Event().wait(0.3), done.set()))
+    engine.draft_model._pending.append(compiling)
+    compiling.start()
+    assert engine.measured("test/quiet", lambda: done.is_set()) is True
+    assert engine.measured("test/quiet", lambda: pytest.fail("measured twice")) is True  # taken once

@@ -152,10 +152,9 @@ class LookupFirst:
     Text that repeats (code being edited, a summary quoting its source) then goes by at the target's pace, and
     other text is drafted as before. `lookup_rounds` counts the rounds the lookup served.
 
-    A match shorter than `max_ngram` proposes at most 2 tokens per matched token (at least `min_tokens`). Measured
-    on Qwen2.5-Coder-1.5B + SmolLM2-135M, code prompts: after a 2-token match the target kept 1.65 of 8 copied
-    tokens per round (11 of 26 rounds none), after a 4-token match 4.7; a block of 9 tokens costs the target 1.5x
-    a block of 3. Capped, SLEM ran 1.03x faster (paired, median; code prompts and all 20 prompts alike).
+    A match shorter than `max_ngram` proposes at most 2 tokens per matched token (at least `min_tokens`): the
+    target keeps few of the tokens copied after a short match, and a long block costs it more than a short one
+    (benchmarks/RESULTS.md has the figures).
     """
 
     def __init__(self, model: Drafter, min_tokens: int = 3, min_ngram: int = 2, max_ngram: int = 4):

@@ -49,17 +49,15 @@ DRAFT_VOCAB = 65536
 # under CONFIDENCE; on both real pairs this beat fixed K=3, which had beaten K=5 and the adaptive policies
 DRAFT_TOKENS, CONFIDENCE = 8, 0.7
 LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
-# a draft model's rounds first look for the next tokens in the text so far (LookupFirst). Measured against the
-# same rows without it: summarization 1.27x (SmolLM2 draft) and 1.18x (Qwen2.5-0.5B draft), code editing
-# 1.07x and 1.05x, the other categories 0.96-1.05x; the median over 20 prompts 0.98x and 0.96x
+# a draft model's rounds first look for the next tokens in the text so far (LookupFirst): text that repeats
+# (code being edited, a summary quoting its source) goes by at the target's pace
 LOOKUP_FIRST = True
 # a model whose weights are smaller than this runs on one CPU thread: it sits in the caches and its layers are
-# narrow, so barriers between threads cost more than they share (the demo target, 7.7 MB: 1.45 ms a step on one
-# thread, 2-3 ms on two; the demo draft 0.13 vs 0.26 ms; SmolLM2-135M int8, 135 MB, is faster on two)
+# narrow, so barriers between threads cost more than they share
 SMALL_MODEL_BYTES = 32 * 2**20
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
 # a model whose weights are smaller than this gets copies compiled for the block sizes it runs most (static
-# shapes, see CompiledLM.add_static); each copy holds the weights again (SmolLM2-135M int8: 160 MB a copy)
+# shapes, see CompiledLM.add_static); each copy holds the weights again
 STATIC_MAX_BYTES = 256 * 2**20
 
 
@@ -87,10 +85,10 @@ class Engine:
     static_shapes: give a model copies compiled for the block sizes it runs most (its single steps, and the
     fixed block of k + 1 or DRAFT_BLOCK tokens), so that they never change a shape (None: for models under
     STATIC_MAX_BYTES of weights; True / False: every model / none). A copy takes as long to compile as the model
-    (about 1 s for the 32-layer demo target) and holds its weights again. The output is the same either way.
-    Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the cut costs
-    little acceptance and makes a draft with a large vocabulary faster (Qwen2.5-0.5B: 65536 of 151936 ids, a
-    12% shorter step). Any draft keeps the output exact: the target decides every token.
+    and holds its weights again. The output is the same either way.
+    Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the draft
+    vocabulary cut costs little acceptance and makes a draft with a large vocabulary faster. Any draft keeps the
+    output exact: the target decides every token.
     """
 
     def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "AUTO", draft_device: str = "AUTO",
@@ -199,8 +197,14 @@ class Engine:
         return DecodingSession(self)
 
     def measured(self, name: str, measure: Callable, *args):
-        """A measurement of this engine's models, taken once on this machine (see plan.py)."""
-        return self.plan.get(name, lambda: measure(*args))
+        """A measurement of this engine's models, taken once on this machine (see plan.py). Static copies still
+        compiling in the background would share the cores with it and skew it for good: it waits for them."""
+        def quietly():
+            for model in (self.target_model, self.draft_model):
+                if model is not None:
+                    model.wait_static()
+            return measure(*args)
+        return self.plan.get(name, quietly)
 
 
 class DecodingSession:

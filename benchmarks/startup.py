@@ -1,0 +1,94 @@
+"""Start-up side by side: fresh processes, compiled-model caches warm, time to the first token and peak RSS.
+
+    python benchmarks/startup.py HETEROGENEOUS_BUNDLE [--genai SAME_VOCAB_BUNDLE] [--ours-path OLD_CHECKOUT]
+        [--runs 3]
+
+Rows, interleaved run by run after one uncounted warm-up round: our Pipeline on the bundle (SLEM, the default
+for it), the same from another checkout (--ours-path, to compare before and after a change), and OpenVINO
+GenAI's LLMPipeline on a same-vocabulary bundle's target alone and with its draft (--genai; GenAI refuses a
+draft of another vocabulary). Each run is a new process that loads the bundle and generates 8 tokens of
+"def quicksort(xs):"; it reports seconds to load, seconds from its start to the first token, and its peak RSS.
+Prints each run as it finishes, then the medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+PROMPT = "def quicksort(xs):"
+
+OURS = """
+import json, resource, sys, time
+T0 = time.perf_counter()
+from edge_specdec.runtime import GenerationConfig, Pipeline
+pipe = Pipeline(sys.argv[1])
+load = time.perf_counter() - T0
+first = []
+pipe.generate(sys.argv[2], GenerationConfig(max_new_tokens=8, ignore_eos=True),
+              on_text=lambda t: first or first.append(time.perf_counter() - T0))
+print(json.dumps({"load_s": load, "first_token_s": first[0],
+                  "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+"""
+
+GENAI = """
+import json, os, resource, sys, time
+T0 = time.perf_counter()
+import openvino_genai as og
+folder, with_draft = sys.argv[1], sys.argv[3] == "1"
+cache = os.path.join(os.path.expanduser("~"), ".cache", "edge-specdec", "genai-cache")
+extra = {"draft_model": og.draft_model(folder + "/draft", "CPU", CACHE_DIR=cache)} if with_draft else {}
+pipe = og.LLMPipeline(folder + "/target", "CPU", CACHE_DIR=cache, **extra)
+load = time.perf_counter() - T0
+config = og.GenerationConfig(max_new_tokens=8)
+if with_draft:
+    config.num_assistant_tokens = 3
+first = []
+pipe.generate(sys.argv[2], config, lambda t: bool(first or first.append(time.perf_counter() - T0)))
+print(json.dumps({"load_s": load, "first_token_s": first[0],
+                  "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+"""
+
+
+def run_once(code: str, args: list[str], pythonpath: str | None = None) -> dict:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=os.path.expanduser("~"))
+    if out.returncode:
+        raise SystemExit(f"a start-up run failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bundle", help="a bundle for our rows")
+    ap.add_argument("--genai", metavar="BUNDLE", help="a same-vocabulary bundle for GenAI's rows")
+    ap.add_argument("--ours-path", metavar="DIR", help="another checkout of edge-specdec for a second row of ours")
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    rows = {"ours": (OURS, [a.bundle, PROMPT], None)}
+    if a.ours_path:
+        rows["ours (--ours-path)"] = (OURS, [a.bundle, PROMPT], a.ours_path)
+    if a.genai:
+        rows["GenAI, target alone"] = (GENAI, [a.genai, PROMPT, "0"], None)
+        rows["GenAI, with its draft"] = (GENAI, [a.genai, PROMPT, "1"], None)
+    measured: dict[str, list[dict]] = {name: [] for name in rows}
+    for run in range(a.runs + 1):  # run 0 warms the caches and is not counted
+        for name, (code, args, path) in rows.items():
+            result = run_once(code, args, path)
+            print(f"run {run}{' (warm-up)' if run == 0 else ''}: {name}: {json.dumps(result)}", flush=True)
+            if run:
+                measured[name].append(result)
+    print(f"\nmedians of {a.runs} runs:\n| row | load s | first token s | peak RSS GB |\n|---|---|---|---|")
+    for name, results in measured.items():
+        med = {k: statistics.median(r[k] for r in results) for k in ("load_s", "first_token_s", "peak_rss_gb")}
+        print(f"| {name} | {med['load_s']:.2f} | {med['first_token_s']:.2f} | {med['peak_rss_gb']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
