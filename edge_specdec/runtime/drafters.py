@@ -79,20 +79,35 @@ class DraftModelDrafter:
         return {}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
-        proposal = Proposal([], None if self.config.greedy else [])
-        row = to_width(sync_and_feed(self.session, sequence, [])[-1], self.width)
-        for i in range(k):
+        def shape(row: np.ndarray, drafted: list[int]) -> np.ndarray:  # the target's width, and its penalty
+            row = to_width(row, self.width)
             if self.config.repetition_penalty != 1.0:
-                row = penalize(row[None], self.config, sequence + proposal.tokens, [])[0]
-            q = None if self.config.greedy else distribution(row, self.config)
-            token = int(np.argmax(row)) if q is None else sample(q, self.rng)
-            if q is not None:
-                proposal.q.append(q)
-            proposal.tokens.append(token)
-            if i + 1 == k or unsure(row, q, self.confidence):
-                break
-            row = to_width(self.session.feed([token])[-1], self.width)
-        return proposal
+                row = penalize(row[None], self.config, sequence + drafted, [])[0]
+            return row
+
+        row = sync_and_feed(self.session, sequence, [])[-1]
+        steps = draft_steps(self.session, row, k, self.config, self.rng, self.confidence, shape)
+        return Proposal([t for t, _ in steps], None if self.config.greedy else [q for _, q in steps])
+
+
+def draft_steps(session: ModelSession, row: np.ndarray, k: int, config: GenerationConfig, rng: np.random.Generator,
+                confidence: float, shape=None, ends=None) -> list[tuple[int, Optional[np.ndarray]]]:
+    """The drafting step every draft model shares: up to k tokens from `row` (the draft's logits at its cache's
+    end), one at a time, each fed back to the session. A token is the top one (greedy) or a draw from q, the
+    config's distribution; drafting stops after k tokens, after a token `ends(token)` says ends the draft, or when
+    the draft is unsure of it (see `unsure`). shape(row, drafted) restricts or adjusts the logits before each
+    pick (the drafted tokens so far given). Returns (token, q) pairs, q None when greedy."""
+    steps: list[tuple[int, Optional[np.ndarray]]] = []
+    for i in range(k):
+        if shape is not None:
+            row = shape(row, [t for t, _ in steps])
+        q = None if config.greedy else distribution(row, config)
+        token = int(np.argmax(row)) if q is None else sample(q, rng)
+        steps.append((token, q))
+        if i + 1 == k or (ends is not None and ends(token)) or unsure(row, q, confidence):
+            break
+        row = session.feed([token])[-1]
+    return steps
 
 
 def to_width(row: np.ndarray, width: Optional[int]) -> np.ndarray:

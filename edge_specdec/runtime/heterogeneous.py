@@ -17,9 +17,9 @@ from typing import Optional
 import numpy as np
 
 from ..vocab_map import NO_TOKEN, VocabMap
-from .drafters import Proposal, common_prefix, sync_and_feed, unsure
+from .drafters import Proposal, common_prefix, draft_steps, sync_and_feed
 from .retokenize import Retokenizer
-from .sampling import GenerationConfig, distribution, sample
+from .sampling import GenerationConfig, distribution
 from .session import ModelSession
 
 RESPLIT = 2  # generated draft tokens re-tokenized together with newly accepted text
@@ -103,25 +103,15 @@ class _TextDrafter:
         return np.where(self.special, -np.inf, row)
 
     def draft_distribution(self, row: np.ndarray) -> np.ndarray:
-        """q over the draft vocabulary when sampling: the config's transform of `without_specials(row)`.
-        (Greedy drafting takes the top token directly: see `draft`; greedy SLRS runs SLEM rounds.)"""
+        """q over the draft vocabulary when sampling: the config's transform of `without_specials(row)`."""
         return distribution(self.without_specials(row), self.config)
 
     def draft(self, row: np.ndarray, k: int) -> list[int]:
         """k draft tokens from the cache's current end (fewer if EOS comes first)."""
-        tokens: list[int] = []
-        for i in range(k):
-            if self.config.greedy:  # the draft's top token, without building q
-                q, token = None, int(np.argmax(self.without_specials(row)))
-            else:
-                q = self.draft_distribution(row)
-                token = sample(q, self.rng)
-            tokens.append(token)
-            last = token == self.draft_eos or i + 1 == k
-            if last or unsure(row, q, self.confidence):
-                break
-            row = self.ctx.session.feed([token])[-1]
-        return tokens
+        steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
+                            shape=lambda row, drafted: self.without_specials(row),
+                            ends=lambda token: token == self.draft_eos)
+        return [token for token, _ in steps]
 
     def to_target(self, sequence: list[int], drafted: list[int], skip: bytes = b"") -> list[int]:
         """The target tokens that spell the drafted text (after `skip` bytes already proposed)."""
@@ -166,21 +156,15 @@ class TLIDrafter:
         row, pending = self.ctx.sync(sequence)
         if pending or not self.shared.any():
             return Proposal()
-        proposal = Proposal([], None if self.config.greedy else [])
-        drafted: list[int] = []
-        for i in range(k):
-            row = np.where(self.shared, row, -np.inf)
-            q = None if self.config.greedy else distribution(row, self.config)
-            token = int(np.argmax(row)) if q is None else sample(q, self.rng)
-            if q is not None:
-                q_target = np.zeros(self.target_size)
-                np.add.at(q_target, self.d2t[self.shared], q[self.shared])
-                proposal.q.append(q_target)
-            drafted.append(token)
-            proposal.tokens.append(int(self.d2t[token]))
-            ends = not self.ctx.retok.pieces.has_text[token]  # EOS ends the draft
-            if i + 1 == k or ends or unsure(row, q, self.confidence):
-                break
-            row = self.ctx.session.feed([token])[-1]
-        self.ctx.last_draft = drafted
-        return proposal
+        steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
+                            shape=lambda row, drafted: np.where(self.shared, row, -np.inf),
+                            ends=lambda token: not self.ctx.retok.pieces.has_text[token])  # EOS ends the draft
+        self.ctx.last_draft = [token for token, _ in steps]
+        return Proposal([int(self.d2t[token]) for token, _ in steps],
+                        None if self.config.greedy else [self.in_target(q) for _, q in steps])
+
+    def in_target(self, q: np.ndarray) -> np.ndarray:
+        """A draft distribution over the shared tokens, as a distribution over the target's vocabulary."""
+        q_target = np.zeros(self.target_size)
+        np.add.at(q_target, self.d2t[self.shared], q[self.shared])
+        return q_target
