@@ -29,7 +29,13 @@ class Stats:
     drafted_ahead_used: int = 0  # concurrent mode: rounds whose proposal was drafted during the previous pass
     first_token_seconds: float = 0.0  # time to the first generated token (prefill and the first round)
 
-    def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float) -> None:
+    def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float,
+                    drafted_ahead: bool = False, start: Optional[float] = None) -> None:
+        """One round: its proposal and what was kept, its clocks, whether the next round's proposal was drafted
+        during it (concurrent mode), and the run's start (the first round stops the first-token clock)."""
+        self.drafted_ahead_used += drafted_ahead
+        if start is not None and not self.first_token_seconds:
+            self.first_token_seconds = time.perf_counter() - start
         self.rounds += 1
         self.target_passes += 1
         self.draft_tokens_proposed += proposed
@@ -119,31 +125,23 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         while output.room and reason == "length":
             t0 = time.perf_counter()
             k = min(draft_length.k, output.room - 1) if drafter and draft_length else 0  # 0: the target alone
-            # at most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with
-            # more: a target with fixed blocks of k + 1 then keeps its shape (a change costs the demo a step)
             proposal = (ready if ready and ready.tokens else propose(drafter, seq, k)) if k > 0 else Proposal()
             if proposal is None:  # the draft's context is full: the target alone finishes the run
                 drafter, proposal = None, Proposal()
+            # at most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with
+            # more: a target with fixed blocks of k + 1 then keeps its shape
             proposal = proposal.head(k)
             t1 = time.perf_counter()
-            if pool and drafter and k > 0:  # the target verifies in a worker thread while the draft drafts ahead
-                job = pool.submit(sync_and_feed, target, seq, proposal.tokens)
-                ahead = propose(drafter, seq + proposal.tokens, k + 1)
-                rows = job.result()
-            else:
-                ahead, rows = None, sync_and_feed(target, seq, proposal.tokens)  # one pass over the proposal
+            rows, ahead = target_pass(target, seq, proposal, drafter if pool else None, k, pool)
             n, nxt, decided = verify(rows, proposal, config, rng, seq)
             target.rollback(len(proposal.tokens) - n)
             t2 = time.perf_counter()
             taken = proposal.tokens[:n] + [nxt]
             ready = ahead.after_first() if ahead and n == len(proposal.tokens) and ahead.tokens[:1] == [nxt] else None
-            stats.drafted_ahead_used += bool(ready and ready.tokens)
             if draft_length:
                 draft_length.update(n, len(proposal.tokens), t1 - t0, t2 - t1)
-            stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1)
-            stats.first_token_seconds = stats.first_token_seconds or time.perf_counter() - start
-            logprobs = token_logprobs(decided, taken, config) if config.wants_logprobs else None
-            reason = output.add(taken, seq, logprobs)
+            stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1, bool(ready and ready.tokens), start)
+            reason = output.add(taken, seq, token_logprobs(decided, taken, config) if config.wants_logprobs else None)
             if cancel is not None and cancel.is_set() and reason == "length":
                 reason = "stopped"
     except KeyboardInterrupt:
@@ -155,6 +153,18 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     stats.seconds = time.perf_counter() - start
     return Result(output.finish(reason), output.tokens, stats, reason, exact=exact,
                   logprobs=output.logprobs if config.wants_logprobs else None)
+
+
+def target_pass(target: ModelSession, sequence: list[int], proposal: Proposal, drafter: Optional[Drafter], k: int,
+                pool: Optional[ThreadPoolExecutor]) -> tuple[np.ndarray, Optional[Proposal]]:
+    """One target pass over the proposal: the rows to verify it with. Given a pool and a drafter, the target runs
+    in the pool's thread while the drafter drafts the next round as if the whole proposal and its own guess of the
+    target's next token were accepted (that proposal, or None, comes back second)."""
+    if pool is None or drafter is None or k == 0:
+        return sync_and_feed(target, sequence, proposal.tokens), None
+    job = pool.submit(sync_and_feed, target, sequence, proposal.tokens)
+    ahead = propose(drafter, sequence + proposal.tokens, k + 1)
+    return job.result(), ahead
 
 
 def propose(drafter: Drafter, sequence: list[int], k: int) -> Optional[Proposal]:
