@@ -19,7 +19,7 @@ import dataclasses
 import os
 import queue
 import threading
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
@@ -255,7 +255,7 @@ class DecodingSession:
             raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
                                    f"{', '.join(DRAFT_POLICIES)}.")
         entry = REGISTRY[name]
-        self._prepare_blocks(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
+        after_first_round = self._prepare_blocks(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
         rng = np.random.default_rng(config.seed)
         drafter = entry.drafter and entry.drafter(DraftRequest(self, prompt, prompt_ids, config, rng, confidence))
         if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
@@ -264,7 +264,7 @@ class DecodingSession:
         length = DraftLength(num_assistant_tokens, draft_policy, prices=engine.weight_prices(name) if seeded else None)
         concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
         result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length, rng,
-                          on_text, concurrent=concurrent, cancel=cancel)
+                          on_text, concurrent=concurrent, cancel=cancel, after_first_round=after_first_round)
         result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
         return result
 
@@ -273,14 +273,16 @@ class DecodingSession:
         """Iterate over the text as it is generated (see Pipeline.stream)."""
         return TextIterator(self, prompt, config, options)
 
-    def _prepare_blocks(self, k: int, drafting: bool) -> None:
+    def _prepare_blocks(self, k: int, drafting: bool) -> Optional[Callable[[], None]]:
         """How each paged model runs its short blocks in this call (k: the draft length, 0 for the target alone).
         Short blocks are widened to k + 1 (target) or DRAFT_BLOCK (draft) where that pays (`fixed_block_pays`),
         and the target's single steps to the cheaper of 2 and 3 tokens (`cheapest_step`); each measured once per
         model (fixed_blocks=False: neither). A model with static shapes then gets copies for its single step and
         for blocks of k + 1 or DRAFT_BLOCK tokens, so that those calls never change a shape. An idle draft is
-        neither measured nor compiled again."""
-        engine = self.engine
+        neither measured nor compiled again. The draft's copies are not needed for exactness, so they compile in
+        the background, started by the returned function after the first round: the first token does not share
+        the cores with them."""
+        engine, later = self.engine, None
         for role, size, used in (("target", k + 1, True), ("draft", DRAFT_BLOCK, drafting)):
             session = getattr(self, role)
             if session is None:
@@ -297,8 +299,12 @@ class DecodingSession:
                 session.min_block = engine.measured(f"{role}/step", cheapest_step, session)
             if engine._static[role]:
                 step = max(1 if role == "draft" else session.min_block, session.least_block)
-                # the draft's copies compile in the background: its first steps run on the dynamic model
-                session.model.add_static({step, size} if k > 0 else {step}, wait=role == "target")
+                sizes = {step, size} if k > 0 else {step}
+                if role == "target":
+                    session.model.add_static(sizes)
+                elif not sizes <= session.static_sizes:
+                    later = partial(session.model.add_static, sizes, wait=False)
+        return later
 
 
 
