@@ -29,9 +29,9 @@ def test_cut_output_layer_computes_the_kept_logits_and_nothing_else(bundle_dir, 
     """
     draft_xml = load_bundle(bundle_dir("qwen2-bytelevel", "qwen2-bytelevel-small", weights, weights)).draft.model_xml
     rng = np.random.default_rng(0)
-    whole = open_session(draft_xml, rollback=rollback, exact_blocks=False)
+    whole = open_session(draft_xml, rollback=rollback, block_invariant=False)
     ids = np.sort(rng.choice(whole.vocab_size, 200, replace=False))
-    cut = open_session(draft_xml, rollback=rollback, exact_blocks=False, output_ids=ids)
+    cut = open_session(draft_xml, rollback=rollback, block_invariant=False, output_ids=ids)
     assert cut.output_ids is not None and cut.vocab_size == whole.vocab_size
     assert cut.compiled.output("logits").get_partial_shape()[-1].get_length() == len(ids)
     seq = rng.integers(0, whole.vocab_size, 20).tolist()

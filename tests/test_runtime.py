@@ -35,7 +35,7 @@ def masked_pipe(bundle_dir):
 def test_session_rollback_matches_plain_decoding(bundle_dir, rollback):
     """Block prefill, feed-5/keep-2 rounds and (masked) compaction give the logits of one-token decoding."""
     xml = load_target_xml(bundle_dir)
-    plain = open_session(xml, rollback=rollback, precision="f32", exact_blocks=False)
+    plain = open_session(xml, rollback=rollback, precision="f32", block_invariant=False)
     seq = np.random.default_rng(0).integers(0, 700, 60).tolist()
     ref = np.stack([plain.feed([t])[0] for t in seq])
     session = open_session(xml, rollback=rollback, precision="f32")
@@ -82,7 +82,7 @@ def test_paged_session_is_bit_exact_for_any_block_split(bundle_dir, precision):
 
 def test_a_lone_token_takes_another_kernel_path(bundle_dir):
     """Why sessions re-feed: without it a lone token's logits differ from the same row inside a block."""
-    session = open_session(load_target_xml(bundle_dir), rollback="paged", precision="f32", exact_blocks=False)
+    session = open_session(load_target_xml(bundle_dir), rollback="paged", precision="f32", block_invariant=False)
     seq = np.random.default_rng(2).integers(0, 700, 12).tolist()
     block = session.feed(seq)
     session.reset()
@@ -315,7 +315,7 @@ def test_asking_for_fewer_rows_skips_the_output_layer_but_not_exactness(bundle_d
     last = exact.feed(seq, rows=1)
     assert last.shape == (2, full.shape[1])  # a block-invariant session computes at least 2 rows
     assert np.array_equal(last, full[-2:])   # ... bit for bit the rows of the whole block
-    draft = open_session(xml, rollback="paged", exact_blocks=False)
+    draft = open_session(xml, rollback="paged", block_invariant=False)
     one = draft.feed(seq, rows=1)
     assert one.shape == (1, full.shape[1]) and np.abs(one[0] - full[-1]).max() < 1e-3
 

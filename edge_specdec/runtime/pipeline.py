@@ -130,7 +130,7 @@ class Engine:
         self.plan.save()
         self.vocab_map = self.bundle.load_vocab_map()
         self.draft_model = (open_model(draft.model_xml, self.placement.draft, core=core, precision=precision,
-                                       rollback=kv_rollback, exact_blocks=False,
+                                       rollback=kv_rollback, block_invariant=False,
                                        output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
                                        max_context=draft.info.get("max_position_embeddings"), config=configs["draft"])
                             if draft else None)

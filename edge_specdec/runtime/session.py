@@ -359,12 +359,12 @@ def default_rollback(device: str) -> str:
 
 def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] = None,
                max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
-               exact_blocks: bool = True, output_ids: Optional[np.ndarray] = None,
+               block_invariant: bool = True, output_ids: Optional[np.ndarray] = None,
                config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None) -> CompiledLM:
     """Compile one model for decoding.
 
     rollback: "paged" or "masked" (default: the device's profile). precision: "dq" or "f32" (where the device
-    has the setting; a masked model always runs f32). exact_blocks: sessions must give a block of tokens the
+    has the setting; a masked model always runs f32). block_invariant: sessions must give a block of tokens the
     logits of single steps (the target needs this; a draft does not). For a paged model that is checked on the
     device, trying the profile's precisions in order ("dq" falls back to "f32"); if none passes, the model is
     exact only up to float noise, and its runs say so (`Result.exact`). known_invariant: the outcome of that
@@ -397,7 +397,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         cfg = {**device_profile.precision_properties(attempt, int4_group), **(config or {})}
         compile_static = partial(compile_for_block, core, model, device, cfg) if rollback == "paged" else None
         lm = CompiledLM(core.compile_model(model, device, cfg), rollback, device, attempt, max_context,
-                        block_invariant=exact_blocks and rollback == "paged", vocab_size=vocab_size,
+                        block_invariant=block_invariant and rollback == "paged", vocab_size=vocab_size,
                         output_ids=output_ids, compile_static=compile_static)
         if not lm.block_invariant:
             return lm
