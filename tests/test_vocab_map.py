@@ -55,8 +55,12 @@ def test_token_bytes_spell_hostile_text(tokenizers, style):
 @given(text=st.text(min_size=1, max_size=40))
 def test_token_bytes_spell_random_text(tokenizers, style, text):
     tok, table = tokenizers[style]
-    if style == "metaspace" and "<0x" in text:
-        return  # literal "<0xNN>" text is spelled by its characters; covered by the hostile strings
+    if any(special in text for special in tok.all_special_tokens):
+        return  # the text of a special token is read as that token, which spells no bytes (by design)
+    if style == "metaspace" and ("<0x" in text or "\u2581" in text):
+        # literal "<0xNN>" text is spelled by its characters (covered by the hostile strings); a literal U+2581 is
+        # the space marker itself, which the tokenizer's own decoder also turns into a space
+        return
     assert spelled(tok, table, text) == expected_bytes(style, text)
 
 
