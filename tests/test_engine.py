@@ -108,3 +108,19 @@ def test_a_measurement_waits_for_static_copies_compiling_in_the_background(bundl
     compiling.start()
     assert engine.measured("test/quiet", lambda: done.is_set()) is True
     assert engine.measured("test/quiet", lambda: pytest.fail("measured twice")) is True  # taken once
+
+
+def test_static_copies_are_checked_once_not_on_every_call(bundle_dir, monkeypatch):
+    """A small target's copies are compiled and checked for invariance on the first call that needs them; later
+    calls of the same sizes neither compile nor check again."""
+    engine = Engine(bundle_dir(*SAME), static_shapes=True)
+    session = engine.session()
+    config = GenerationConfig(max_new_tokens=6, ignore_eos=True)
+    session.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)
+    assert engine.target_model.static
+    checks = []
+    invariant = session_module.is_block_invariant
+    monkeypatch.setattr(session_module, "is_block_invariant", lambda s: checks.append(1) or invariant(s))
+    for _ in range(2):
+        session.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)
+    assert checks == []

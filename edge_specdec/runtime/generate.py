@@ -147,8 +147,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             if cancel is not None and cancel.is_set() and reason == "length":
                 reason = "stopped"
             if after_first_round is not None:
-                after_first_round, start_later = None, after_first_round
-                start_later()
+                after_first_round()
+                after_first_round = None  # once
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:

@@ -124,10 +124,12 @@ class Engine:
                                       "precision": precision, "rollback": kv_rollback, "configs": configs,
                                       "draft_vocab": self.draft_vocab})
         known = self.plan.values.setdefault("target/invariant", {})  # exactness per precision, from the plan
+        checked_before = dict(known)
         self.target_model = open_model(target.model_xml, self.placement.target, core=core, precision=precision,
                                        rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
                                        config=configs["target"], known_invariant=known)
-        self.plan.save()
+        if known != checked_before:  # open_model checked a precision on this machine for the first time
+            self.plan.save()
         self.vocab_map = self.bundle.load_vocab_map()
         self.draft_model = (open_model(draft.model_xml, self.placement.draft, core=core, precision=precision,
                                        rollback=kv_rollback, block_invariant=False,
@@ -305,7 +307,6 @@ class DecodingSession:
                 elif not sizes <= session.static_sizes:
                     later = partial(session.model.add_static, sizes, wait=False)
         return later
-
 
 
 class Pipeline(Engine):

@@ -99,13 +99,13 @@ class CompiledLM:
 
     def _compile(self, sizes) -> None:
         with self._lock:
-            for n in sorted(set(sizes) - set(self.static)):
+            new = sorted(set(sizes) - set(self.static))
+            for n in new:
                 try:
-                    copy = self._compile_static(n)
+                    self.static[n] = self._compile_static(n)
                 except RuntimeError:  # token inputs that do not take a static shape: stay dynamic
                     break
-                self.static[n] = copy
-            if self.block_invariant and self.static and not is_block_invariant(self.session()):
+            if new and self.block_invariant and self.static and not is_block_invariant(self.session()):
                 self.static.clear()
 
     def wait_static(self) -> None:
