@@ -12,7 +12,7 @@ import numpy as np
 from .drafters import Drafter, DraftLength, Proposal, sync_and_feed
 from .sampling import GenerationConfig, TokenLogprob, token_logprobs
 from .session import ContextOverflowError, ModelSession
-from .text import TextStream
+from .text import Span, TextPiece, TextStream
 from .verify import verify
 
 
@@ -104,7 +104,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     concurrent: while the target verifies a proposal, the drafter already drafts the next round as if every
     token were accepted and its own guess of the target's next token were right; that proposal is used only if
     both hold, and dropped otherwise (any proposal is lossless, so this changes speed, never the output).
-    on_text receives each piece of text as soon as it is final and cannot be part of a stop string; if it
+    on_text receives each piece of text as soon as it is final and cannot be part of a stop string (a TextPiece:
+    a str that also says which of its characters came from accepted drafted tokens); if it
     returns True, generation stops (stop_reason "stopped"), and so it does when `cancel` is set (checked every
     round). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
     A drafter whose model runs out of context stops drafting: the target alone finishes the run.
@@ -143,7 +144,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             if draft_length:
                 draft_length.update(n, len(proposal.tokens), t1 - t0, t2 - t1)
             stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1, bool(ready and ready.tokens), start)
-            reason = output.add(taken, seq, token_logprobs(decided, taken, config) if config.wants_logprobs else None)
+            reason = output.add(taken, seq, token_logprobs(decided, taken, config) if config.wants_logprobs else None,
+                                drafted=n)
             if cancel is not None and cancel.is_set() and reason == "length":
                 reason = "stopped"
             if after_first_round is not None:
@@ -193,13 +195,17 @@ class Output:
         self.tokens: list[int] = []
         self.logprobs: list[TokenLogprob] = []
         self.sent = 0  # characters of the text handed to on_text
+        self.handed = 0  # tokens whose text was handed to on_text
+        self.unsent: list[tuple[bool, int]] = []  # the other tokens in the text: (drafted, where their text ends)
 
     @property
     def room(self) -> int:
         return self.config.max_new_tokens - len(self.tokens)
 
-    def add(self, tokens: list[int], seq: list[int], logprobs: Optional[list[TokenLogprob]] = None) -> str:
-        """Append tokens (to seq too) up to the first stop; return why it stopped, or "length" to go on."""
+    def add(self, tokens: list[int], seq: list[int], logprobs: Optional[list[TokenLogprob]] = None,
+            drafted: int = 0) -> str:
+        """Append tokens (to seq too) up to the first stop; return why it stopped, or "length" to go on. The first
+        `drafted` tokens are the drafter's, accepted by the target."""
         for i, token in enumerate(tokens[:self.room]):
             seq.append(token)
             self.tokens.append(token)
@@ -208,6 +214,7 @@ class Output:
             if token in self.eos:
                 return "eos"
             self.stream.push([token])
+            self.unsent.append((i < drafted, len(self.stream.text)))
             cut = self.stop_at()
             if cut is not None:
                 self.send(cut)
@@ -228,9 +235,31 @@ class Output:
                     if text.endswith(s[:n])), default=0)
 
     def send(self, end: int) -> bool:
-        """Hand the text up to `end` to on_text; True if the callback asked to stop."""
-        piece, self.sent = self.stream.text[self.sent:end], max(self.sent, end)
-        return bool(self.on_text and piece and self.on_text(piece) is True)
+        """Hand the text up to `end` to on_text as a TextPiece: its spans by source, and the tokens whose text it
+        completes (a token cut by `end` counts in a later piece). True if the callback asked to stop."""
+        if self.on_text is None or end <= self.sent:
+            return False
+        spans: list[list] = []  # [text, drafted, tokens completed]
+        position, done = self.sent, 0
+        for drafted, token_end in self.unsent:
+            text, complete = self.stream.text[position:min(token_end, end)], token_end <= end
+            if spans and spans[-1][1] == drafted:
+                spans[-1][0] += text
+                spans[-1][2] += complete
+            else:
+                spans.append([text, drafted, int(complete)])
+            position = min(token_end, end)
+            if not complete:
+                break
+            done += 1
+        if position < end:  # text that no token ends in: the decoder's flush of a cut-off character at the end
+            spans.append([self.stream.text[position:end], False, 0])
+        del self.unsent[:done]
+        token_ids = self.tokens[self.handed:self.handed + done]
+        logprobs = self.logprobs[self.handed:self.handed + done]
+        self.sent, self.handed = end, self.handed + done
+        piece = TextPiece([Span(*span) for span in spans if span[0] or span[2]], token_ids, logprobs)
+        return self.on_text(piece) is True
 
     def finish(self, reason: str) -> str:
         self.stream.finish()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import codecs
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import openvino as ov
 import openvino_tokenizers  # noqa: F401  (registers the tokenizer operations with OpenVINO)
@@ -22,6 +22,28 @@ class PromptTokenizer:
     def encode(self, text: str) -> list[int]:
         with self._lock:
             return self.compiled([text])["input_ids"][0].tolist()
+
+
+class Span(NamedTuple):
+    """A run of generated text from one source: drafted (proposed by the drafter and accepted by the target) or
+    not (the target's own token of the round), and how many tokens it holds."""
+    text: str
+    drafted: bool
+    tokens: int
+
+
+class TextPiece(str):
+    """A piece of generated text, as on_text and the stream iterators hand it over: a str that also knows its
+    spans (which characters came from accepted drafted tokens and which the target wrote itself), the ids of
+    the tokens it completes and, when the config asked for them, their logprobs."""
+    spans: tuple[Span, ...]
+    token_ids: tuple[int, ...]
+    logprobs: tuple = ()
+
+    def __new__(cls, spans: list[Span], token_ids: list[int], logprobs: list = ()) -> "TextPiece":
+        piece = super().__new__(cls, "".join(span.text for span in spans))
+        piece.spans, piece.token_ids, piece.logprobs = tuple(spans), tuple(token_ids), tuple(logprobs)
+        return piece
 
 
 class TextStream:
