@@ -1,0 +1,112 @@
+"""`edge-specdec serve`: the OpenAI-compatible server (edge_specdec.serve) under uvicorn."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+
+from ..demo import DEMO_BUNDLE
+from ..errors import EdgeSpecdecError
+from ..runtime.devices import PRECISIONS
+from .common import DRAFT_VOCAB_HELP, say
+
+SERVE_EXAMPLES = """\
+examples:
+  edge-specdec serve                                  # the demo pair on http://127.0.0.1:8000 (page at /)
+  edge-specdec serve bundles/qwen --slots 4 --queue 32
+  edge-specdec serve bundles/qwen --host 0.0.0.0 --api-key "$KEY" --cors https://app.example.com
+
+then, from any OpenAI client:
+  curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
+      -d '{"prompt": "def fib(n):", "max_tokens": 64, "temperature": 0}'
+  python -c 'import openai; c = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none"); \\
+      print(c.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}]))'
+
+endpoints: POST /v1/chat/completions, POST /v1/completions (stream, logprobs, stop, seed, top_k,
+repetition_penalty, ignore_eos, and "edge_specdec": {"algorithm", "num_assistant_tokens", "confidence", "lookup"}),
+GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus), GET / (the page).
+A full queue answers 429 with Retry-After; a client that disconnects frees its slot within a round;
+Ctrl-C or SIGTERM finishes the requests in flight, then exits. More: docs/serving.md.
+"""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..serve import ServerSettings, create_app
+    except ImportError as exc:
+        raise EdgeSpecdecError(f"serve needs the serve extra ({exc.name} is missing): "
+                               f"pip install \"edge-specdec[serve]\"") from None
+    api_key = args.api_key or os.environ.get("EDGE_SPECDEC_API_KEY")
+    if not is_loopback(args.host) and not api_key:
+        raise EdgeSpecdecError(f"--host {args.host} is reachable from other machines: give an --api-key (or set "
+                               f"EDGE_SPECDEC_API_KEY) that clients must send, or serve on 127.0.0.1.")
+    options = dict(target_device=args.target_device, draft_device=args.draft_device,
+                   allow_fallback=args.allow_fallback, cache_dir=args.cache_dir, precision=args.precision,
+                   threads=args.threads, draft_vocab=args.draft_vocab)
+    settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
+                              cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
+                              max_body_bytes=args.max_body_bytes, engine_options=options).check()
+    app = create_app(settings)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+                                           access_log=args.access_log, timeout_graceful_shutdown=None))
+    state = app.state.server
+    state.on_load_error = lambda message: setattr(server, "should_exit", True)
+    say(f"edge-specdec serve: loading {state.bundle}; the API will be at http://{args.host}:{args.port}/v1 and the "
+        f"page at http://{args.host}:{args.port}/ (GET /health says when it is ready)")
+    server.run()
+    if state.load_error:
+        raise EdgeSpecdecError(f"the server could not load the bundle: {state.load_error}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """The `serve` subcommand."""
+    p = sub.add_parser("serve", help="serve a bundle over OpenAI's HTTP API, with a page that shows the drafting",
+                       description="An OpenAI-compatible server (chat and completions, streaming, logprobs) on one "
+                                   "loaded bundle: --slots requests decode at once, each as exactly as the target "
+                                   "alone would. Needs pip install \"edge-specdec[serve]\".",
+                       epilog=SERVE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?",
+                   help=f"a bundle folder (default: the demo pair that ships with edge-specdec, {DEMO_BUNDLE})")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; any other needs --api-key)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--slots", type=int, default=2, metavar="N",
+                   help="requests generating at once, each on its own decoding session; the weights are loaded "
+                        "once (default 2)")
+    p.add_argument("--queue", type=int, default=16, metavar="M",
+                   help="requests that may wait for a slot; more get 429 with Retry-After (default 16)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="clients must send 'Authorization: Bearer KEY' (default: $EDGE_SPECDEC_API_KEY, else none; "
+                        "required with a --host other than loopback). /health and the page stay open")
+    p.add_argument("--cors", action="append", metavar="ORIGIN",
+                   help="let pages from ORIGIN call the API from a browser (repeatable; '*' for any; default: off)")
+    p.add_argument("--max-tokens", type=int, default=1024, metavar="N",
+                   help="the most tokens one request may generate, and a chat request's default (default 1024; "
+                        "completions default to 16, as OpenAI's)")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="B",
+                   help="the largest request body accepted (default 1 MiB); larger ones get 413")
+    p.add_argument("--model-name", metavar="NAME", help="the model id in /v1/models (default: the bundle's folder name)")
+    p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+    p.add_argument("--target-device", default="AUTO", metavar="DEV", help="as for run (default AUTO)")
+    p.add_argument("--draft-device", default="AUTO", metavar="DEV", help="as for run (default AUTO)")
+    p.add_argument("--allow-fallback", action="store_true",
+                   help="if a device asked for is absent, run on the CPU instead of failing")
+    p.add_argument("--cache-dir", metavar="DIR", help="OpenVINO compiled-model cache, as for run")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads per model, as for run")
+    p.add_argument("--precision", default="dq", choices=PRECISIONS, help="CPU arithmetic, as for run (default dq)")
+    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
+    p.set_defaults(func=_cmd_serve)

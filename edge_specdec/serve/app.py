@@ -1,0 +1,400 @@
+"""The ASGI app behind `edge-specdec serve`: OpenAI's completions and chat endpoints on one engine's sessions.
+
+One Engine holds the weights; `slots` DecodingSessions on it decode in parallel worker threads, one request
+each; further requests wait in a bounded queue (429 when it is full). A request's text pieces cross from its
+worker thread to the event loop through a queue; a client that disconnects sets the request's cancel event, which
+generate() checks every round, and its slot goes back to the pool as soon as the worker returns.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Optional
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..demo import run_defaults
+from ..errors import EdgeSpecdecError
+from ..runtime.generate import Result
+from ..runtime.pipeline import DecodingSession, Engine
+from ..runtime.sampling import GenerationConfig
+from .metrics import Metrics
+from .protocol import ParsedRequest, RequestError, Responder, error_body, parse_request
+from .slots import SlotPool
+
+log = logging.getLogger("edge_specdec.serve")
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+@dataclass
+class ServerSettings:
+    """What `edge-specdec serve` is started with (see its --help). bundle None: the packaged demo."""
+    bundle: Optional[str] = None
+    slots: int = 2
+    queue: int = 16
+    api_key: Optional[str] = None
+    cors: list[str] = field(default_factory=list)
+    max_body_bytes: int = 1 << 20
+    max_tokens: int = 1024  # the most tokens one request may generate, and a chat request's default
+    model_name: Optional[str] = None  # default: the bundle folder's name
+    engine_options: dict[str, Any] = field(default_factory=dict)  # Engine's keyword arguments
+    warm_up: bool = True  # one short generation before /health says ok
+
+    def check(self) -> "ServerSettings":
+        if self.slots < 1:
+            raise EdgeSpecdecError(f"--slots must be at least 1, not {self.slots}.")
+        if self.queue < 0:
+            raise EdgeSpecdecError(f"--queue must be 0 (no waiting) or more, not {self.queue}.")
+        if self.max_tokens < 1:
+            raise EdgeSpecdecError(f"--max-tokens must be at least 1, not {self.max_tokens}.")
+        return self
+
+
+class Server:
+    """The state behind the app: the engine (loaded in a background thread), the slots and the metrics."""
+
+    def __init__(self, settings: ServerSettings, engine: Optional[Engine] = None):
+        self.settings = settings.check()
+        self.bundle, self.repetition_penalty = run_defaults(settings.bundle, None)
+        self.model_name = settings.model_name or Path(self.bundle).name
+        self.engine: Optional[Engine] = None
+        self.slots: Optional[SlotPool[DecodingSession]] = None
+        self.load_error: Optional[str] = None
+        self.on_load_error: Optional[Callable[[str], None]] = None  # the CLI stops the server
+        self.executor = ThreadPoolExecutor(settings.slots, thread_name_prefix="decode")
+        self.metrics = Metrics({
+            "queue_depth": ("requests waiting for a slot", lambda: self.slots.depth if self.slots else 0),
+            "slots_busy": ("slots generating", lambda: self.slots.busy if self.slots else 0),
+            "slots_total": ("decoding slots (sessions on the one engine)", lambda: self.settings.slots),
+        })
+        self._given_engine = engine
+
+    # --- loading ------------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the engine and its sessions, then warm up one of them; /health answers 503 until this is done."""
+        try:
+            engine = self._given_engine or Engine(self.bundle, **self.settings.engine_options)
+            sessions = [engine.session() for _ in range(self.settings.slots)]
+            if self.settings.warm_up:  # measures and compiles what the first requests would otherwise wait for
+                sessions[0].generate(engine.tokenizer.encode("Hello") or [0], GenerationConfig(max_new_tokens=4))
+            self.engine, self.slots = engine, SlotPool(sessions, self.settings.queue)
+            log.info("edge-specdec serve: %s loaded (%s); %d slots", self.model_name, engine.placement.describe(),
+                     self.settings.slots)
+        except Exception as exc:  # reported by /health and the CLI; the server does not serve a half-loaded engine
+            self.load_error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, EdgeSpecdecError) else str(exc)
+            log.error("edge-specdec serve: loading %s failed: %s", self.bundle, self.load_error)
+            if self.on_load_error:
+                self.on_load_error(self.load_error)
+
+    def ready(self) -> Engine:
+        if self.engine is None:
+            raise RequestError(self.load_error or "the model is still loading: retry in a few seconds.", status=503,
+                               code="model_loading" if not self.load_error else "model_failed",
+                               kind="server_error", headers={"Retry-After": "2"} if not self.load_error else None)
+        return self.engine
+
+    # --- requests -----------------------------------------------------------------------------------------------
+
+    def authorize(self, request: Request) -> None:
+        key = self.settings.api_key
+        if key and request.headers.get("authorization", "") != f"Bearer {key}":
+            raise RequestError("missing or wrong API key: send the header 'Authorization: Bearer <key>' with the "
+                               "key the server was started with (--api-key).", status=401, code="invalid_api_key")
+
+    async def read_json(self, request: Request) -> Any:
+        limit = self.settings.max_body_bytes
+        if int(request.headers.get("content-length") or 0) > limit:
+            raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}.") from None
+
+    async def prompt_ids(self, engine: Engine, parsed: ParsedRequest) -> list[int]:
+        loop = asyncio.get_running_loop()
+        if parsed.kind == "chat":
+            try:
+                ids = await loop.run_in_executor(None, engine.chat_prompt, parsed.messages)
+            except EdgeSpecdecError as exc:
+                raise RequestError(f"{exc} (this server's /v1/completions takes plain prompts).") from None
+        elif isinstance(parsed.prompt, str):
+            ids = await loop.run_in_executor(None, engine.tokenizer.encode, parsed.prompt)
+        else:
+            ids = parsed.prompt
+            vocabulary = len(engine.vocab_map.target)
+            if any(not 0 <= t < vocabulary for t in ids):
+                raise RequestError(f"prompt token ids must be between 0 and {vocabulary - 1}.", param="prompt")
+        if not ids:
+            raise RequestError("the prompt is empty once tokenized: give some text.", param="prompt")
+        return ids
+
+    def fit_context(self, engine: Engine, parsed: ParsedRequest, prompt_tokens: int) -> None:
+        """Set the request's token budget: what it asked for, or (chat) the room left, up to --max-tokens."""
+        cap, context = self.settings.max_tokens, engine.target_model.max_context
+        room = cap if context is None else min(cap, context - prompt_tokens)
+        asked = parsed.max_tokens
+        if asked is not None and asked > cap:
+            raise RequestError(f"max_tokens {asked} is over this server's limit of {cap} (--max-tokens).",
+                               param="max_tokens")
+        if room < (asked or 1):
+            raise RequestError(f"this model's context is {context} tokens; the prompt has {prompt_tokens} and "
+                               f"{asked or 1} more were asked for: shorten the prompt or lower max_tokens.",
+                               param="messages" if parsed.kind == "chat" else "prompt",
+                               code="context_length_exceeded")
+        parsed.config.max_new_tokens = asked or room
+
+    async def complete(self, request: Request, kind: str) -> Response:
+        arrival = time.perf_counter()
+        self.authorize(request)
+        engine = self.ready()
+        parsed = parse_request(await self.read_json(request), kind, self.repetition_penalty)
+        prompt_ids = await self.prompt_ids(engine, parsed)
+        self.fit_context(engine, parsed, len(prompt_ids))
+        try:
+            parsed.config.validate()
+            parsed.options["algorithm"] = engine.resolve_algorithm(parsed.options.get("algorithm", "auto"),
+                                                                   parsed.config)
+        except EdgeSpecdecError as exc:
+            raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
+        session = await until_disconnect(request, self.slots.acquire())
+        if session is None:
+            self.metrics.count("requests_total", endpoint=kind, outcome="cancelled")
+            return Response(status_code=499)
+        job = Job(self, session, prompt_ids, parsed, time.perf_counter() - arrival)
+        responder = Responder(parsed, self.model_name, self.token_bytes)
+        if parsed.stream:
+            return StreamingResponse(self.events(request, job, responder), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        watcher = asyncio.create_task(cancel_on_disconnect(request, job.cancel))
+        try:
+            result = await job.future
+        finally:
+            watcher.cancel()
+        return JSONResponse(responder.response(result, len(prompt_ids)))
+
+    async def events(self, request: Request, job: "Job", responder: Responder) -> AsyncIterator[str]:
+        """The server-sent events of a streamed completion: a chunk per run of text from one source, the last
+        chunk with the finish reason and statistics, the usage chunk if asked for, then [DONE]."""
+        watcher = asyncio.create_task(cancel_on_disconnect(request, job.cancel))
+        handed = 0  # logprob entries sent so far
+        try:
+            first = responder.first_chunk()
+            if first:
+                yield sse(first)
+            while (piece := await job.pieces.get()) is not None:
+                logprobs = list(piece.logprobs)
+                for span in piece.spans:
+                    yield sse(responder.text_chunk(span.text, span.drafted, span.tokens, logprobs[:span.tokens]))
+                    logprobs = logprobs[span.tokens:]
+                handed += len(piece.logprobs)
+            try:
+                result = await job.future
+            except Exception as exc:
+                yield sse(self.failure(job.request.kind, exc).body())
+            else:
+                yield sse(responder.last_chunk(result, (result.logprobs or [])[handed:]))
+                if job.request.include_usage:
+                    yield sse(responder.usage_chunk(result, len(job.prompt_ids)))
+            yield "data: [DONE]\n\n"
+        finally:
+            watcher.cancel()
+            job.cancel.set()  # a stream closed early (the client left) stops its generation
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.engine.vocab_map.target.piece(token) or b""
+
+    def record(self, job: "Job", result: Result) -> None:
+        """Count a finished generation (a failed one is counted by `failure`)."""
+        count = self.metrics.count
+        stats = result.stats
+        cancelled = result.stop_reason in ("stopped", "interrupted")
+        count("requests_total", endpoint=job.request.kind, outcome="cancelled" if cancelled else "ok")
+        count("prompt_tokens_total", len(job.prompt_ids))
+        count("generation_tokens_total", stats.new_tokens)
+        count("draft_tokens_proposed_total", stats.draft_tokens_proposed)
+        count("draft_tokens_accepted_total", stats.draft_tokens_accepted)
+        count("target_passes_total", stats.target_passes)
+        if stats.new_tokens:
+            self.metrics.observe("time_to_first_token_seconds", job.queued_seconds + stats.first_token_seconds)
+        if stats.new_tokens > 1:
+            self.metrics.observe("time_per_output_token_seconds",
+                                 (stats.seconds - stats.first_token_seconds) / (stats.new_tokens - 1))
+
+    def failure(self, endpoint: str, exc: BaseException) -> RequestError:
+        """An error as the client sees it: a RequestError as it is, anything else a 500 that hides the trace."""
+        if isinstance(exc, RequestError):
+            self.metrics.count("requests_total", endpoint=endpoint,
+                               outcome="rejected" if exc.status == 429 else "client_error")
+            return exc
+        if isinstance(exc, EdgeSpecdecError):  # a request the runtime refused (a context overflow, a bad value)
+            self.metrics.count("requests_total", endpoint=endpoint, outcome="client_error")
+            return RequestError(str(exc))
+        log.error("edge-specdec serve: a request failed:\n%s", "".join(traceback.format_exception(exc)))
+        self.metrics.count("requests_total", endpoint=endpoint, outcome="server_error")
+        return RequestError(f"the server failed on this request ({type(exc).__name__}); it keeps serving. The "
+                            f"server's log has the details.", status=500, kind="server_error")
+
+    # --- the other endpoints ------------------------------------------------------------------------------------
+
+    def model_card(self) -> dict:
+        engine = self.engine
+        card = {"id": self.model_name, "object": "model", "created": int(Path(self.bundle).stat().st_mtime),
+                "owned_by": "edge-specdec"}
+        if engine is not None:
+            bundle = engine.bundle
+            card["edge_specdec"] = {
+                "target": bundle.manifest["target"].get("source", {}).get("given"),
+                "draft": (bundle.manifest.get("draft") or {}).get("source", {}).get("given"),
+                "vocabulary_relation": bundle.vocabulary["relation"], "chat_template": engine.chat_template is not None,
+                "max_context": engine.target_model.max_context, "placement": vars(engine.placement),
+                "slots": self.settings.slots, "default_repetition_penalty": self.repetition_penalty}
+        return card
+
+    def health(self) -> Response:
+        if self.engine is None:
+            status = {"status": "error", "error": self.load_error} if self.load_error else {"status": "loading"}
+            return JSONResponse(status, status_code=503)
+        return JSONResponse({"status": "ok", "model": self.model_name, "slots": self.settings.slots,
+                             "busy": self.slots.busy, "queued": self.slots.depth})
+
+
+class Job:
+    """One request's generate() call on a slot's session, in a worker thread; its text pieces (TextPiece) come to
+    the event loop through `pieces`, then None. When the call returns, the slot goes back to the pool and the
+    run is counted in the metrics, whether or not a client is still there to read it."""
+
+    def __init__(self, server: Server, session: DecodingSession, prompt_ids: list[int], request: ParsedRequest,
+                 queued_seconds: float):
+        loop = asyncio.get_running_loop()
+        self.request, self.prompt_ids, self.queued_seconds = request, prompt_ids, queued_seconds
+        self.cancel = threading.Event()
+        self.pieces: asyncio.Queue = asyncio.Queue()
+
+        def on_text(piece) -> None:
+            loop.call_soon_threadsafe(self.pieces.put_nowait, piece)
+
+        self.future = loop.run_in_executor(server.executor, partial(
+            session.generate, prompt_ids, request.config, on_text=on_text if request.stream else None,
+            cancel=self.cancel, **request.options))
+
+        def finished(future: asyncio.Future) -> None:
+            server.slots.release(session)
+            self.pieces.put_nowait(None)
+            if not future.cancelled() and future.exception() is None:
+                server.record(self, future.result())
+
+        self.future.add_done_callback(finished)
+
+
+async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
+    """Set `cancel` when the client disconnects (the body is read by then: receive() waits for the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    cancel.set()
+
+
+async def until_disconnect(request: Request, work) -> Any:
+    """Await `work` unless the client disconnects first (then cancel it and return None)."""
+    task = asyncio.ensure_future(work)
+    left = asyncio.create_task(cancel_on_disconnect(request, threading.Event()))
+    try:
+        await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
+def sse(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engine] = None) -> Starlette:
+    """The ASGI app: the engine loads in a background thread when the app starts (its lifespan); `engine` serves
+    one already loaded instead. `app.state.server` is the Server."""
+    server = Server(settings or ServerSettings(), engine)
+
+    def endpoint(handler: Callable, kind: Optional[str] = None):
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                error = server.failure(kind or request.url.path, exc)
+                return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+        return run
+
+    async def models(request: Request) -> Response:
+        server.authorize(request)
+        server.ready()
+        return JSONResponse({"object": "list", "data": [server.model_card()]})
+
+    async def model(request: Request) -> Response:
+        server.authorize(request)
+        server.ready()
+        if request.path_params["model"] != server.model_name:
+            raise RequestError(f"the model {request.path_params['model']!r} does not exist here; this server serves "
+                               f"{server.model_name!r}.", status=404, code="model_not_found")
+        return JSONResponse(server.model_card())
+
+    async def metrics(request: Request) -> Response:
+        server.authorize(request)
+        return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def health(request: Request) -> Response:
+        return server.health()
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}"),
+                            status_code=exc.status_code)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        loader = threading.Thread(target=server.load, name="load-engine", daemon=True)
+        loader.start()
+        yield
+        server.executor.shutdown(wait=True, cancel_futures=True)
+
+    routes = [
+        Route("/v1/chat/completions", endpoint(partial(server.complete, kind="chat"), "chat"), methods=["POST"]),
+        Route("/v1/completions", endpoint(partial(server.complete, kind="completion"), "completion"),
+              methods=["POST"]),
+        Route("/v1/models", endpoint(models), methods=["GET"]),
+        Route("/v1/models/{model:path}", endpoint(model), methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", endpoint(metrics), methods=["GET"]),
+        Route("/", page, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware = [Middleware(CORSMiddleware, allow_origins=server.settings.cors, allow_methods=["GET", "POST"],
+                             allow_headers=["Authorization", "Content-Type"])] if server.settings.cors else []
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error})
+    app.state.server = server
+    return app

@@ -1,0 +1,338 @@
+"""OpenAI's wire format: request bodies in (checked field by field), responses, stream chunks and errors out.
+
+Both endpoints take the fields OpenAI documents for them, the extras llama-server and vLLM accept (top_k,
+repetition_penalty, ignore_eos) and one extension object, `edge_specdec`, with the speculative settings of the
+request (algorithm, num_assistant_tokens, confidence, lookup, draft_policy). Responses carry the run's statistics
+in an `edge_specdec` object beside OpenAI's fields; a stream marks each content chunk with the source of its
+text (drafted and accepted, or written by the target) the same way. Anything we cannot honour (n > 1, tools, a
+penalty we do not implement, an unknown field) is a 400 that names it.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..errors import EdgeSpecdecError
+from ..runtime.algorithms import ALGORITHMS
+from ..runtime.drafters import DRAFT_POLICIES
+from ..runtime.generate import Result
+from ..runtime.sampling import MAX_TOP_LOGPROBS, GenerationConfig, TokenLogprob
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the room left
+MAX_STOP_STRINGS = 4  # as OpenAI
+FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "length": "length", "stopped": "stop",
+                  "interrupted": "stop"}
+CHAT_ROLES = {"system", "user", "assistant", "developer"}
+
+
+class RequestError(EdgeSpecdecError):
+    """A request the server answers with an OpenAI error object instead of a completion."""
+
+    def __init__(self, message: str, status: int = 400, param: Optional[str] = None, code: Optional[str] = None,
+                 kind: str = "invalid_request_error", headers: Optional[dict[str, str]] = None):
+        super().__init__(message)
+        self.status, self.param, self.code, self.kind, self.headers = status, param, code, kind, headers or {}
+
+    def body(self) -> dict:
+        return error_body(str(self), self.kind, self.param, self.code)
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: Optional[str] = None,
+               code: Optional[str] = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@dataclass
+class ParsedRequest:
+    """A checked request: what to generate from, how, and how to answer."""
+    kind: str  # "chat" or "completion"
+    messages: Optional[list[dict[str, str]]]  # chat
+    prompt: Optional[str | list[int]]  # completion: text or token ids
+    config: GenerationConfig
+    max_tokens: Optional[int]  # None: the room left in the context (chat only), up to the server's cap
+    options: dict[str, Any] = field(default_factory=dict)  # DecodingSession.generate's speculative settings
+    stream: bool = False
+    include_usage: bool = False
+    model: Optional[str] = None
+
+
+# The fields each endpoint takes. Fields OpenAI clients send that change nothing here are accepted only with a
+# value that changes nothing (see NEUTRAL).
+COMMON = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "user",
+          "top_k", "repetition_penalty", "ignore_eos", "edge_specdec", "frequency_penalty", "presence_penalty",
+          "logit_bias", "metadata", "store", "service_tier"}
+FIELDS = {"chat": COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
+                            "tools", "tool_choice", "parallel_tool_calls"},
+          "completion": COMMON | {"prompt", "logprobs", "echo", "best_of", "suffix"}}
+# field -> the values that ask for nothing we do not do
+NEUTRAL: dict[str, Callable[[Any], bool]] = {
+    "n": lambda v: v == 1, "best_of": lambda v: v == 1,
+    "frequency_penalty": lambda v: v == 0, "presence_penalty": lambda v: v == 0,
+    "logit_bias": lambda v: not v, "tools": lambda v: not v, "tool_choice": lambda v: v in ("none", "auto"),
+    "parallel_tool_calls": lambda v: True, "echo": lambda v: v is False, "suffix": lambda v: not v,
+    "response_format": lambda v: isinstance(v, dict) and v.get("type") == "text",
+    "user": lambda v: True, "metadata": lambda v: True, "store": lambda v: True, "service_tier": lambda v: True,
+}
+EXTENSION_FIELDS = {"algorithm", "num_assistant_tokens", "confidence", "lookup", "draft_policy"}
+
+
+def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0) -> ParsedRequest:
+    """Check a request body for `kind` ("chat" or "completion") field by field; RequestError names the first
+    field that is wrong."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object.")
+    unknown = sorted(set(body) - FIELDS[kind])
+    if unknown:
+        raise RequestError(f"unrecognized request argument supplied: {unknown[0]}.", param=unknown[0])
+    for name, neutral in NEUTRAL.items():
+        if name in body and body[name] is not None and not neutral(body[name]):
+            raise RequestError(f"{name}={body[name]!r} is not supported by this server"
+                               + (" (one choice per request)" if name in ("n", "best_of") else "") + ".", param=name)
+    get = _Fields(body)
+    stream = get.boolean("stream", False)
+    stream_options = get.object("stream_options")
+    if stream_options and not stream:
+        raise RequestError("stream_options is only allowed when stream is true.", param="stream_options")
+    extra = set(stream_options or {}) - {"include_usage", "continuous_usage_stats"}
+    if extra:
+        raise RequestError(f"unrecognized stream_options field: {sorted(extra)[0]}.", param="stream_options")
+    max_tokens = get.integer("max_completion_tokens" if body.get("max_completion_tokens") is not None
+                             else "max_tokens", None, low=1)
+    if kind == "completion" and max_tokens is None:
+        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
+    if kind == "chat":
+        wants_logprobs = get.boolean("logprobs", False)
+        top = get.integer("top_logprobs", 0, low=0, high=MAX_TOP_LOGPROBS)
+        if top and not wants_logprobs:
+            raise RequestError("top_logprobs needs logprobs to be true.", param="top_logprobs")
+    else:
+        top = get.integer("logprobs", None, low=0, high=MAX_TOP_LOGPROBS)
+        wants_logprobs = top is not None
+        top = top or 0
+    top_k = get.integer("top_k", 0, low=-1)
+    config = GenerationConfig(
+        max_new_tokens=max_tokens or 1,  # a chat without max_tokens gets the room left (see the server)
+        temperature=get.number("temperature", 1.0, low=0.0, high=2.0),
+        top_p=get.number("top_p", 1.0, low=0.0, high=1.0, low_open=True),
+        top_k=max(top_k, 0),  # -1 means off in vLLM and llama-server
+        seed=get.integer("seed", None, low=0),
+        stop_strings=_stop_strings(body.get("stop")),
+        ignore_eos=get.boolean("ignore_eos", False),
+        repetition_penalty=get.number("repetition_penalty", default_repetition_penalty, low=0.0, high=10.0,
+                                      low_open=True),
+        logprobs=wants_logprobs, top_logprobs=top)
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("model must be a string.", param="model")
+    return ParsedRequest(kind, _messages(body.get("messages")) if kind == "chat" else None,
+                         _prompt(body.get("prompt")) if kind == "completion" else None, config, max_tokens,
+                         _extension(body.get("edge_specdec")), stream,
+                         bool((stream_options or {}).get("include_usage")), model)
+
+
+class _Fields:
+    """Typed reads of a request body's fields, each wrong type or range a RequestError naming the field."""
+
+    def __init__(self, body: dict, prefix: str = ""):
+        self.body, self.prefix = body, prefix
+
+    def _get(self, name: str):
+        return self.body.get(name)
+
+    def boolean(self, name: str, default):
+        value = self._get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise RequestError(f"{self.prefix}{name} must be true or false, not {value!r}.", param=name)
+        return value
+
+    def object(self, name: str) -> Optional[dict]:
+        value = self._get(name)
+        if value is not None and not isinstance(value, dict):
+            raise RequestError(f"{self.prefix}{name} must be an object.", param=name)
+        return value
+
+    def number(self, name: str, default, low=None, high=None, low_open=False, integer=False):
+        value = self._get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+            raise RequestError(f"{self.prefix}{name} must be {'an integer' if integer else 'a number'}, not "
+                               f"{value!r}.", param=name)
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if too_low or (high is not None and value > high):
+            bounds = (f"{'above' if low_open else 'at least'} {low}" if low is not None else "",
+                      f"at most {high}" if high is not None else "")
+            raise RequestError(f"{self.prefix}{name} must be {' and '.join(b for b in bounds if b)}, not {value}.",
+                               param=name)
+        return value
+
+    def integer(self, name: str, default, low=None, high=None):
+        return self.number(name, default, low, high, integer=True)
+
+
+def _stop_strings(stop: Any) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise RequestError("stop must be a string or a list of strings.", param="stop")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise RequestError(f"stop takes at most {MAX_STOP_STRINGS} strings, not {len(stops)}.", param="stop")
+    return [s for s in stops if s]
+
+
+def _messages(messages: Any) -> list[dict[str, str]]:
+    """Chat messages as the chat template takes them: a role and the text content (text parts are joined)."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list of {role, content} objects.", param="messages")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestError(f"messages[{i}] must be an object with a role and content.", param="messages")
+        role, content = message["role"], message.get("content")
+        if role not in CHAT_ROLES:
+            raise RequestError(f"messages[{i}].role {role!r} is not supported: use system, developer, user or "
+                               f"assistant.", param="messages")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise RequestError(f"messages[{i}].content: only text parts are supported.", param="messages")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise RequestError(f"messages[{i}].content must be a string or a list of text parts.",
+                               param="messages")
+        out.append({"role": "system" if role == "developer" else role, "content": content})
+    return out
+
+
+def _prompt(prompt: Any) -> str | list[int]:
+    """One prompt: a string or a list of token ids (a list holding one of those is taken too)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise RequestError("the prompt is empty: give some text to continue.", param="prompt")
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
+        raise RequestError("one prompt per request: this server does not batch prompts in one request.",
+                           param="prompt")
+    raise RequestError("prompt must be a non-empty string or a list of token ids.", param="prompt")
+
+
+def _extension(extension: Any) -> dict[str, Any]:
+    """The edge_specdec object: the request's speculative settings, as DecodingSession.generate takes them."""
+    if extension is None:
+        return {}
+    if not isinstance(extension, dict):
+        raise RequestError("edge_specdec must be an object.", param="edge_specdec")
+    unknown = sorted(set(extension) - EXTENSION_FIELDS)
+    if unknown:
+        raise RequestError(f"unrecognized edge_specdec field: {unknown[0]} (known: "
+                           f"{', '.join(sorted(EXTENSION_FIELDS))}).", param="edge_specdec")
+    get = _Fields(extension, "edge_specdec.")
+    options = {"algorithm": extension.get("algorithm", "auto"),
+               "num_assistant_tokens": get.integer("num_assistant_tokens", None, low=1, high=64),
+               "confidence": get.number("confidence", None, low=0.0, high=1.0),
+               "lookup": get.boolean("lookup", None),
+               "draft_policy": extension.get("draft_policy", "fixed")}
+    if options["algorithm"] not in ALGORITHMS:
+        raise RequestError(f"edge_specdec.algorithm must be one of {', '.join(ALGORITHMS)}.", param="edge_specdec")
+    if options["draft_policy"] not in DRAFT_POLICIES:
+        raise RequestError(f"edge_specdec.draft_policy must be one of {', '.join(DRAFT_POLICIES)}.",
+                           param="edge_specdec")
+    if options["confidence"] is not None and options["confidence"] >= 1.0:
+        raise RequestError("edge_specdec.confidence must be below 1 (0 = never stop drafting early).",
+                           param="edge_specdec")
+    return options
+
+
+# --- responses ------------------------------------------------------------------------------------------------
+
+class Responder:
+    """Builds one request's response objects and stream chunks in OpenAI's shapes."""
+
+    def __init__(self, request: ParsedRequest, model: str, token_text: Callable[[int], bytes]):
+        self.request, self.model, self.token_bytes = request, model, token_text
+        self.chat = request.kind == "chat"
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.offset = 0  # characters of completion text before the next logprob entry (completions' text_offset)
+
+    def _head(self, chunk: bool) -> dict:
+        obj = "chat.completion.chunk" if chunk and self.chat else "chat.completion" if self.chat else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def response(self, result: Result, prompt_tokens: int) -> dict:
+        """The whole completion (stream false)."""
+        logprobs = self.logprobs(result.logprobs) if result.logprobs is not None else None
+        reason = FINISH_REASONS.get(result.stop_reason, "stop")
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
+                      "logprobs": logprobs, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": result.text, "logprobs": logprobs, "finish_reason": reason}
+        return {**self._head(False), "choices": [choice], "usage": usage(prompt_tokens, result),
+                "edge_specdec": run_summary(result)}
+
+    def first_chunk(self) -> Optional[dict]:
+        """The chunk that opens a chat stream (the assistant's role), as OpenAI sends it."""
+        if not self.chat:
+            return None
+        return {**self._head(True), "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                 "logprobs": None, "finish_reason": None}]}
+
+    def text_chunk(self, text: str, drafted: bool, tokens: int, logprobs: list[TokenLogprob]) -> dict:
+        """A chunk of streamed text from one source; logprobs: those of the tokens it completes."""
+        lp = self.logprobs(logprobs) if self.request.config.wants_logprobs else None
+        part = {"delta": {"content": text}} if self.chat else {"text": text}
+        return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": lp, "finish_reason": None}],
+                "edge_specdec": {"source": "draft" if drafted else "target", "tokens": tokens}}
+
+    def last_chunk(self, result: Result, logprobs: list[TokenLogprob]) -> dict:
+        """The chunk with the finish reason and the run's statistics (and the logprobs of tokens no text chunk
+        carried, such as the end-of-sequence token)."""
+        lp = self.logprobs(logprobs) if self.request.config.wants_logprobs else None
+        part = {"delta": {}} if self.chat else {"text": ""}
+        return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": lp,
+                                                 "finish_reason": FINISH_REASONS.get(result.stop_reason, "stop")}],
+                "edge_specdec": run_summary(result)}
+
+    def usage_chunk(self, result: Result, prompt_tokens: int) -> dict:
+        return {**self._head(True), "choices": [], "usage": usage(prompt_tokens, result)}
+
+    def logprobs(self, entries: list[TokenLogprob]) -> dict:
+        """Logprob entries in the endpoint's format: chat's `content` list, or the completions' four lists."""
+        def text(token: int) -> str:
+            return self.token_bytes(token).decode("utf-8", "replace")
+
+        if self.chat:
+            return {"content": [{"token": text(e.token), "logprob": e.logprob, "bytes": list(self.token_bytes(e.token)),
+                                 "top_logprobs": [{"token": text(t), "logprob": v, "bytes": list(self.token_bytes(t))}
+                                                  for t, v in e.top]} for e in entries], "refusal": None}
+        offsets = []
+        for e in entries:
+            offsets.append(self.offset)
+            self.offset += len(text(e.token))
+        return {"tokens": [text(e.token) for e in entries], "token_logprobs": [e.logprob for e in entries],
+                "top_logprobs": [{text(t): v for t, v in e.top} for e in entries] if self.request.config.top_logprobs
+                else None, "text_offset": offsets}
+
+
+def usage(prompt_tokens: int, result: Result) -> dict:
+    completion = len(result.token_ids)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+
+
+def run_summary(result: Result) -> dict:
+    """The run's speculative statistics: what the draft proposed, what the target accepted, its passes."""
+    stats = result.stats.as_dict()
+    keep = ("draft_tokens_proposed", "draft_tokens_accepted", "target_passes", "mean_tokens_per_target_pass",
+            "acceptance", "tokens_per_s", "first_token_seconds", "time_per_output_token_ms", "seconds")
+    return {"algorithm": result.extra.get("algorithm"), "exact": result.exact, "stop_reason": result.stop_reason,
+            **{k: stats[k] for k in keep}}
