@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..demo import run_defaults
 from ..errors import EdgeSpecdecError
+from ..runtime.algorithms import REGISTRY
 from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine
 from ..runtime.sampling import GenerationConfig
@@ -269,6 +270,9 @@ class Server:
                 "draft": (bundle.manifest.get("draft") or {}).get("source", {}).get("given"),
                 "vocabulary_relation": bundle.vocabulary["relation"], "chat_template": engine.chat_template is not None,
                 "max_context": engine.target_model.max_context, "placement": vars(engine.placement),
+                "algorithms": ["auto"] + [name for name, a in REGISTRY.items()
+                                          if bundle.vocabulary["relation"] in a.relations
+                                          and (engine.draft_model is not None or not a.needs_draft)],
                 "slots": self.settings.slots, "default_repetition_penalty": self.repetition_penalty}
         return card
 
