@@ -266,14 +266,14 @@ class Server:
         if engine is not None:
             bundle = engine.bundle
             card["edge_specdec"] = {
-                "target": bundle.manifest["target"].get("source", {}).get("given"),
-                "draft": (bundle.manifest.get("draft") or {}).get("source", {}).get("given"),
+                "target": source_name(bundle.manifest["target"]), "draft": source_name(bundle.manifest.get("draft")),
                 "vocabulary_relation": bundle.vocabulary["relation"], "chat_template": engine.chat_template is not None,
                 "max_context": engine.target_model.max_context, "placement": vars(engine.placement),
                 "algorithms": ["auto"] + [name for name, a in REGISTRY.items()
                                           if bundle.vocabulary["relation"] in a.relations
                                           and (engine.draft_model is not None or not a.needs_draft)],
-                "slots": self.settings.slots, "default_repetition_penalty": self.repetition_penalty}
+                "slots": self.settings.slots, "max_tokens": self.settings.max_tokens,
+                "default_repetition_penalty": self.repetition_penalty}
         return card
 
     def health(self) -> Response:
@@ -282,6 +282,16 @@ class Server:
             return JSONResponse(status, status_code=503)
         return JSONResponse({"status": "ok", "model": self.model_name, "slots": self.settings.slots,
                              "busy": self.slots.busy, "queued": self.slots.depth})
+
+
+def source_name(model: Optional[dict]) -> Optional[str]:
+    """A bundle model's source as the model card shows it: a hub id as it is, a local folder by its name only (the
+    exporting machine's paths are not the clients' business)."""
+    if not model:
+        return None
+    source = model.get("source", {})
+    given = str(source.get("given") or "")
+    return Path(given).name if source.get("kind") == "local" else given
 
 
 class Job:
