@@ -107,6 +107,22 @@ def test_completions_equal_the_target_alone(server, chat_bundle):
         assert chunks[-1].usage.completion_tokens == len(ref["token_ids"]) and not chunks[-1].choices
 
 
+def test_stop_strings_and_repetition_penalty_as_run_applies_them(server, chat_bundle):
+    """stop and repetition_penalty give what `run --stop ... --repetition-penalty ...` gives, streamed or not."""
+    c = client(server)
+    full = run_cli(chat_bundle, PROMPTS[3], 40, "--ignore-eos", "--repetition-penalty", "1.3")
+    stop = full["text"][len(full["text"]) // 2:][:3]  # a string from the middle of the output
+    ref = run_cli(chat_bundle, PROMPTS[3], 40, "--ignore-eos", "--repetition-penalty", "1.3", "--stop", stop)
+    assert ref["stop_reason"] == "stop_string" and len(ref["text"]) < len(full["text"])
+    options = dict(model="x", prompt=PROMPTS[3], max_tokens=40, temperature=0, stop=[stop],
+                   extra_body={"ignore_eos": True, "repetition_penalty": 1.3})
+    whole = c.completions.create(**options)
+    assert whole.choices[0].text == ref["text"] and whole.choices[0].finish_reason == "stop"
+    chunks = list(c.completions.create(stream=True, **options))
+    assert "".join(ch.choices[0].text for ch in chunks) == ref["text"]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
 def test_stream_chunks_say_which_tokens_the_draft_wrote(server):
     """The drafted chunks hold exactly the tokens the target accepted from the drafter, and all chunks together
     every token of the run (ignore_eos and no stop string: every token has its text)."""
@@ -126,7 +142,7 @@ def test_chat_equals_the_target_alone(server, chat_bundle):
     ref = run_cli(chat_bundle, "hello there", 30, "--chat", "--ignore-eos")
     c = client(server)
     messages = [{"role": "user", "content": "hello there"}]
-    whole = c.chat.completions.create(model="x", messages=messages, max_tokens=30, temperature=0,
+    whole = c.chat.completions.create(model="x", messages=messages, max_completion_tokens=30, temperature=0,
                                       extra_body={"ignore_eos": True})
     assert whole.choices[0].message.content == ref["text"] and whole.choices[0].message.role == "assistant"
     chunks = list(c.chat.completions.create(model="x", messages=messages, max_tokens=30, temperature=0, stream=True,
