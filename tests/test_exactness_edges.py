@@ -252,6 +252,7 @@ def test_streamed_text_never_shows_a_stop_string(pipes, pair, algorithm):
         result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=40, ignore_eos=True, stop_strings=[stop]),
                                algorithm=algorithm, on_text=streamed.append)
         assert "".join(streamed) == result.text, (stop, algorithm)
+        check_pieces(streamed, result)
         if stop in full:
             assert result.stop_reason == "stop_string" and result.text == full[:full.find(stop)]
         else:
@@ -259,6 +260,21 @@ def test_streamed_text_never_shows_a_stop_string(pipes, pair, algorithm):
         iterator = pipe.stream("def f(x):", GenerationConfig(max_new_tokens=40, ignore_eos=True,
                                                              stop_strings=[stop]), algorithm=algorithm)
         assert "".join(iterator) == iterator.result.text == result.text
+
+
+def check_pieces(pieces, result) -> None:
+    """Each streamed piece is its spans' text; the pieces hand over the run's tokens in order, each once, and no
+    more drafted tokens than the target accepted."""
+    handed = [t for piece in pieces for t in piece.token_ids]
+    assert all(piece == "".join(span.text for span in piece.spans) for piece in pieces)
+    assert all(sum(span.tokens for span in piece.spans) == len(piece.token_ids) for piece in pieces)
+    assert handed == result.token_ids[:len(handed)]
+    assert sum(span.tokens for piece in pieces for span in piece.spans if span.drafted) <= \
+        result.stats.draft_tokens_accepted
+    if result.stop_reason == "length":  # nothing held back: every token was handed over
+        assert len(handed) == len(result.token_ids)
+        assert sum(span.tokens for piece in pieces for span in piece.spans if span.drafted) == \
+            result.stats.draft_tokens_accepted
 
 
 # --- a seed reproduces a sampled run whatever the policy and the clock (defect 6) ---------------------------------
