@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -321,6 +322,33 @@ def test_a_full_queue_answers_429_with_retry_after(chat_bundle, engine):
         assert {"first", "second"} <= set(results)
         assert metric(running, "requests_total", endpoint="completion", outcome="rejected") == 1
         assert metric(running, "requests_total", endpoint="completion", outcome="ok") == 2
+
+
+def test_a_client_that_leaves_the_queue_frees_its_place(chat_bundle, engine):
+    gate, started = threading.Event(), threading.Semaphore(0)
+    with serve_in_thread(ServerSettings(bundle=str(chat_bundle), slots=1, queue=1, warm_up=False),
+                         engine) as running:
+        gate_sessions(running, gate, started)
+        first = threading.Thread(target=lambda: client(running).completions.create(model="x", prompt="a",
+                                                                                    max_tokens=4))
+        first.start()
+        assert started.acquire(timeout=30)
+        body = json.dumps({"prompt": "b", "max_tokens": 4}).encode()
+        waiting = socket.create_connection(("127.0.0.1", int(running.url.rsplit(":", 1)[1])))
+        waiting.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + 30
+        while running.server.slots.depth < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert running.server.slots.depth == 1
+        waiting.close()  # it gives up while queued
+        while running.server.slots.depth > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert running.server.slots.depth == 0
+        gate.set()
+        first.join(60)
+        assert metric(running, "requests_total", endpoint="completion", outcome="cancelled") == 1
+        assert metric(running, "requests_total", endpoint="completion", outcome="ok") == 1
 
 
 def test_a_client_that_disconnects_frees_its_slot(chat_bundle, engine):
