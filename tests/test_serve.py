@@ -380,6 +380,44 @@ def test_a_client_that_disconnects_frees_its_slot(chat_bundle, engine):
         assert client(running).completions.create(model="x", prompt="y", max_tokens=4).choices[0].text is not None
 
 
+def test_a_client_that_leaves_a_whole_request_stops_it(chat_bundle, engine):
+    """Not streamed: the server notices the closed connection while generating and stops within a round."""
+    with serve_in_thread(ServerSettings(bundle=str(chat_bundle), slots=1, queue=0, warm_up=False),
+                         engine) as running:
+        session = running.server.slots.free[0]
+        real, rounds = session.generate, []
+
+        def slow(*args, cancel=None, **kwargs):  # a slow device: each round takes 20 ms
+            def paced():
+                rounds.append(time.sleep(0.02))
+                return cancel.is_set()
+            return real(*args, cancel=SlowEvent(paced), **kwargs)
+        session.generate = slow
+        body = json.dumps({"prompt": "x = ", "max_tokens": 400, "ignore_eos": True, "temperature": 0,
+                           "edge_specdec": {"algorithm": "none"}}).encode()
+        sock = socket.create_connection(("127.0.0.1", int(running.url.rsplit(":", 1)[1])))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + 30
+        while len(rounds) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sock.close()
+        while metric(running, "requests_total", endpoint="completion", outcome="cancelled") < 1:
+            assert time.monotonic() < deadline, "the generation did not stop"
+            time.sleep(0.05)
+        assert health(running.url)[1]["busy"] == 0 and len(rounds) < 200
+
+
+class SlowEvent:
+    """A cancel event whose every check (once per round) runs `check` first."""
+
+    def __init__(self, check):
+        self.check = check
+
+    def is_set(self) -> bool:
+        return self.check()
+
+
 def test_metrics_count_drafted_and_accepted_tokens(server):
     before = {name: metric(server, name) for name in ("draft_tokens_proposed_total", "draft_tokens_accepted_total",
                                                       "target_passes_total", "generation_tokens_total")}

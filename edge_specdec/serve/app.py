@@ -179,7 +179,7 @@ class Server:
                                                                    parsed.config)
         except EdgeSpecdecError as exc:
             raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
-        session = await until_disconnect(request, self.slots.acquire())
+        session = await acquire_slot(request, self.slots)
         if session is None:
             self.metrics.count("requests_total", endpoint=kind, outcome="cancelled")
             return Response(status_code=499)
@@ -191,6 +191,9 @@ class Server:
         watcher = asyncio.create_task(cancel_on_disconnect(request, job.cancel))
         try:
             result = await job.future
+        except asyncio.CancelledError:  # this request's task was cancelled (Ray Serve does so when its client
+            job.cancel.set()            # leaves or it times out): stop its generation too
+            raise
         finally:
             watcher.cancel()
         return JSONResponse(responder.response(result, len(prompt_ids)))
@@ -309,17 +312,20 @@ class Job:
         def on_text(piece) -> None:
             loop.call_soon_threadsafe(self.pieces.put_nowait, piece)
 
-        self.future = loop.run_in_executor(server.executor, partial(
+        work = server.executor.submit(partial(
             session.generate, prompt_ids, request.config, on_text=on_text if request.stream else None,
             cancel=self.cancel, **request.options))
+        self.future = asyncio.wrap_future(work, loop=loop)  # what the request awaits; cancelling it stops no thread
 
-        def finished(future: asyncio.Future) -> None:
+        def finished(work) -> None:
             server.slots.release(session)
             self.pieces.put_nowait(None)
-            if not future.cancelled() and future.exception() is None:
-                server.record(self, future.result())
+            if not work.cancelled() and work.exception() is None:
+                server.record(self, work.result())
 
-        self.future.add_done_callback(finished)
+        # on the worker's own future: the slot goes back once the worker has returned, even when the request's
+        # task was cancelled while it ran (a cancelled asyncio future is done at once; its thread is not)
+        work.add_done_callback(lambda work: loop.call_soon_threadsafe(finished, work))
 
 
 async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
@@ -329,17 +335,23 @@ async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> Non
     cancel.set()
 
 
-async def until_disconnect(request: Request, work) -> Any:
-    """Await `work` unless the client disconnects first (then cancel it and return None)."""
-    task = asyncio.ensure_future(work)
+async def acquire_slot(request: Request, slots: SlotPool) -> Optional[DecodingSession]:
+    """A slot for this request, or None if its client disconnects while it waits. If this task is cancelled
+    meanwhile (Ray Serve cancels the request of a client that left), a slot handed over just then goes back."""
+    task = asyncio.ensure_future(slots.acquire())
     left = asyncio.create_task(cancel_on_disconnect(request, threading.Event()))
     try:
         await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        if task.done() and not task.cancelled() and task.exception() is None:
+            slots.release(task.result())
+        task.cancel()  # still waiting: SlotPool.acquire leaves the queue
+        raise
     finally:
         left.cancel()
     if task.done():
         return task.result()
-    task.cancel()
+    task.cancel()  # the client left: SlotPool.acquire leaves the queue (or gives back a slot handed over just then)
     return None
 
 
