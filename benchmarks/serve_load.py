@@ -3,6 +3,7 @@ loopback, every output checked against the target alone, latency percentiles pri
 
     python benchmarks/serve_load.py                      # the demo: 200 requests, 8 clients, 2 slots
     python benchmarks/serve_load.py --requests 400 --clients 16 --slots 4 --max-tokens 64
+    python benchmarks/serve_load.py --bundle BUNDLE --paired 2 --prompts 6 --max-tokens 128   # speedup via HTTP
 
 It starts `edge-specdec serve` as a process on a free loopback port, computes each prompt's reference with the
 target alone (`algorithm="none"`, in this process), sends the requests (half streamed, half not, through OpenAI's
@@ -94,6 +95,35 @@ def run_load(api: str, references: dict[str, str], requests: int, clients: int, 
     return report
 
 
+def paired_speedup(api: str, prompts: list[str], max_tokens: int, repeats: int) -> dict:
+    """One client, each prompt sent twice back to back, once with the target alone (edge_specdec.algorithm none)
+    and once with the server's default, in alternating order: the ratio of their latencies per pair, and
+    whether the two texts are identical."""
+    import openai
+
+    client = openai.OpenAI(base_url=api, api_key="none", max_retries=0, timeout=600)
+    ratios, identical, runs = [], 0, {"none": [], "auto": []}
+    for r in range(repeats):
+        for i, prompt in enumerate(prompts):
+            texts, seconds = {}, {}
+            for algorithm in (("none", "auto") if (r + i) % 2 == 0 else ("auto", "none")):
+                start = time.perf_counter()
+                answer = client.completions.create(model="m", prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                                   extra_body={"edge_specdec": {"algorithm": algorithm}})
+                seconds[algorithm] = time.perf_counter() - start
+                texts[algorithm] = answer.choices[0].text
+                runs[algorithm].append(answer.model_extra["edge_specdec"])
+            ratios.append(seconds["none"] / seconds["auto"])
+            identical += texts["none"] == texts["auto"]
+    auto = runs["auto"]
+    return {"pairs": len(ratios), "identical": identical, "median_speedup": round(statistics.median(ratios), 3),
+            "speedup_range": [round(min(ratios), 3), round(max(ratios), 3)],
+            "algorithm": auto[0]["algorithm"],
+            "median_tokens_per_target_pass": statistics.median(a["mean_tokens_per_target_pass"] for a in auto),
+            "median_tokens_per_s": {k: round(statistics.median(a["tokens_per_s"] for a in v), 2)
+                                    for k, v in runs.items()}}
+
+
 def references(generate: Callable[[str], str], prompts: list[str]) -> dict[str, str]:
     return {p: generate(p) for p in prompts}
 
@@ -113,12 +143,22 @@ def main() -> int:
     p.add_argument("--queue", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--json", metavar="FILE", help="also write the summary here")
+    p.add_argument("--paired", type=int, metavar="REPEATS",
+                   help="instead of the load: one client sends each of --prompts twice (the target alone, then the "
+                        "default algorithm, in alternating order), REPEATS times: the speedup through the server")
+    p.add_argument("--prompts", type=int, default=len(PROMPTS), metavar="N", help="use the first N prompts")
     args = p.parse_args()
+    prompts = PROMPTS[:args.prompts]
+    if args.paired:
+        with serve_command(args.bundle, "--slots", "1") as running:
+            summary = paired_speedup(running.api, prompts, args.max_tokens, args.paired)
+        print(json.dumps({**summary, "max_tokens": args.max_tokens, "bundle": args.bundle}, indent=1))
+        return 0 if summary["identical"] == summary["pairs"] else 1
 
     penalty = DEMO_REPETITION_PENALTY if Path(args.bundle).resolve() == DEMO_BUNDLE else 1.0
     pipe = Pipeline(args.bundle)
     config = GenerationConfig(max_new_tokens=args.max_tokens, temperature=0, repetition_penalty=penalty)
-    refs = references(lambda prompt: pipe.generate(prompt, config, algorithm="none").text, PROMPTS)
+    refs = references(lambda prompt: pipe.generate(prompt, config, algorithm="none").text, prompts)
     del pipe
     with serve_command(args.bundle, "--slots", str(args.slots), "--queue", str(args.queue)) as running:
         report = run_load(running.api, refs, args.requests, args.clients, args.max_tokens)
