@@ -5,7 +5,8 @@ Opt-in, because it needs chromium and chromedriver installed and takes a minute:
 
     EDGE_SPECDEC_BROWSER_TESTS=1 pytest tests/test_serve_page.py
 
-The completion test also writes docs/images/serve-page.png, the screenshot the docs show, and checks its pixels.
+The completion test checks the pixels of its screenshot and writes it to $EDGE_SPECDEC_SCREENSHOT if set (the docs'
+docs/images/serve-page.png is made that way), else to the test's temporary folder.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from serve_helpers import health, serve_in_thread
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "serve-page.png"
+SCREENSHOT_ENV = "EDGE_SPECDEC_SCREENSHOT"
 PROMPT = "def parse_args("
 WAIT = 60  # seconds: the longest any one step may take on a busy 2-core machine
 
@@ -227,7 +228,7 @@ def count_colour(image: tuple[int, int, int, bytes], box: tuple[int, int, int, i
 
 # --- the tests --------------------------------------------------------------------------------------------------
 
-def test_completion_mode_shows_drafted_and_target_text(demo_server, browser):
+def test_completion_mode_shows_drafted_and_target_text(demo_server, browser, tmp_path):
     """On the demo (no chat template) the page continues a prompt, streaming runs of text coloured by source;
     the text is the server's own greedy completion and the statistics line repeats the last chunk's."""
     card = get_json(demo_server.api + "/models")["data"][0]
@@ -272,8 +273,9 @@ def test_completion_mode_shows_drafted_and_target_text(demo_server, browser):
     # The screenshot for the docs, and its pixels: both span colours fill a fair area of the transcript.
     browser.execute_script("document.activeElement.blur()")  # no focus ring or caret in the picture
     png = browser.get_screenshot_as_png()
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    SCREENSHOT.write_bytes(png)
+    screenshot = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "serve-page.png")
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    screenshot.write_bytes(png)
     image = decode_png(png)
     ratio = browser.execute_script("return window.devicePixelRatio")
     assert image[0] == round(browser.execute_script("return window.innerWidth") * ratio)
