@@ -19,6 +19,7 @@ import dataclasses
 import os
 import queue
 import threading
+from contextlib import nullcontext
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
@@ -30,6 +31,7 @@ from ..bundle import Bundle, load_bundle
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
 from .algorithms import ALGORITHMS, REGISTRY, DraftRequest
+from .batching import MAX_WAIT, Scheduler, batch_invariant
 from .drafters import DRAFT_POLICIES, DraftLength, LookupFirst
 from .generate import Result, generate
 from .retokenize import Retokenizer
@@ -38,7 +40,7 @@ from .chat import ChatTemplate
 from .devices import compile_config, list_devices, place, resolve_cache_dir
 from .plan import BlockPlan, machine_name
 from .probes import cheapest_step, fixed_block_pays
-from .session import ModelSession, open_model
+from .session import BlockPool, ModelSession, open_model
 from .text import PromptTokenizer, TextStream
 
 # auto picks TLI for sampling when at least this share of the draft's vocabulary exists in the target's
@@ -86,6 +88,10 @@ class Engine:
     fixed block of k + 1 or DRAFT_BLOCK tokens), so that they never change a shape (None: for models under
     STATIC_MAX_BYTES of weights; True / False: every model / none). A copy takes as long to compile as the model
     and holds its weights again. The output is the same either way.
+    batching: sessions of this engine share a block pool per model, and their short blocks (verification, draft
+    steps) run together in one call when several sessions generate at once (see batching.py); checked for bit
+    identity once per machine, and off where it does not hold (`batching_note` says which). batch_wait: the
+    longest a call waits for the other sessions' calls (seconds).
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the draft
     vocabulary cut costs little acceptance and makes a draft with a large vocabulary faster. Any draft keeps the
     output exact: the target decides every token.
@@ -96,7 +102,8 @@ class Engine:
                  allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
                  draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
-                 threads: Optional[int] = None, static_shapes: Optional[bool] = None):
+                 threads: Optional[int] = None, static_shapes: Optional[bool] = None, batching: bool = False,
+                 batch_wait: float = MAX_WAIT):
         self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
@@ -141,6 +148,27 @@ class Engine:
                         for role, model in (("target", target), ("draft", draft)) if model}
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
+        self.scheduler, self.pools, self.batching_note = None, {}, ""
+        if batching:
+            self._start_batching(batch_wait)
+
+    def _start_batching(self, max_wait: float) -> None:
+        """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks
+        together (see batching.py) if the target gives the same bits batched as alone, checked once per machine."""
+        target = self.target_model
+        if target.rollback_method != "paged" or not target.block_invariant:
+            self.batching_note = ("sessions verify one by one: batching needs a bit-exact paged target "
+                                  f"(this one: {target.rollback_method}, exact: {target.block_invariant})")
+            return
+        if not self.measured("target/batch_invariant", batch_invariant, target):
+            self.batching_note = ("sessions verify one by one: a batched call did not give the bits of a single "
+                                  "one on this device")
+            return
+        self.scheduler = Scheduler(max_wait)
+        self.pools = {role: BlockPool(model.compiled) for role, model in (("target", target),
+                                                                           ("draft", self.draft_model))
+                      if model is not None and model.rollback_method == "paged"}
+        self.batching_note = "sessions verify together in batched target calls"
 
     @cached_property
     def draft_retokenizer(self) -> Retokenizer:
@@ -216,8 +244,12 @@ class DecodingSession:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.target: ModelSession = engine.target_model.session()
-        self.draft: Optional[ModelSession] = engine.draft_model.session() if engine.draft_model else None
+        self.target: ModelSession = engine.target_model.session(engine.pools.get("target"))
+        self.draft: Optional[ModelSession] = (engine.draft_model.session(engine.pools.get("draft"))
+                                              if engine.draft_model else None)
+        for role, session in (("target", self.target), ("draft", self.draft)):
+            if role in engine.pools:  # a batching engine: calls go through its scheduler
+                session.scheduler = engine.scheduler
 
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                  algorithm: str = "auto", num_assistant_tokens: Optional[int] = None, draft_policy: str = "fixed",
@@ -265,8 +297,9 @@ class DecodingSession:
         seeded = config.seed is not None and not config.greedy and draft_policy == "cost"
         length = DraftLength(num_assistant_tokens, draft_policy, prices=engine.weight_prices(name) if seeded else None)
         concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
-        result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length, rng,
-                          on_text, concurrent=concurrent, cancel=cancel, after_first_round=after_first_round)
+        with engine.scheduler.generating() if engine.scheduler else nullcontext():
+            result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
+                              rng, on_text, concurrent=concurrent, cancel=cancel, after_first_round=after_first_round)
         result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
         return result
 

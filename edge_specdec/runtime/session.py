@@ -78,9 +78,13 @@ class CompiledLM:
         self._lock = threading.Lock()  # sessions in several threads may ask for static copies at once
         self._pending: list[threading.Thread] = []  # background compiles (add_static with wait=False)
 
-    def session(self) -> "ModelSession":
-        """A new decoding context: its own infer requests and KV cache, the weights shared."""
-        return (PagedSession if self.rollback_method == "paged" else MaskedSession)(self)
+    def session(self, pool: Optional["BlockPool"] = None) -> "ModelSession":
+        """A new decoding context: its own infer requests and KV cache, the weights shared. pool (paged only):
+        draw its cache blocks from this pool, shared with other sessions (batched calls need that), instead of
+        a pool of its own."""
+        if self.rollback_method == "paged":
+            return PagedSession(self, pool)
+        return MaskedSession(self)
 
     def add_static(self, sizes, wait: bool = True) -> None:
         """Compile a copy of the model for each block size in `sizes` (see "Static shapes" above). A
@@ -208,22 +212,81 @@ class ModelSession:
         raise NotImplementedError
 
 
+class BlockPool:
+    """The key/value block tensors of a paged model, and which blocks are free.
+
+    A session draws blocks from a pool into its block table (the `block_indices` the IR takes). A pool of its own
+    makes a session independent; sessions that share a pool can be verified together in one call (see
+    batching.py). Every call that reads or writes the tensors holds `lock`, and so does growing them (new,
+    larger tensors, the old blocks copied, handed to every request attached), so a call never writes into
+    tensors that are being replaced."""
+
+    def __init__(self, compiled: ov.CompiledModel):
+        self.names = [port.get_any_name() for port in compiled.inputs
+                      if port.get_any_name().startswith(("key_cache.", "value_cache."))]
+        value = next(p for p in compiled.inputs if p.get_any_name().startswith("value_cache."))
+        self.block_size = value.get_partial_shape()[2].get_length()
+        self.lock = threading.RLock()
+        self.tensors: dict[str, ov.Tensor] = {}
+        self.requests: list[ov.InferRequest] = []
+        self.free: list[int] = []
+        self.capacity = 0
+
+    def attach(self, request: ov.InferRequest) -> None:
+        """Let a request run on this pool's tensors (now and after they grow)."""
+        with self.lock:
+            self.requests.append(request)
+            for name, tensor in self.tensors.items():
+                request.set_tensor(name, tensor)
+
+    def allocate(self, n: int) -> list[int]:
+        """n free block ids (the tensors grow, doubling, when too few are free)."""
+        with self.lock:
+            if len(self.free) < n:
+                self._grow(max(2 * self.capacity, self.capacity + n - len(self.free)))
+            taken, self.free = self.free[:n], self.free[n:]
+            return taken
+
+    def release(self, blocks: list[int]) -> None:
+        with self.lock:
+            self.free.extend(blocks)
+
+    def _grow(self, blocks: int) -> None:
+        for name in self.names:  # the first attached request's tensors give the element types and block shapes
+            old = self.tensors[name] if name in self.tensors else self.requests[0].get_tensor(name)
+            tensor = ov.Tensor(old.get_element_type(), [blocks] + list(old.get_shape())[1:])
+            if self.capacity:
+                tensor.data[:self.capacity] = old.data[:self.capacity]
+            self.tensors[name] = tensor
+            for request in self.requests:
+                request.set_tensor(name, tensor)
+        self.free.extend(range(self.capacity, blocks))
+        self.capacity = blocks
+
+
 class PagedSession(ModelSession):
-    """The paged-attention IR: the session owns the KV blocks; rollback is a smaller past length."""
+    """The paged-attention IR: the session's KV blocks come from a BlockPool; rollback is a smaller past length.
+
+    With a scheduler (batching.Scheduler, set by the engine), its calls go through it: short blocks of sessions
+    that share the pool are verified together in one call."""
 
     rollback_method = "paged"
 
-    def __init__(self, model: CompiledLM):
-        inputs = model.compiled.inputs
-        self._caches = [port.get_any_name() for port in inputs
-                        if port.get_any_name().startswith(("key_cache.", "value_cache."))]
-        value = next(p for p in inputs if p.get_any_name().startswith("value_cache."))
-        self.block_size = value.get_partial_shape()[2].get_length()
-        self._sliced = any(LOGITS_FROM in port.get_names() for port in inputs)
-        self._blocks = 0
+    def __init__(self, model: CompiledLM, pool: Optional[BlockPool] = None):
+        self._sliced = any(LOGITS_FROM in port.get_names() for port in model.compiled.inputs)
+        self.pool = pool or BlockPool(model.compiled)
+        self.block_size = self.pool.block_size
+        self.blocks: list[int] = []  # the block table: this session's blocks in the pool, in order
+        self.scheduler = None
         self._static: dict[int, ov.InferRequest] = {}  # this session's requests on the model's static copies
         self._x: dict[int, dict[str, np.ndarray]] = {}  # see _inputs
         super().__init__(model)
+        self.pool.attach(self.request)
+
+    def __del__(self) -> None:
+        pool, blocks = getattr(self, "pool", None), getattr(self, "blocks", None)
+        if pool is not None and blocks:
+            pool.release(blocks)
 
     @property
     def static_sizes(self) -> frozenset:
@@ -243,30 +306,26 @@ class PagedSession(ModelSession):
         request = self._static.get(n)
         if request is None:
             request = self._static[n] = copy.create_infer_request()
-            for name in self._caches:
-                request.set_tensor(name, self.request.get_tensor(name))
+            self.pool.attach(request)
         return request
 
     def _restart(self) -> None:
-        if not self._blocks:
-            self.reserve(4 * self.block_size)
+        pass  # the blocks stay in the table for the next tokens; each call takes more as it needs them
 
     def reserve(self, n_tokens: int) -> None:
-        """Grow the block tensors to hold n_tokens (doubling, so growth is rare; old blocks are copied)."""
+        """Take enough blocks from the pool to hold n_tokens (doubling the table, so that this is rare)."""
         needed = -(-n_tokens // self.block_size)
-        if needed <= self._blocks:
-            return
-        blocks = max(needed, 2 * self._blocks)
-        for name in self._caches:
-            old = self.request.get_tensor(name)
-            tensor = ov.Tensor(old.get_element_type(), [blocks] + list(old.get_shape())[1:])
-            if self._blocks:
-                tensor.data[:self._blocks] = old.data[:self._blocks]
-            for request in (self.request, *self._static.values()):
-                request.set_tensor(name, tensor)
-        self._blocks = blocks
+        if needed > len(self.blocks):
+            self.blocks += self.pool.allocate(max(needed, 2 * len(self.blocks)) - len(self.blocks))
 
     def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
+        if self.scheduler is not None:
+            return self.scheduler.infer(self, tokens, rows)
+        return self.infer_alone(tokens, rows)
+
+    def infer_alone(self, tokens: list[int], rows: int) -> np.ndarray:
+        """One call for this session's block alone (its static copy for the size, if any; logits for the last
+        `rows` tokens only)."""
         past, n = self.length, len(tokens)
         total = past + n
         self.reserve(total)
@@ -276,13 +335,15 @@ class PagedSession(ModelSession):
         x["input_ids"][:] = tokens
         x["position_ids"][:] = np.arange(past, total)
         x["past_lens"][0] = past
+        x["block_indices"][:] = self.blocks[:used]
         x["block_indices_begins"][1] = used
         x["max_context_len"][...] = total
         if self._sliced:
             x[LOGITS_FROM][0] = n - rows
-        request.infer()
-        logits = request.get_tensor("logits").data
-        return logits.reshape(len(logits), -1)[-rows:].copy()
+        with self.pool.lock:
+            request.infer()
+            logits = request.get_tensor("logits").data
+            return logits.reshape(len(logits), -1)[-rows:].copy()
 
     def _inputs(self, request: ov.InferRequest, n: int, used: int) -> dict[str, np.ndarray]:
         """The request's input tensors as numpy views, written in place each call (handing OpenVINO a dict of
@@ -297,7 +358,7 @@ class PagedSession(ModelSession):
             fresh.update(input_ids=np.zeros(n, np.int64), position_ids=np.zeros(n, np.int64),
                          subsequence_begins=np.array([0, n], np.int32))
         if len(x.get("block_indices", ())) != used:
-            fresh["block_indices"] = np.arange(used, dtype=np.int32)
+            fresh["block_indices"] = np.zeros(used, dtype=np.int32)
         for name, array in fresh.items():
             request.set_tensor(name, ov.Tensor(array, shared_memory=True))
         x.update(fresh)

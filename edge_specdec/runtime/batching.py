@@ -1,0 +1,203 @@
+"""Batched verification: the short blocks of several sessions in one call of a paged model.
+
+The paged-attention IR takes several sequences in one call: their tokens one after another, with per-sequence
+past lengths, block tables and subsequence boundaries. On a CPU a pass of a 1.5B target costs little more for
+16 rows than for 4, so sessions that verify together pay the pass's fixed part once per round instead of once
+per session. Sessions of a batching Engine share one BlockPool per model and a Scheduler; each session's thread
+still runs its own decode loop (drafting, verification, rollback), and only the model calls meet here.
+
+The Scheduler gathers calls without a fixed clock: a model's pending calls run as soon as every session that is
+generating is waiting for a call (so sessions fall into step: verify together, draft together), or once the
+oldest has waited `max_wait` seconds (a session busy elsewhere, such as in Python between rounds, delays the
+others by at most that). Long calls (a prompt) run alone, with logits for their last rows only; the short ones
+run as one call that computes every row's logits.
+
+Exactness: each sequence's rows in a batched call must be bit-identical to what the session computes alone.
+`batch_invariant` checks that on the device when the engine opens; an engine whose target fails it does not
+batch (and says so).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .graph import LOGITS_FROM
+
+MAX_WAIT = 0.02  # seconds the first pending call of a model waits for the other sessions' calls
+LONGEST_BATCHED = 16  # tokens: a longer call (a prompt) runs alone, computing logits for the rows it needs only
+
+
+@dataclass
+class Call:
+    session: "PagedSession"  # noqa: F821 (session.py imports this module's users, not the other way)
+    tokens: list[int]
+    rows: int
+    since: float = field(default_factory=time.perf_counter)
+    logits: Optional[np.ndarray] = None
+    error: Optional[BaseException] = None
+
+    @property
+    def done(self) -> bool:
+        return self.logits is not None or self.error is not None
+
+
+class ModelQueue:
+    """The pending calls of one model (one BlockPool), and the infer request that runs them together."""
+
+    def __init__(self, session):
+        self.pending: list[Call] = []
+        self.running = False
+        self.request = session.model.compiled.create_infer_request()
+        session.pool.attach(self.request)
+        self.pool = session.pool
+        self.sliced = session._sliced
+        self.calls = 0  # batched calls run, and the sequences in them (for the statistics)
+        self.sequences = 0
+
+    def run(self, batch: list[Call]) -> None:
+        """Run the batch: long calls alone, the short ones together; each call gets its logits or its error."""
+        short = [c for c in batch if len(c.tokens) <= LONGEST_BATCHED]
+        for call in [c for c in batch if len(c.tokens) > LONGEST_BATCHED] + ([short[0]] if len(short) == 1 else []):
+            try:
+                call.logits = call.session.infer_alone(call.tokens, call.rows)
+            except BaseException as exc:  # handed to the session's thread
+                call.error = exc
+        if len(short) > 1:
+            try:
+                for call, logits in zip(short, self.together(short)):
+                    call.logits = logits
+            except BaseException as exc:
+                for call in short:
+                    call.error = exc
+
+    def together(self, calls: list[Call]) -> list[np.ndarray]:
+        """One call over several sessions' blocks; each session's last `rows` rows."""
+        lengths = [len(c.tokens) for c in calls]
+        past = [c.session.length for c in calls]
+        for call, p, n in zip(calls, past, lengths):
+            call.session.reserve(p + n)
+        used = [-(-(p + n) // self.pool.block_size) for p, n in zip(past, lengths)]
+        begins = np.cumsum([0] + lengths).astype(np.int32)
+        x = {"input_ids": np.concatenate([np.asarray(c.tokens, np.int64) for c in calls]),
+             "position_ids": np.concatenate([np.arange(p, p + n) for p, n in zip(past, lengths)]).astype(np.int64),
+             "past_lens": np.asarray(past, np.int32), "subsequence_begins": begins,
+             "block_indices": np.concatenate([c.session.blocks[:u] for c, u in zip(calls, used)]).astype(np.int32),
+             "block_indices_begins": np.cumsum([0] + used).astype(np.int32),
+             "max_context_len": np.asarray(max(p + n for p, n in zip(past, lengths)), np.int32)}
+        if self.sliced:
+            x[LOGITS_FROM] = np.zeros(1, np.int64)  # every row: each sequence needs the end of its own block
+        with self.pool.lock:
+            self.request.infer(x)
+            logits = self.request.get_tensor("logits").data
+            logits = logits.reshape(len(logits), -1)
+            out = [logits[end - c.rows:end].copy() for c, end in zip(calls, begins[1:])]
+        self.calls += 1
+        self.sequences += len(calls)
+        return out
+
+
+class Scheduler:
+    """Gathers the model calls of an engine's sessions into batched calls (see the module docstring)."""
+
+    def __init__(self, max_wait: float = MAX_WAIT):
+        self.max_wait = max_wait
+        self.cond = threading.Condition()
+        self.active = 0  # sessions inside generate()
+        self.waiting = 0  # calls submitted and not yet returned to their session
+        self.queues: dict[int, ModelQueue] = {}  # by BlockPool
+
+    @contextmanager
+    def generating(self):
+        """Count a session as generating: the others' calls wait for its calls (up to max_wait)."""
+        with self.cond:
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.active -= 1
+                self.cond.notify_all()
+
+    def infer(self, session, tokens: list[int], rows: int) -> np.ndarray:
+        """The session's logits for its block, computed in a batch with other sessions' blocks when they come."""
+        call = Call(session, list(tokens), rows)
+        with self.cond:
+            queue = self.queues.get(id(session.pool))
+            if queue is None:
+                queue = self.queues[id(session.pool)] = ModelQueue(session)
+            queue.pending.append(call)
+            self.waiting += 1
+            self.cond.notify_all()
+            try:
+                while not call.done:
+                    wait = self._wait_before_running(queue)
+                    if wait == 0.0:
+                        self._run(queue)
+                    else:
+                        self.cond.wait(wait)
+            finally:
+                self.waiting -= 1
+        if call.error is not None:
+            raise call.error
+        return call.logits
+
+    def _wait_before_running(self, queue: ModelQueue) -> Optional[float]:
+        """0 if this thread should run the queue's batch now, else how long to wait (None: until notified)."""
+        if queue.running or not queue.pending:
+            return None
+        if self.waiting >= self.active:  # nobody is computing: no other call is coming
+            return 0.0
+        return max(0.0, queue.pending[0].since + self.max_wait - time.perf_counter()) or 0.0
+
+    def _run(self, queue: ModelQueue) -> None:
+        """Run the queue's pending calls, with the lock released meanwhile (called with it held)."""
+        batch, queue.pending, queue.running = queue.pending, [], True
+        self.cond.release()
+        try:
+            queue.run(batch)
+        finally:
+            self.cond.acquire()
+            queue.running = False
+            self.cond.notify_all()
+
+    def stats(self) -> dict:
+        calls = sum(q.calls for q in self.queues.values())
+        sequences = sum(q.sequences for q in self.queues.values())
+        return {"batched_calls": calls, "mean_sequences_per_batched_call": sequences / calls if calls else 0.0}
+
+
+def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
+    """Do sessions sharing a pool get, in one batched call, bit-identical rows to what each computes alone?
+
+    Random prompts of different lengths, then blocks of 2 to 6 tokens, alone and together, over three rounds
+    with rollbacks in between; the sessions are left empty."""
+    from .session import BlockPool
+
+    rng = np.random.default_rng(seed)
+    pool = BlockPool(model.compiled)
+    group = [model.session(pool) for _ in range(sessions)]
+    queue = ModelQueue(group[0])
+    try:
+        for s in group:
+            s.feed(rng.integers(0, s.vocab_size, int(rng.integers(3, 40))).tolist())
+        for _ in range(3):
+            blocks = [rng.integers(0, s.vocab_size, int(rng.integers(2, 7))).tolist() for s in group]
+            alone = []
+            for s, block in zip(group, blocks):
+                alone.append(s.infer_alone(block, len(block)))
+            calls = [Call(s, block, len(block)) for s, block in zip(group, blocks)]
+            together = queue.together(calls)
+            if not all(np.array_equal(a, b) for a, b in zip(alone, together)):
+                return False
+            for s, block in zip(group, blocks):  # keep part of each block, as verification does
+                s.tokens.extend(block)
+                s.rollback(int(rng.integers(0, len(block))))
+        return True
+    finally:
+        for s in group:
+            s.reset()

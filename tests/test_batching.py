@@ -1,0 +1,127 @@
+"""Batched verification (runtime/batching.py): several sessions' blocks in one target call, bit for bit what each
+session computes alone, and generations that join and leave a batch unchanged by it."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edge_specdec.runtime import Engine, GenerationConfig
+from edge_specdec.runtime.batching import Call, ModelQueue, batch_invariant
+from edge_specdec.runtime.session import BlockPool, open_model
+
+SAME = ("qwen2-bytelevel", "qwen2-bytelevel-small")
+HETERO = ("qwen2-bytelevel", "llama-metaspace")
+PROMPTS = ["def f(x):", "x = ", "import os\n", "class A:", "for i in", "print(", "a"]  # "a": a one-token prompt
+
+
+@pytest.mark.parametrize("precision", ["dq", "f32"])
+def test_batched_rows_equal_single_rows_over_random_mixes(bundle_dir, precision):
+    """Sessions sharing a pool, fed random blocks together, against twin sessions fed the same blocks alone (each
+    its own pool, the path every unbatched run takes): random prompt lengths, block sizes 2-9, random subsets of
+    the sessions per call, and rollbacks of part of each block, as verification does."""
+    model = open_model(bundle_dir(*SAME) / "target" / "openvino_model.xml", precision=precision)
+    assert model.block_invariant
+    rng = np.random.default_rng(1)
+    pool = BlockPool(model.compiled)
+    batched = [model.session(pool) for _ in range(5)]
+    alone = [model.session() for _ in range(5)]
+    queue = ModelQueue(batched[0])
+    vocab = model.vocab_size
+    for b, a in zip(batched, alone):
+        prompt = rng.integers(0, vocab, int(rng.integers(2, 60))).tolist()
+        assert np.array_equal(b.feed(prompt), a.feed(prompt))
+    compared = 0
+    for _ in range(25):
+        chosen = sorted(rng.choice(5, size=int(rng.integers(2, 6)), replace=False))
+        blocks = {i: rng.integers(0, vocab, int(rng.integers(2, 10))).tolist() for i in chosen}
+        rows = {i: int(rng.integers(1, len(blocks[i]) + 1)) for i in chosen}
+        together = queue.together([Call(batched[i], blocks[i], rows[i]) for i in chosen])
+        for i, got in zip(chosen, together):
+            batched[i].tokens.extend(blocks[i])  # together() writes the cache; the session records its tokens
+            want = alone[i].feed(blocks[i], rows=rows[i])[-rows[i]:]  # feed gives a block-invariant session 2 or more
+            assert np.array_equal(got, want), (i, len(blocks[i]), rows[i])
+            compared += 1
+            back = int(rng.integers(0, len(blocks[i])))
+            batched[i].rollback(back)
+            alone[i].rollback(back)
+    assert compared > 50 and queue.calls == 25
+
+
+def test_a_failed_probe_turns_batching_off(bundle_dir, monkeypatch):
+    """The probe compares for real: noise in one batched row fails it, and an engine then does not batch."""
+    real = ModelQueue.together
+
+    def noisy(self, calls):
+        out = real(self, calls)
+        out[-1][0, 0] += 1e-3
+        return out
+    monkeypatch.setattr(ModelQueue, "together", noisy)
+    model = open_model(bundle_dir(*SAME) / "target" / "openvino_model.xml")
+    assert batch_invariant(model) is False
+    engine = Engine(bundle_dir(*SAME), batching=True)
+    assert engine.scheduler is None and "one by one" in engine.batching_note
+    monkeypatch.setattr(ModelQueue, "together", real)
+    assert batch_invariant(model) is True
+
+
+def run_clients(engine, jobs, stagger: float = 0.0):
+    """jobs: (prompt, config, algorithm) per client thread, started `stagger` seconds apart."""
+    sessions = [engine.session() for _ in jobs]
+    results: list = [None] * len(jobs)
+    errors: list[BaseException] = []
+
+    def client(i):
+        try:
+            prompt, config, algorithm = jobs[i]
+            results[i] = sessions[i].generate(prompt, config, algorithm=algorithm)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+        time.sleep(stagger)
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.parametrize("pair,algorithm", [(SAME, "none"), (SAME, "standard"), (SAME, "prompt-lookup"),
+                                            (HETERO, "slem"), (HETERO, "tli")])
+def test_concurrent_batched_generations_equal_sequential_ones(bundle_dir, pair, algorithm):
+    """Clients with different prompts and budgets, started one after another (joining a running batch) and
+    finishing at different times (leaving it): each output, logprob bits included, equals an unbatched run."""
+    jobs = [(p, GenerationConfig(max_new_tokens=12 + 9 * i, ignore_eos=True, logprobs=True, top_logprobs=2),
+             algorithm) for i, p in enumerate(PROMPTS)]
+    alone = Engine(bundle_dir(*pair)).session()
+    want = [alone.generate(p, c, algorithm=a) for p, c, a in jobs]
+    engine = Engine(bundle_dir(*pair), batching=True)
+    assert engine.scheduler is not None, engine.batching_note
+    got = run_clients(engine, jobs, stagger=0.01)
+    for w, g in zip(want, got):
+        assert g.token_ids == w.token_ids and g.exact
+        assert [(lp.logprob, lp.top) for lp in g.logprobs] == [(lp.logprob, lp.top) for lp in w.logprobs]
+    stats = engine.scheduler.stats()
+    assert stats["batched_calls"] > 0 and stats["mean_sequences_per_batched_call"] >= 2
+
+
+def test_seeded_sampling_reproduces_under_batching(bundle_dir):
+    config = GenerationConfig(max_new_tokens=24, temperature=0.9, top_k=30, seed=5, ignore_eos=True)
+    jobs = [(p, config, "tli") for p in PROMPTS[:4]]
+    alone = Engine(bundle_dir(*HETERO)).session()
+    want = [alone.generate(p, c, algorithm=a).token_ids for p, c, a in jobs]
+    got = run_clients(Engine(bundle_dir(*HETERO), batching=True), jobs)
+    assert [g.token_ids for g in got] == want
+
+
+def test_a_lone_session_does_not_wait_for_anyone(bundle_dir):
+    """With one session generating, every call runs at once: no call waits out max_wait."""
+    engine = Engine(bundle_dir(*SAME), batching=True, batch_wait=5.0)
+    start = time.perf_counter()
+    result = engine.session().generate("x = ", GenerationConfig(max_new_tokens=20, ignore_eos=True),
+                                       algorithm="standard")
+    assert len(result.token_ids) == 20 and time.perf_counter() - start < 5.0
