@@ -41,7 +41,7 @@ def chat_bundle(bundle_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(chat_bundle):
-    return Engine(chat_bundle)
+    return Engine(chat_bundle, batching=True)  # as the server opens it with more than one slot
 
 
 @pytest.fixture(scope="module")
@@ -167,12 +167,14 @@ def test_four_concurrent_streams_equal_their_sequential_outputs(server):
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
+    batched_before = metric(server, "batched_calls")
     threads = [threading.Thread(target=stream, args=(p,)) for p in PROMPTS]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
     assert not errors and streamed == sequential
+    assert metric(server, "batched_calls") > batched_before  # the streams were verified together
 
 
 def test_sampled_requests_reproduce_with_a_seed(server):

@@ -56,6 +56,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                    allow_fallback=args.allow_fallback, cache_dir=args.cache_dir, precision=args.precision,
                    threads=args.threads, draft_vocab=args.draft_vocab)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
+                              batching=args.batching,
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
                               max_body_bytes=args.max_body_bytes, engine_options=options).check()
     app = create_app(settings)
@@ -87,6 +88,10 @@ def add_parser(sub) -> None:
     p.add_argument("--slots", type=int, default=2, metavar="N",
                    help="requests generating at once, each on its own decoding session; the weights are loaded "
                         "once (default 2)")
+    p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
+                   help="verify the blocks of the requests generating at once in one target call (default: on "
+                        "with more than one slot, where the target gives the same bits batched as alone, checked "
+                        "once per machine)")
     p.add_argument("--queue", type=int, default=16, metavar="M",
                    help="requests that may wait for a slot; more get 429 with Retry-After (default 16)")
     p.add_argument("--api-key", metavar="KEY",

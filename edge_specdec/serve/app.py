@@ -56,6 +56,7 @@ class ServerSettings:
     model_name: Optional[str] = None  # default: the bundle folder's name
     engine_options: dict[str, Any] = field(default_factory=dict)  # Engine's keyword arguments
     warm_up: bool = True  # one short generation before /health says ok
+    batching: Optional[bool] = None  # verify the slots' blocks together (Engine(batching=)); None: when slots > 1
 
     def check(self) -> "ServerSettings":
         if self.slots < 1:
@@ -83,6 +84,10 @@ class Server:
             "queue_depth": ("requests waiting for a slot", lambda: self.slots.depth if self.slots else 0),
             "slots_busy": ("slots generating", lambda: self.slots.busy if self.slots else 0),
             "slots_total": ("decoding slots (sessions on the one engine)", lambda: self.settings.slots),
+            "batched_calls": ("model calls that ran several sessions' blocks together (a counter)",
+                              lambda: self.batching_stats()["batched_calls"]),
+            "sequences_per_batched_call": ("the mean number of sessions' blocks in a batched call",
+                                           lambda: self.batching_stats()["mean_sequences_per_batched_call"]),
         })
         self._given_engine = engine
 
@@ -91,18 +96,23 @@ class Server:
     def load(self) -> None:
         """Open the engine and its sessions, then warm up one of them; /health answers 503 until this is done."""
         try:
-            engine = self._given_engine or Engine(self.bundle, **self.settings.engine_options)
+            batching = self.settings.slots > 1 if self.settings.batching is None else self.settings.batching
+            engine = self._given_engine or Engine(self.bundle, batching=batching, **self.settings.engine_options)
             sessions = [engine.session() for _ in range(self.settings.slots)]
             if self.settings.warm_up:  # measures and compiles what the first requests would otherwise wait for
                 sessions[0].generate(engine.tokenizer.encode("Hello") or [0], GenerationConfig(max_new_tokens=4))
             self.engine, self.slots = engine, SlotPool(sessions, self.settings.queue)
-            log.info("edge-specdec serve: %s loaded (%s); %d slots", self.model_name, engine.placement.describe(),
-                     self.settings.slots)
+            log.info("edge-specdec serve: %s loaded (%s); %d slots%s", self.model_name, engine.placement.describe(),
+                     self.settings.slots, f"; {engine.batching_note}" if engine.batching_note else "")
         except Exception as exc:  # reported by /health and the CLI; the server does not serve a half-loaded engine
             self.load_error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, EdgeSpecdecError) else str(exc)
             log.error("edge-specdec serve: loading %s failed: %s", self.bundle, self.load_error)
             if self.on_load_error:
                 self.on_load_error(self.load_error)
+
+    def batching_stats(self) -> dict:
+        scheduler = self.engine.scheduler if self.engine is not None else None
+        return scheduler.stats() if scheduler else {"batched_calls": 0, "mean_sequences_per_batched_call": 0.0}
 
     def ready(self) -> Engine:
         if self.engine is None:
@@ -275,7 +285,8 @@ class Server:
                 "algorithms": ["auto"] + [name for name, a in REGISTRY.items()
                                           if bundle.vocabulary["relation"] in a.relations
                                           and (engine.draft_model is not None or not a.needs_draft)],
-                "slots": self.settings.slots, "max_tokens": self.settings.max_tokens,
+                "slots": self.settings.slots, "batching": engine.scheduler is not None,
+                "batching_note": engine.batching_note, "max_tokens": self.settings.max_tokens,
                 "default_repetition_penalty": self.repetition_penalty}
         return card
 
