@@ -4,17 +4,67 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..benchmark.concurrency import GENAI_CONFIDENCE
 from ..runtime.devices import PRECISIONS
 from ..runtime.session import ROLLBACK_METHODS
 from .common import DRAFT_VOCAB_HELP, say
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
+def _typed(spelled: list[str]) -> str:
+    """The command for the report: as typed (when called from a shell) and with every option spelled out."""
     import shlex
 
-    from ..benchmark import run_benchmark
-    from ..benchmark.report import render_markdown
+    command = shlex.join(spelled)
+    if "bench" in sys.argv[1:]:  # called from a shell: keep what was typed too
+        typed = shlex.join(["edge-specdec", *sys.argv[sys.argv.index("bench"):]])
+        command = typed if typed == command else f"{typed}\n# the same with every option spelled out:\n{command}"
+    return command
 
+
+def _cmd_bench_clients(args: argparse.Namespace) -> int:
+    """--clients: N clients at once, ours against one after another and GenAI's continuous batching."""
+    from ..benchmark.concurrency import render_clients_markdown, run_clients_benchmark
+    from ..errors import EdgeSpecdecError
+
+    # the options of the rows benchmark that mean nothing here: refuse them rather than ignore them
+    for flag, given in (("--ks", args.ks is not None), ("--hf", args.hf), ("--genai-ours", args.genai_ours),
+                        ("--concurrent", args.concurrent)):
+        if given:
+            raise EdgeSpecdecError(f"{flag} is an option of the rows benchmark, not of --clients, which has rows "
+                                   f"of its own (see `edge-specdec bench --help`).")
+    spelled = ["edge-specdec", "bench", args.bundle, "--clients", *map(str, args.clients), "--max-new-tokens",
+               str(args.max_new_tokens), "--repeats", str(args.repeats), "--precision", args.precision]
+    for flag, value in (("--setups", args.setups), ("--categories", args.categories)):
+        spelled += [flag, *value] if value else []
+    for flag, value in (("--genai-draft", args.genai_draft), ("--genai-k", args.genai_k), ("--out", args.out),
+                        ("--kv-rollback", args.kv_rollback), ("--draft-vocab", args.draft_vocab)):
+        spelled += [flag, str(value)] if value is not None else []
+    spelled += ["--no-genai"] if args.no_genai else []
+    report = run_clients_benchmark(args.bundle, clients=args.clients, setups=args.setups,
+                                   max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                                   categories=args.categories, out=args.out, genai=not args.no_genai,
+                                   genai_draft=args.genai_draft, genai_k=args.genai_k, precision=args.precision,
+                                   kv_rollback=args.kv_rollback, draft_vocab=args.draft_vocab,
+                                   command=_typed(spelled), progress=say)
+    print(render_clients_markdown(report))
+    if report["not_identical"]:
+        say(f"edge-specdec: warning: output NOT identical to the target alone: {', '.join(report['not_identical'])} "
+            f"(see report.md)")
+    return 130 if report["settings"]["interrupted"] else 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from ..benchmark import DEFAULT_KS, run_benchmark
+    from ..benchmark.report import render_markdown
+    from ..errors import EdgeSpecdecError
+
+    if args.clients:
+        return _cmd_bench_clients(args)
+    for flag, given in (("--genai-draft", args.genai_draft is not None), ("--genai-k", args.genai_k is not None)):
+        if given:
+            raise EdgeSpecdecError(f"{flag} is an option of the clients benchmark: add --clients, e.g. --clients 1 "
+                                   f"2 4 8.")
+    args.ks = args.ks or list(DEFAULT_KS)
     spelled = ["edge-specdec", "bench", args.bundle, "--max-new-tokens", str(args.max_new_tokens), "--repeats",
                str(args.repeats), "--ks", *map(str, args.ks), "--precision", args.precision]
     for flag, value in (("--setups", args.setups), ("--categories", args.categories)):
@@ -24,10 +74,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     spelled += ["--draft-vocab", str(args.draft_vocab)] if args.draft_vocab is not None else []
     spelled += [flag for flag, on in (("--hf", args.hf), ("--no-genai", args.no_genai),
                                       ("--genai-ours", args.genai_ours), ("--concurrent", args.concurrent)) if on]
-    command = shlex.join(spelled)
-    if "bench" in sys.argv[1:]:  # called from a shell: keep what was typed too
-        typed = shlex.join(["edge-specdec", *sys.argv[sys.argv.index("bench"):]])
-        command = typed if typed == command else f"{typed}\n# the same with every option spelled out:\n{command}"
+    command = _typed(spelled)
     report = run_benchmark(args.bundle, setups=args.setups, max_new_tokens=args.max_new_tokens,
                            repeats=args.repeats, ks=args.ks, categories=args.categories, out=args.out,
                            genai=not args.no_genai, genai_ours=args.genai_ours, concurrent=args.concurrent,
@@ -70,6 +117,20 @@ setups (--setups takes names or shell patterns; the target alone of each engine 
   genai-ours-none, genai-ours-sd-kK   the same with our CPU properties (--precision)        (--genai-ours)
   hf-none, hf-assisted, hf-uag        transformers fp32 on the bundle's source folders            (--hf)
 
+several clients at once (--clients N [N ...]; a run of its own, with its own rows and report):
+  edge-specdec bench bundles/qwen+smollm --clients 1 2 4 8 --genai-draft bundles/qwen+qwen0.5b \\
+      --categories code_generation --max-new-tokens 64 --repeats 2 --out results/clients
+  For each N, the same N distinct prompts through:
+  ours-none-sequential, ours-spec-sequential   ours, target alone / speculative (auto), the N requests one
+                             after another (each served alone: the identity reference and the baseline)
+  ours-none, ours-spec       N client threads at once, a session each on one Engine(batching=True)
+  genai-cb-none, genai-cb-sd OpenVINO GenAI's ContinuousBatchingPipeline, N requests at once, the target
+                             alone / with a same-vocabulary draft: the bundle's own, or --genai-draft's for a
+                             bundle whose draft has another vocabulary
+  Reports aggregate tokens/s, per-client TTFT and TPOT, identity to the target alone, the ratios (ours-spec
+  against one after another, against ours-none and against genai-cb-sd; TPOT against the same request alone)
+  in report.md, report.json and clients.png.
+
 prompt categories: code_generation, code_editing, chat, summarization, question_answering, math, translation
 (edge_specdec/benchmark/prompts.json), in the target's chat template when it has one. Every row is greedy and
 is checked against the target alone of its engine: the output must be identical.
@@ -81,7 +142,7 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="tokens per run (default 64)")
     p.add_argument("--repeats", type=int, default=2, metavar="N",
                    help="timed runs per prompt and row, after one warm-up (default 2)")
-    p.add_argument("--ks", type=int, nargs="+", default=[3, 5], metavar="K",
+    p.add_argument("--ks", type=int, nargs="+", metavar="K",
                    help="fixed draft lengths (default 3 5); the adaptive rows start at the smallest")
     p.add_argument("--categories", nargs="+", metavar="CAT", help="prompt categories (default: all)")
     p.add_argument("--out", metavar="DIR", help="where to write the report (default bench-results/<bundle name>)")
@@ -95,4 +156,19 @@ is checked against the target alone of its engine: the output must be identical.
     p.add_argument("--precision", default="dq", choices=PRECISIONS, help="our CPU precision (default dq)")
     p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS, help="our KV rollback (default: per device)")
     p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
+    clients = p.add_argument_group("several clients at once (--clients)")
+    clients.add_argument("--clients", type=int, nargs="+", metavar="N",
+                         help="run the clients benchmark instead of the rows: for each N (e.g. 1 2 4 8), N "
+                              "requests at once (ours with a session per client thread on one "
+                              "Engine(batching=True), and GenAI's continuous batching) and the same N one after "
+                              "another; --setups then takes the clients rows (ours-spec, genai-cb-*, ...); "
+                              "default --out bench-results/<bundle name>-clients")
+    clients.add_argument("--genai-draft", metavar="BUNDLE",
+                         help="a bundle of the same target whose draft shares the target's vocabulary: its draft "
+                              "serves GenAI's speculative row (genai-cb-sd) when BUNDLE's own draft has another "
+                              "vocabulary (GenAI's speculative decoding needs the same one)")
+    clients.add_argument("--genai-k", type=int, metavar="K",
+                         help=f"GenAI's draft length (num_assistant_tokens) in genai-cb-sd (default: its "
+                              f"confidence stop, assistant_confidence_threshold {GENAI_CONFIDENCE}, its fastest "
+                              f"setting on the real same-vocabulary pair)")
     p.set_defaults(func=_cmd_bench)
