@@ -138,6 +138,8 @@ class Round:
     repeat: int  # -1: the warm-up
     wall_seconds: float
     requests: list[Request]
+    batched_calls: Optional[int] = None  # ours with batching: model calls that ran several sessions' blocks at once
+    batched_sequences: Optional[int] = None  # and the sessions' blocks in them
 
     @property
     def new_tokens(self) -> int:
@@ -229,11 +231,21 @@ def check_genai_draft(bundle, other) -> None:
 
 # --- the rows ---------------------------------------------------------------------------------------------------
 
+def _batched(engine) -> tuple[int, int]:
+    """(batched calls, sessions' blocks in them) so far on a batching engine's scheduler; (0, 0) without one."""
+    scheduler = getattr(engine, "scheduler", None)
+    if scheduler is None:
+        return 0, 0
+    stats = scheduler.stats()
+    return stats["batched_calls"], round(stats["batched_calls"] * stats["mean_sequences_per_batched_call"])
+
+
 def ours_concurrent(sessions: list, algorithm: str, max_new_tokens: int) -> Callable[[list[ClientPrompt]], Round]:
     """N client threads, one session each, released together by a barrier."""
     from ..runtime import GenerationConfig
 
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    engine = sessions[0].engine
 
     def run(prompts: list[ClientPrompt]) -> Round:
         n = len(prompts)
@@ -253,6 +265,7 @@ def ours_concurrent(sessions: list, algorithm: str, max_new_tokens: int) -> Call
         threads = [threading.Thread(target=client, args=(i,), name=f"client-{i}", daemon=True) for i in range(n)]
         for t in threads:
             t.start()
+        calls_before, sequences_before = _batched(engine)
         barrier.wait()
         t0 = time.perf_counter()
         try:
@@ -275,7 +288,8 @@ def ours_concurrent(sessions: list, algorithm: str, max_new_tokens: int) -> Call
                                     ttft_ms=1000 * (start - t0 + st["first_token_seconds"]),
                                     tpot_ms=st["time_per_output_token_ms"], proposed=st["draft_tokens_proposed"],
                                     accepted=st["draft_tokens_accepted"]))
-        return Round("", n, 0, end - t0, requests)
+        calls, sequences = _batched(engine)
+        return Round("", n, 0, end - t0, requests, calls - calls_before, sequences - sequences_before)
     return run
 
 
@@ -523,8 +537,10 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     t = time.perf_counter()
     engine = Engine(b, **options)
     sessions = [engine.session() for _ in range(max(clients))]
-    say(f"loaded our Engine (batching={'on' if batching else 'not available'}) and {len(sessions)} sessions in "
-        f"{time.perf_counter() - t:.1f} s: {engine.placement.describe()}")
+    # the engine may turn batching off (a target that is not bit-exact batched): it says so in batching_note
+    batching_note = getattr(engine, "batching_note", "") or ("" if batching else "no batching option")
+    say(f"loaded our Engine(batching={batching}) and {len(sessions)} sessions in {time.perf_counter() - t:.1f} s: "
+        f"{engine.placement.describe()}" + (f"; {batching_note}" if batching_note else ""))
     prompts, prompt_format = [], ""
     for category, item in items:
         rendered, prompt_format = render_prompts(engine, {category: [item]}, [category])
@@ -597,7 +613,8 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     settings = {"bundle": str(b.path), "relation": relation, "clients": clients, "max_new_tokens": max_new_tokens,
                 "repeats": repeats, "categories": chosen_categories, "prompt_format": prompt_format,
                 "precision": precision, "kv_rollback": kv_rollback, "draft_vocab": draft_vocab,
-                "batching": batching, "algorithms": algorithm_names, "placement": engine.placement.describe(),
+                "batching": batching, "batching_on": getattr(engine, "scheduler", None) is not None,
+                "batching_note": batching_note, "algorithms": algorithm_names, "placement": engine.placement.describe(),
                 "genai": genai_info or None, "genai_draft": str(other.path) if other is not None else None,
                 "greedy": True, "interrupted": not complete}
     report = build_clients_report(rows, prompts, settings, machine, b.manifest, skipped, notes, command,
@@ -691,6 +708,10 @@ def summarize_row(row: Row, n: int, refs: dict, eos: set[int]) -> dict[str, Any]
            "mismatches": mismatches[:10], "mismatched_requests": len(mismatches)}
     proposed = sum(q.proposed or 0 for q in requests)
     out["acceptance"] = sum(q.accepted or 0 for q in requests) / proposed if proposed else None
+    batched = [r for r in rounds if r.batched_calls is not None]
+    calls = sum(r.batched_calls for r in batched)
+    out["batched_calls"] = calls if batched else None
+    out["sequences_per_batched_call"] = sum(r.batched_sequences for r in batched) / calls if calls else None
     if row.spec.engine == "genai":
         out["genai_own_ttft_ms"] = _median(q.engine_ttft_ms for q in requests)
         out["genai_own_tpot_ms"] = _median(q.engine_tpot_ms for q in requests)
@@ -802,6 +823,8 @@ DEFINITIONS = """\
   against its own target alone, as the other bench rows compare GenAI); "= ours target alone": GenAI's ids
   against ours-none-sequential, a final EOS aside (GenAI runs with other CPU properties, so differences there
   are expected and are not a fault of either).
+- batched calls: our rows at once, on a batching engine: the model calls (target and draft) that ran several
+  sessions' blocks together, summed over the repeats, and the mean number of blocks in one; "-": not batching.
 - ratios: medians over repeats of paired ratios (two rows with the same clients in the same repeat). TPOT vs
   alone: each client's TPOT in ours-spec / the same request's TPOT in ours-spec-sequential of the same repeat
   (there each request is served alone).
@@ -831,8 +854,10 @@ def render_clients_markdown(report: dict) -> str:
               f"{', '.join(map(str, s['clients']))}; {s['max_new_tokens']} new tokens at most, greedy, "
               f"{s['repeats']} repeat(s); {len(report['prompts'])} distinct prompts ({s['prompt_format']}), "
               f"N clients send the first N. Ours: one Engine("
-              f"{'batching=True' if s['batching'] else 'without a batching option'}), a session per client, "
-              f"algorithm auto = {s['algorithms']['auto']}, precision {s['precision']}; {s['placement']}."
+              f"{'batching=True' if s['batching'] else 'without a batching option'})"
+              + (f" ({s['batching_note']})" if s.get("batching_note") else "")
+              + f", a session per client, algorithm auto = {s['algorithms']['auto']}, precision {s['precision']}; "
+              f"{s['placement']}."
               + (f" GenAI {g['version']}, continuous batching, prefix cache off, its default CPU properties; its "
                  f"speculative row: {g['draft_from']} ({g['assistant']})." if g.get("version") else ""), ""]
     if s.get("interrupted"):
@@ -856,11 +881,15 @@ def render_clients_markdown(report: dict) -> str:
         lines += ["", f"## {res['clients']} client{'s' if res['clients'] > 1 else ''}", ""]
         lines += _table(
             ["setup", "rounds", "aggregate tok/s", "wall s", "client tok/s", "TTFT ms", "TPOT ms", "TPOT max ms",
-             "acceptance", "identical to the target alone", "GenAI = ours target alone"],
+             "acceptance", "batched calls (blocks / call)", "identical to the target alone",
+             "GenAI = ours target alone"],
             [[r["setup"], str(r["rounds"]) + (f" ({r['failed_rounds']} failed)" if r["failed_rounds"] else ""),
               _f((r["aggregate_tokens_per_s"] or {}).get("median")), _f(r["wall_seconds"]),
               _f(r["client_tokens_per_s"]), _f(r["ttft_ms"], ".0f"), _f(r["tpot_ms"], ".1f"),
-              _f(r["tpot_ms_max"], ".1f"), _f(r["acceptance"], ".3f"), _identity_cell(r),
+              _f(r["tpot_ms_max"], ".1f"), _f(r["acceptance"], ".3f"),
+              "-" if r.get("batched_calls") is None else
+              f"{r['batched_calls']}" + (f" ({r['sequences_per_batched_call']:.2f})" if r["batched_calls"] else ""),
+              _identity_cell(r),
               "-" if r.get("identical_to_ours_target_alone") is None
               else f"yes, {r['checked_against_ours']}/{r['checked_against_ours']}" if r["identical_to_ours_target_alone"]
               else f"no, {r['differing_from_ours']} of {r['checked_against_ours']} differ"]
