@@ -125,3 +125,53 @@ def test_a_lone_session_does_not_wait_for_anyone(bundle_dir):
     result = engine.session().generate("x = ", GenerationConfig(max_new_tokens=20, ignore_eos=True),
                                        algorithm="standard")
     assert len(result.token_ids) == 20 and time.perf_counter() - start < 5.0
+
+
+def test_sessions_fall_into_step_draft_first_then_verify_together(monkeypatch):
+    """The scheduler's policy with stand-in models: sessions that draft different numbers of steps each round
+    still verify in one call per round, because a round's draft calls run before its target calls while every
+    session waits for a call."""
+    from edge_specdec.runtime.batching import Scheduler
+
+    batches: dict[str, list[int]] = {"draft": [], "target": []}
+
+    class Pool:
+        def __init__(self, name):
+            self.name = name
+
+    class StandIn:
+        def __init__(self, pool):
+            self.pool = pool
+
+    def fake_init(self, session, rank=0):
+        self.rank, self.pending, self.running, self.name = rank, [], False, session.pool.name
+
+    def fake_run(self, batch):
+        time.sleep(0.005)  # a model call
+        batches[self.name].append(len(batch))
+        for call in batch:
+            call.logits = np.zeros((call.rows, 1))
+
+    monkeypatch.setattr(ModelQueue, "__init__", fake_init)
+    monkeypatch.setattr(ModelQueue, "run", fake_run)
+    draft_pool, target_pool = Pool("draft"), Pool("target")
+    scheduler = Scheduler(max_wait=1.0, order=(draft_pool, target_pool))
+    rounds, clients = 6, 4
+
+    def client(i: int) -> None:
+        draft, target = StandIn(draft_pool), StandIn(target_pool)
+        with scheduler.generating():
+            start.wait()  # all four are generating before the first call
+            for r in range(rounds):
+                for _ in range(1 + (i + r) % 4):  # 1 to 4 draft steps, different per client and round
+                    scheduler.infer(draft, [1, 2], 1)
+                scheduler.infer(target, [1, 2, 3], 3)
+
+    start = threading.Barrier(clients)
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert batches["target"] == [clients] * rounds  # every round verified in one call
+    assert sum(batches["draft"]) == sum(1 + (i + r) % 4 for i in range(clients) for r in range(rounds))

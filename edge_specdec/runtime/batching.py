@@ -6,11 +6,13 @@ past lengths, block tables and subsequence boundaries. On a CPU a pass of a 1.5B
 per session. Sessions of a batching Engine share one BlockPool per model and a Scheduler; each session's thread
 still runs its own decode loop (drafting, verification, rollback), and only the model calls meet here.
 
-The Scheduler gathers calls without a fixed clock: a model's pending calls run as soon as every session that is
-generating is waiting for a call (so sessions fall into step: verify together, draft together), or once the
-oldest has waited `max_wait` seconds (a session busy elsewhere, such as in Python between rounds, delays the
-others by at most that). Long calls (a prompt) run alone, with logits for their last rows only; the short ones
-run as one call that computes every row's logits.
+The Scheduler gathers calls without a fixed clock. When every session that is generating is waiting for a call,
+the pending calls of the model that comes first in a round run (the draft's, then the target's): the sessions
+that still draft go on drafting, together, while those done wait at the target, so that all of them verify in
+one call, then draft together again. When some session is busy elsewhere (in Python between rounds, say), the
+others wait for it, but only while nothing at all happens: after `max_wait` seconds without a call submitted or
+finished, the pending calls run without it. Long calls (a prompt) run alone, with logits for their last rows
+only; the short ones run as one call that computes every row's logits.
 
 Exactness: each sequence's rows in a batched call must be bit-identical to what the session computes alone.
 `batch_invariant` checks that on the device when the engine opens; an engine whose target fails it does not
@@ -47,9 +49,11 @@ class Call:
 
 
 class ModelQueue:
-    """The pending calls of one model (one BlockPool), and the infer request that runs them together."""
+    """The pending calls of one model (one BlockPool), and the infer request that runs them together. Queues of
+    a lower `rank` come first in a round (the draft's before the target's)."""
 
-    def __init__(self, session):
+    def __init__(self, session, rank: int = 0):
+        self.rank = rank
         self.pending: list[Call] = []
         self.running = False
         self.request = session.model.compiled.create_infer_request()
@@ -104,11 +108,15 @@ class ModelQueue:
 class Scheduler:
     """Gathers the model calls of an engine's sessions into batched calls (see the module docstring)."""
 
-    def __init__(self, max_wait: float = MAX_WAIT):
+    def __init__(self, max_wait: float = MAX_WAIT, order: tuple = ()):
+        """order: the BlockPools of the models in the order a round calls them (the draft's, then the target's);
+        a pool not named comes last."""
         self.max_wait = max_wait
+        self.ranks = {id(pool): rank for rank, pool in enumerate(order)}
         self.cond = threading.Condition()
         self.active = 0  # sessions inside generate()
-        self.waiting = 0  # calls submitted and not yet returned to their session
+        self.waiting = 0  # calls submitted and not yet computed
+        self.last_activity = time.perf_counter()  # when a call was last submitted or finished
         self.queues: dict[int, ModelQueue] = {}  # by BlockPool
 
     @contextmanager
@@ -129,9 +137,11 @@ class Scheduler:
         with self.cond:
             queue = self.queues.get(id(session.pool))
             if queue is None:
-                queue = self.queues[id(session.pool)] = ModelQueue(session)
+                rank = self.ranks.get(id(session.pool), len(self.ranks))
+                queue = self.queues[id(session.pool)] = ModelQueue(session, rank)
             queue.pending.append(call)
             self.waiting += 1
+            self.last_activity = time.perf_counter()
             self.cond.notify_all()
             try:
                 while not call.done:
@@ -141,7 +151,10 @@ class Scheduler:
                     else:
                         self.cond.wait(wait)
             finally:
-                self.waiting -= 1
+                if not call.done:  # interrupted while waiting (Ctrl-C): the call leaves the queue
+                    if call in queue.pending:
+                        queue.pending.remove(call)
+                        self.waiting -= 1
         if call.error is not None:
             raise call.error
         return call.logits
@@ -150,9 +163,11 @@ class Scheduler:
         """0 if this thread should run the queue's batch now, else how long to wait (None: until notified)."""
         if queue.running or not queue.pending:
             return None
-        if self.waiting >= self.active:  # nobody is computing: no other call is coming
-            return 0.0
-        return max(0.0, queue.pending[0].since + self.max_wait - time.perf_counter()) or 0.0
+        earlier = any(q.pending or q.running for q in self.queues.values() if q.rank < queue.rank)
+        if self.waiting >= self.active:  # every session waits for a call: the earliest model's calls go first
+            return None if earlier else 0.0
+        idle = time.perf_counter() - self.last_activity  # someone is busy elsewhere: wait while things happen
+        return max(0.0, self.max_wait - idle)
 
     def _run(self, queue: ModelQueue) -> None:
         """Run the queue's pending calls, with the lock released meanwhile (called with it held)."""
@@ -163,6 +178,8 @@ class Scheduler:
         finally:
             self.cond.acquire()
             queue.running = False
+            self.waiting -= len(batch)  # now, not when their threads wake: those sessions are computing again
+            self.last_activity = time.perf_counter()
             self.cond.notify_all()
 
     def stats(self) -> dict:

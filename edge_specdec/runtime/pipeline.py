@@ -164,10 +164,10 @@ class Engine:
             self.batching_note = ("sessions verify one by one: a batched call did not give the bits of a single "
                                   "one on this device")
             return
-        self.scheduler = Scheduler(max_wait)
-        self.pools = {role: BlockPool(model.compiled) for role, model in (("target", target),
-                                                                           ("draft", self.draft_model))
+        self.pools = {role: BlockPool(model.compiled) for role, model in (("draft", self.draft_model),
+                                                                           ("target", target))
                       if model is not None and model.rollback_method == "paged"}
+        self.scheduler = Scheduler(max_wait, order=tuple(self.pools.values()))  # a round drafts, then verifies
         self.batching_note = "sessions verify together in batched target calls"
 
     @cached_property

@@ -151,6 +151,11 @@ class ModelSession:
         """Block sizes this session runs on a copy compiled for that size (see `CompiledLM.add_static`)."""
         return frozenset()
 
+    @property
+    def block_floor(self) -> int:
+        """The size short blocks are widened to (see "Fixed block sizes" above)."""
+        return self.min_block
+
     def reset(self) -> None:
         self.tokens = []
         self._restart()
@@ -166,7 +171,7 @@ class ModelSession:
             raise ContextOverflowError(f"{self.length + n} tokens exceed the model's context of {self.max_context}")
         rows = n if rows is None else min(n, rows)
         least = self.least_block
-        shortest = least if n >= least and n in self.static_sizes else max(self.min_block, least)
+        shortest = least if n >= least and n in self.static_sizes else max(self.block_floor, least)
         widen = min(shortest - n, self.length)
         if widen > 0:  # re-feed the last cached tokens, whose cache slots get the same values again
             previous = self.tokens[-widen:]
@@ -291,6 +296,13 @@ class PagedSession(ModelSession):
     @property
     def static_sizes(self) -> frozenset:
         return frozenset(self.model.static)
+
+    @property
+    def block_floor(self) -> int:
+        """min_block while this session's calls run alone; none while other sessions generate too: then its
+        blocks go into batched calls, whose shape changes with every batch anyway and whose every row costs its
+        logits."""
+        return self.min_block if self.scheduler is None or self.scheduler.active <= 1 else 1
 
     def add_static(self, sizes) -> None:
         """Give the model static copies for these block sizes (see `CompiledLM.add_static`); resets the session."""
