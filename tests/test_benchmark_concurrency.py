@@ -134,6 +134,7 @@ def test_summary_ratios_identity_and_goals_from_known_rounds():
                                                            "algorithms": {"auto": "slem"}, "precision": "dq",
                                                            "placement": "CPU"}})
     assert "**NO**, 1 of 4 differ" in md and "NOT identical: ours-spec with 4 clients on d" in md
+    assert "## 1 client\n" in md and "## 4 clients\n" in md
     assert "## Goals at 4 clients" in md and "2.50x" in md
 
 
@@ -157,6 +158,8 @@ def test_same_vocabulary_clients_run_writes_the_reports(bundle_dir, tmp_path):
         assert report["settings"]["genai"]["draft_from"] == "the bundle's own draft"
         assert by_n[2]["genai-cb-sd"]["identical"] is True
         assert by_n[2]["genai-cb-sd"]["identical_to_ours_target_alone"] is not None
+        # per request, our step clock and GenAI's own perf metrics both timed GenAI's tokens
+        assert report["genai_clock_difference_ms"] is not None and by_n[2]["genai-cb-sd"]["genai_own_tpot_ms"] > 0
     else:
         assert {s["setup"] for s in report["skipped"]} == set(GENAI)
     # one uncounted warm-up round per (N, row), then one progress line per timed round
@@ -169,7 +172,7 @@ def test_same_vocabulary_clients_run_writes_the_reports(bundle_dir, tmp_path):
     assert saved["settings"]["clients"] == [1, 2] and saved["summary"] == report["summary"]
     md = (out / "report.md").read_text()
     for needle in ("## Summary", "## 1 client", "## 2 clients", "aggregate tok/s", "TTFT ms", "TPOT ms",
-                   "ours-spec / one after another", "## What GenAI does not give per request", "## Machine"):
+                   "ours-spec / one after another", "## What GenAI gives per request, and what not", "## Machine"):
         assert needle in md, needle
     assert "## Goals at 4 clients" not in md  # 4 clients were not measured
     assert all(f"| {name} |" in md for name in setups)
