@@ -175,3 +175,23 @@ def test_sessions_fall_into_step_draft_first_then_verify_together(monkeypatch):
         t.join(60)
     assert batches["target"] == [clients] * rounds  # every round verified in one call
     assert sum(batches["draft"]) == sum(1 + (i + r) % 4 for i in range(clients) for r in range(rounds))
+
+
+def test_sessions_stop_drafting_while_many_generate_and_stay_exact(bundle_dir):
+    """With draft_max_sessions=1, sessions generating together verify the target's own tokens (rounds without a
+    draft) and draft again once alone; greedy outputs are unchanged, and a seeded sampled run keeps drafting."""
+    jobs = [(p, GenerationConfig(max_new_tokens=16 + 12 * i, ignore_eos=True), "standard")
+            for i, p in enumerate(PROMPTS[:4])]
+    alone = Engine(bundle_dir(*SAME)).session()
+    want = [alone.generate(p, c, algorithm=a) for p, c, a in jobs]
+    gated = run_clients(Engine(bundle_dir(*SAME), batching=True, draft_max_sessions=1), jobs)
+    assert [g.token_ids for g in gated] == [w.token_ids for w in want]
+    proposed = [g.stats.draft_tokens_proposed for g in gated]
+    assert sum(proposed) < sum(w.stats.draft_tokens_proposed for w in want)
+    assert proposed[-1] > 0  # the longest run drafted once it was alone
+
+    seeded = GenerationConfig(max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True)
+    jobs = [(p, seeded, "standard") for p in PROMPTS[:3]]
+    want = [alone.generate(p, c, algorithm=a).token_ids for p, c, a in jobs]
+    got = run_clients(Engine(bundle_dir(*SAME), batching=True, draft_max_sessions=1), jobs)
+    assert [g.token_ids for g in got] == want and all(g.stats.draft_tokens_proposed > 0 for g in got)

@@ -8,7 +8,7 @@ q is the one-hot of the token). The decode loop verifies at most k of a proposal
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 
@@ -203,10 +203,11 @@ class DraftLength:
     """
 
     def __init__(self, k: int = 5, policy: str = "fixed", k_max: int = 12,
-                 prices: Optional[tuple[float, float, float]] = None):
+                 prices: Optional[tuple[float, float, float]] = None, gate: Optional[Callable[[], bool]] = None):
         if policy not in DRAFT_POLICIES:
             raise ValueError(f"unknown draft policy {policy!r}: choose one of {', '.join(DRAFT_POLICIES)}")
         self.k = self.k0 = k
+        self.gate = gate  # drafting is on only in rounds where gate() is True (None: always)
         self.policy, self.k_max = policy, k_max
         # prices: (draft seconds per token, target seconds for one token, extra target seconds per token), used
         # instead of the rounds' clocks, so that the lengths follow the acceptance alone (a seeded sampled run
@@ -216,6 +217,10 @@ class DraftLength:
         self.draft_s = self.drafted = 0.0          # decayed draft seconds and tokens
         self.blocks: dict[int, float] = {}         # block size -> smoothed target seconds
         self.rounds = self.idle = 0
+
+    def round_k(self) -> int:
+        """The draft length for the round that starts now: k, or 0 while the gate is shut."""
+        return self.k if self.gate is None or self.gate() else 0
 
     def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
         if self.prices:

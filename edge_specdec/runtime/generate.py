@@ -127,7 +127,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     try:
         while output.room and reason == "length":
             t0 = time.perf_counter()
-            k = min(draft_length.k, output.room - 1) if drafter and draft_length else 0  # 0: the target alone
+            k = min(draft_length.round_k(), output.room - 1) if drafter and draft_length else 0  # 0: target alone
             proposal = (ready if ready and ready.tokens else propose(drafter, seq, k)) if k > 0 else Proposal()
             if proposal is None:  # the draft's context is full: the target alone finishes the run
                 drafter, proposal = None, Proposal()

@@ -61,6 +61,9 @@ DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) w
 # a model whose weights are smaller than this gets copies compiled for the block sizes it runs most (static
 # shapes, see CompiledLM.add_static); each copy holds the weights again
 STATIC_MAX_BYTES = 256 * 2**20
+# with batching, sessions draft only while at most this many generate: on 2 CPU cores and the real different-
+# vocabulary pair, 4 sessions verifying the target's own tokens together beat 4 sessions verifying drafts
+DRAFT_MAX_SESSIONS = 2
 
 
 class Engine:
@@ -91,7 +94,10 @@ class Engine:
     batching: sessions of this engine share a block pool per model, and their short blocks (verification, draft
     steps) run together in one call when several sessions generate at once (see batching.py); checked for bit
     identity once per machine, and off where it does not hold (`batching_note` says which). batch_wait: the
-    longest a call waits for the other sessions' calls (seconds).
+    longest a call waits for the other sessions' calls (seconds). draft_max_sessions: with batching, a session
+    drafts only in rounds where at most this many sessions generate; with more, its rounds are the target's alone
+    (batched, a pass costs by its rows, and drafted rows cost more than they save; None: always draft). A seeded
+    sampled run always drafts, so that it reproduces whatever the load.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the draft
     vocabulary cut costs little acceptance and makes a draft with a large vocabulary faster. Any draft keeps the
     output exact: the target decides every token.
@@ -103,7 +109,8 @@ class Engine:
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
                  draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
                  threads: Optional[int] = None, static_shapes: Optional[bool] = None, batching: bool = False,
-                 batch_wait: float = MAX_WAIT):
+                 batch_wait: float = MAX_WAIT, draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS):
+        self.draft_max_sessions = draft_max_sessions
         self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
@@ -294,14 +301,23 @@ class DecodingSession:
         drafter = entry.drafter and entry.drafter(DraftRequest(self, prompt, prompt_ids, config, rng, confidence))
         if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
             drafter = LookupFirst(drafter)
-        seeded = config.seed is not None and not config.greedy and draft_policy == "cost"
-        length = DraftLength(num_assistant_tokens, draft_policy, prices=engine.weight_prices(name) if seeded else None)
+        seeded = config.seed is not None and not config.greedy
+        length = DraftLength(num_assistant_tokens, draft_policy,
+                             prices=engine.weight_prices(name) if seeded and draft_policy == "cost" else None,
+                             gate=None if seeded else self._drafting_pays)
         concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
                               rng, on_text, concurrent=concurrent, cancel=cancel, after_first_round=after_first_round)
         result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
         return result
+
+    def _drafting_pays(self) -> bool:
+        """Whether this round drafts: always, unless the engine batches and more than draft_max_sessions
+        sessions generate now."""
+        engine = self.engine
+        return (engine.scheduler is None or engine.draft_max_sessions is None
+                or engine.scheduler.active <= engine.draft_max_sessions)
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":
