@@ -9,6 +9,7 @@ import os
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from ..runtime.devices import PRECISIONS
+from ..runtime.pipeline import DRAFT_MAX_SESSIONS
 from .common import DRAFT_VOCAB_HELP, say
 
 SERVE_EXAMPLES = """\
@@ -54,7 +55,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                f"EDGE_SPECDEC_API_KEY) that clients must send, or serve on 127.0.0.1.")
     options = dict(target_device=args.target_device, draft_device=args.draft_device,
                    allow_fallback=args.allow_fallback, cache_dir=args.cache_dir, precision=args.precision,
-                   threads=args.threads, draft_vocab=args.draft_vocab)
+                   threads=args.threads, draft_vocab=args.draft_vocab,
+                   draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
                               batching=args.batching,
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
@@ -92,6 +94,10 @@ def add_parser(sub) -> None:
                    help="verify the blocks of the requests generating at once in one target call (default: on "
                         "with more than one slot, where the target gives the same bits batched as alone, checked "
                         "once per machine)")
+    p.add_argument("--draft-max-sessions", type=int, default=DRAFT_MAX_SESSIONS, metavar="N",
+                   help=f"with batching, requests draft only while at most N generate; with more, their rounds "
+                        f"verify the target's own tokens together, which pays more on a CPU (default "
+                        f"{DRAFT_MAX_SESSIONS}; 0: always draft). Outputs are the same either way")
     p.add_argument("--queue", type=int, default=16, metavar="M",
                    help="requests that may wait for a slot; more get 429 with Retry-After (default 16)")
     p.add_argument("--api-key", metavar="KEY",
