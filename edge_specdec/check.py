@@ -1,0 +1,132 @@
+"""`edge-specdec check`: prove exactness on the hardware at hand, measure the costs, predict the speedup.
+
+On the devices chosen (or AUTO's), for one bundle:
+1. block invariance: the target's blocks give the bits of single steps (checked now, not read from the plan);
+2. greedy exactness: every algorithm the bundle serves, on a few prompts, gives the target alone's token ids and
+   logprob bits;
+3. costs: the draft's step d, the target's step t(1) and its blocks t(n), measured on a scratch context;
+4. the cost model: a round that drafts k tokens costs k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on
+   average (a: the acceptance per drafted token, measured in step 2), against t(1) per token for the target
+   alone. The k with the best rate is the recommended draft length; the rate over 1/t(1) the predicted speedup.
+
+A user with an NPU or an iGPU runs it and reports back; it exits non-zero when exactness fails.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import numpy as np
+
+from .runtime import Engine, GenerationConfig
+from .runtime.algorithms import REGISTRY
+from .runtime.probes import _scratch, is_block_invariant
+
+PROMPTS = ["def fibonacci(n):", "The capital of France is", "import json\n\ndef load(path):"]
+BLOCKS = (1, 2, 3, 5, 9)  # target block sizes timed
+K_MAX = 8
+
+
+def checked_algorithms(engine: Engine) -> list[str]:
+    """Every algorithm the bundle can run, the target alone first."""
+    relation = engine.bundle.vocabulary["relation"]
+    return [name for name, a in REGISTRY.items()
+            if relation in a.relations and (engine.draft_model is not None or not a.needs_draft)]
+
+
+def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
+              say: Callable[[str], None] = lambda _: None) -> dict:
+    """Each algorithm's greedy runs against the target alone's: token ids and logprob bits, and the acceptance."""
+    session = engine.session()
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, logprobs=True, ignore_eos=True)
+    reference = {p: session.generate(p, config, algorithm="none") for p in prompts}
+    out = {}
+    for name in checked_algorithms(engine):
+        if name == "none":
+            continue
+        runs = [session.generate(p, config, algorithm=name) for p in prompts]
+        same = [r.token_ids == reference[p].token_ids
+                and [lp.logprob for lp in r.logprobs] == [lp.logprob for lp in reference[p].logprobs]
+                for p, r in zip(prompts, runs)]
+        proposed = sum(r.stats.draft_tokens_proposed for r in runs)
+        accepted = sum(r.stats.draft_tokens_accepted for r in runs)
+        out[name] = {"identical": sum(same), "runs": len(runs),
+                     "first_difference": next((p for p, ok in zip(prompts, same) if not ok), None),
+                     "acceptance": accepted / proposed if proposed else None,
+                     "tokens_per_target_pass": statistics.median(r.stats.tokens_per_target_pass for r in runs)}
+        say(f"  {name}: {sum(same)}/{len(runs)} identical to the target alone"
+            + (f", acceptance {accepted / proposed:.2f}" if proposed else ""))
+    return out
+
+
+def step_costs(session, sizes: tuple[int, ...], reps: int = 3) -> dict[int, float]:
+    """Median seconds of a call of n tokens (the logits of its last token) after a short context, per n: in
+    interleaved rounds, four calls of a size in a row of which the first two (a change of shape) are not counted."""
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    with _scratch(session, max(sizes)) as timed:
+        for _ in range(reps):
+            for n in sizes:
+                times[n] += [timed(n) for _ in range(4)][2:]
+    return {n: float(np.median(t)) for n, t in times.items()}
+
+
+def predict(acceptance: float, draft_step: float, target: dict[int, float], k_max: int = K_MAX) -> dict:
+    """The cost model's best draft length and its expected speedup over the target alone (see the docstring)."""
+    a = min(max(acceptance, 0.0), 0.99)
+    sizes = sorted(target)
+
+    def t(n: int) -> float:  # measured, or on the line through the two nearest measured sizes
+        if n in target:
+            return target[n]
+        lo = max((s for s in sizes if s < n), default=sizes[0])
+        hi = min((s for s in sizes if s > n), default=sizes[-1])
+        return target[lo] if lo == hi else target[lo] + (target[hi] - target[lo]) * (n - lo) / (hi - lo)
+
+    def rate(k: int) -> float:  # tokens per second
+        return (1 - a ** (k + 1)) / (1 - a) / (k * draft_step + t(k + 1))
+
+    best = max(range(1, k_max + 1), key=rate)
+    speedup = rate(best) * t(1)
+    return {"draft_length": best if speedup > 1 else 0, "predicted_speedup": speedup,
+            "rates": {k: rate(k) for k in range(1, k_max + 1)}}
+
+
+def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_device: str = "AUTO",
+              allow_fallback: bool = False, prompts: Optional[list[str]] = None, max_new_tokens: int = 24,
+              say: Callable[[str], None] = lambda _: None, **engine_options) -> dict:
+    """The whole check; `ok` is False when any exactness check failed."""
+    start = time.perf_counter()
+    engine = Engine(bundle, target_device=target_device, draft_device=draft_device, allow_fallback=allow_fallback,
+                    **engine_options)
+    say(f"placement: {engine.placement.describe()}")
+    target = engine.target_model
+    invariant = target.rollback_method == "paged" and is_block_invariant(target.session())
+    say(f"block invariance of the target ({target.precision}, {target.rollback_method} rollback): "
+        + ("yes" if invariant else "NO: speculative runs are exact only up to float noise"))
+    say("greedy exactness (token ids and logprob bits) against the target alone:")
+    exact = exactness(engine, prompts or PROMPTS, max_new_tokens, say)
+    costs = {"target_blocks_ms": {n: 1000 * s for n, s in step_costs(target.session(), BLOCKS).items()}}
+    prediction = {}
+    if engine.draft_model is not None:
+        draft_step = step_costs(engine.draft_model.session(), (1,))[1]
+        costs["draft_step_ms"] = 1000 * draft_step
+        drafted = {name: r for name, r in exact.items()
+                   if REGISTRY[name].needs_draft and r["acceptance"] is not None}
+        if drafted:
+            name = max(drafted, key=lambda n: drafted[n]["acceptance"])
+            target_s = {n: ms / 1000 for n, ms in costs["target_blocks_ms"].items()}
+            prediction = {"algorithm": name, "acceptance": drafted[name]["acceptance"],
+                          **predict(drafted[name]["acceptance"], draft_step, target_s)}
+    say("costs: target " + ", ".join(f"{n} tokens {ms:.1f} ms" for n, ms in costs["target_blocks_ms"].items())
+        + (f"; draft step {costs['draft_step_ms']:.1f} ms" if "draft_step_ms" in costs else ""))
+    if prediction:
+        k = prediction["draft_length"]
+        say(f"prediction ({prediction['algorithm']}, acceptance {prediction['acceptance']:.2f} on these prompts): "
+            + (f"draft {k} tokens per round, about {prediction['predicted_speedup']:.2f}x the target alone"
+               if k else "drafting does not pay here: run the target alone (--algorithm none)"))
+    ok = invariant and all(r["identical"] == r["runs"] for r in exact.values())
+    return {"bundle": str(bundle), "placement": vars(engine.placement), "precision": target.precision,
+            "block_invariant": invariant, "exactness": exact, "costs": costs, "prediction": prediction,
+            "ok": ok, "seconds": time.perf_counter() - start}

@@ -1,0 +1,55 @@
+"""`edge-specdec check`: exactness, costs and the predicted speedup on this machine's devices (edge_specdec.check)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..demo import DEMO_BUNDLE
+from .common import say
+
+CHECK_EXAMPLES = """\
+examples:
+  edge-specdec check                                   # the demo pair on this machine's devices (AUTO)
+  edge-specdec check bundles/qwen --draft-device NPU --target-device CPU
+  edge-specdec check bundles/qwen --draft-device GPU --json > check.json   # to report back
+
+It proves, on the devices chosen: the target's block invariance (the basis of exactness), and for every
+algorithm the bundle serves that greedy runs give the target alone's token ids and logprob bits on a few
+prompts. Then it measures the draft's step and the target's blocks and predicts the speedup with the cost
+model: a round of k drafted tokens costs k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens.
+Exit status: 0 when everything is exact, 1 when a check fails or a device is absent.
+"""
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from ..check import run_check
+
+    report = run_check(args.bundle or str(DEMO_BUNDLE), target_device=args.target_device,
+                       draft_device=args.draft_device, allow_fallback=args.allow_fallback,
+                       max_new_tokens=args.max_new_tokens, precision=args.precision,
+                       say=(lambda _: None) if args.json else say)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        say("check: " + ("passed: exact on these devices" if report["ok"] else
+                         "FAILED: the output is not exactly the target's on these devices (see above)"))
+    return 0 if report["ok"] else 1
+
+
+def add_parser(sub) -> None:
+    """The `check` subcommand."""
+    from ..runtime.devices import PRECISIONS
+
+    p = sub.add_parser("check", help="prove exactness and measure the costs on this machine's devices",
+                       description="Check a bundle on the hardware at hand: exactness (block invariance, token ids "
+                                   "and logprobs of every algorithm against the target alone), the draft's and "
+                                   "the target's costs, the predicted speedup and draft length.",
+                       epilog=CHECK_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?", help=f"a bundle folder (default: the demo, {DEMO_BUNDLE})")
+    p.add_argument("--target-device", default="AUTO", metavar="DEV", help="CPU, GPU, GPU.N, NPU or AUTO")
+    p.add_argument("--draft-device", default="AUTO", metavar="DEV", help="CPU, GPU, GPU.N, NPU or AUTO")
+    p.add_argument("--allow-fallback", action="store_true", help="use the CPU for a device that is absent")
+    p.add_argument("--precision", default="dq", choices=PRECISIONS, help="CPU arithmetic, as for run")
+    p.add_argument("--max-new-tokens", type=int, default=24, metavar="N", help="tokens per exactness run (24)")
+    p.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
+    p.set_defaults(func=_cmd_check)

@@ -1,0 +1,68 @@
+"""`edge-specdec check`: exactness verdicts that can fail, costs, the cost model, and errors without a traceback."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from edge_specdec.check import predict, run_check
+from edge_specdec.cli import main
+from edge_specdec.runtime.pipeline import DecodingSession
+
+HETERO = ("qwen2-bytelevel", "llama-metaspace")
+
+
+def test_check_passes_and_reports_costs(bundle_dir, capsys):
+    bundle_dir(*HETERO)
+    capsys.readouterr()  # what building the bundle printed
+    assert main(["check", str(bundle_dir(*HETERO)), "--json", "--max-new-tokens", "12"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["block_invariant"]
+    assert set(report["exactness"]) == {"prompt-lookup", "slem", "tli", "slrs"}
+    assert all(r["identical"] == r["runs"] == 3 for r in report["exactness"].values())
+    blocks = report["costs"]["target_blocks_ms"]
+    assert set(map(int, blocks)) == {1, 2, 3, 5, 9} and all(ms > 0 for ms in blocks.values())
+    assert report["costs"]["draft_step_ms"] > 0
+
+
+def test_check_fails_when_an_algorithm_is_not_exact(bundle_dir, monkeypatch, capsys):
+    real = DecodingSession.generate
+
+    def broken(self, prompt, config=None, algorithm="auto", **options):
+        result = real(self, prompt, config, algorithm=algorithm, **options)
+        if algorithm == "tli":  # one wrong token, as a device with another kernel could give
+            result.token_ids[-1] += 1
+        return result
+    monkeypatch.setattr(DecodingSession, "generate", broken)
+    assert main(["check", str(bundle_dir(*HETERO)), "--max-new-tokens", "8"]) == 1
+    err = capsys.readouterr().err
+    assert "tli: 0/3 identical" in err and "slem: 3/3 identical" in err and "check: FAILED" in err
+
+
+def test_an_absent_device_is_one_line_without_a_traceback(bundle_dir):
+    out = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "check", str(bundle_dir(*HETERO)),
+                          "--draft-device", "NPU"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "NPU" in out.stderr
+
+
+def test_the_cost_model():
+    """a = 0: drafting never pays; high acceptance and a cheap draft: a long draft, a speedup near the yield."""
+    flat = {1: 0.05, 2: 0.05, 3: 0.05, 5: 0.05, 9: 0.05}
+    assert predict(0.0, 0.01, flat)["draft_length"] == 0
+    good = predict(0.9, 0.001, flat)
+    assert good["draft_length"] == 8
+    assert good["predicted_speedup"] == pytest.approx((1 - 0.9 ** 9) / 0.1 * 0.05 / (8 * 0.001 + 0.05))
+    # blocks that cost by their size: a shorter draft; t(4) interpolated between 3 and 5
+    steep = {1: 0.05, 2: 0.06, 3: 0.07, 5: 0.09, 9: 0.13}
+    assert predict(0.6, 0.005, steep)["rates"][3] == pytest.approx((1 - 0.6 ** 4) / 0.4 / (3 * 0.005 + 0.08))
+    assert 1 <= predict(0.6, 0.005, steep)["draft_length"] < 8
+
+
+def test_run_check_says_what_it_does(bundle_dir):
+    lines: list[str] = []
+    report = run_check(bundle_dir(*HETERO), max_new_tokens=6, prompts=["x = "], say=lines.append)
+    assert report["ok"] and any(line.startswith("placement: target on CPU") for line in lines)
+    assert any("prediction" in line or "drafting does not pay" in line for line in lines)
