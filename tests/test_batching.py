@@ -195,3 +195,17 @@ def test_sessions_stop_drafting_while_many_generate_and_stay_exact(bundle_dir):
     want = [alone.generate(p, c, algorithm=a).token_ids for p, c, a in jobs]
     got = run_clients(Engine(bundle_dir(*SAME), batching=True, draft_max_sessions=1), jobs)
     assert [g.token_ids for g in got] == want and all(g.stats.draft_tokens_proposed > 0 for g in got)
+
+
+def test_measurements_run_alone_on_a_batching_engine(bundle_dir, monkeypatch):
+    """fixed_block_pays and cheapest_step time this session's own calls, never a batch with others' blocks."""
+    from edge_specdec.runtime import batching
+    from edge_specdec.runtime.probes import cheapest_step, fixed_block_pays
+
+    engine = Engine(bundle_dir(*SAME), batching=True)
+    session = engine.session().target
+    submitted = []
+    monkeypatch.setattr(batching.Scheduler, "infer", lambda self, *a: submitted.append(a))
+    fixed_block_pays(session, 4, reps=1)
+    cheapest_step(session, reps=1)
+    assert not submitted and session.scheduler is engine.scheduler

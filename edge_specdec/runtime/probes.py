@@ -12,8 +12,12 @@ import numpy as np
 @contextmanager
 def _scratch(session, longest: int):
     """A scratch context of 4 random tokens for timing calls of up to `longest` tokens: yields timed(n), the
-    seconds of one call of n tokens (rolled back after), and leaves the session empty and as it was set."""
+    seconds of one call of n tokens (rolled back after), and leaves the session empty and as it was set. The
+    calls run alone even on a batching engine (a measurement of a batched call would time the others' blocks)."""
     saved, session.min_block = session.min_block, 1
+    scheduler = getattr(session, "scheduler", None)
+    if scheduler is not None:
+        session.scheduler = None
     ids = np.random.default_rng(0).integers(0, session.vocab_size, longest + 4).tolist()
 
     def timed(n: int) -> float:
@@ -29,6 +33,8 @@ def _scratch(session, longest: int):
         yield timed
     finally:
         session.min_block = saved
+        if scheduler is not None:
+            session.scheduler = scheduler
         session.reset()
 
 
