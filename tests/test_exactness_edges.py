@@ -312,7 +312,8 @@ def test_priced_cost_policy_follows_the_acceptance_not_the_clock(pipes, monkeypa
     assert len({tuple(lengths(None, seed)) for seed in (1, 2, 3)}) > 1
     seen = []  # the pipeline prices a seeded sampled run's cost policy, and only that
     monkeypatch.setattr("edge_specdec.runtime.pipeline.DraftLength",
-                        lambda *args, prices=None: seen.append(prices) or drafters.DraftLength(*args, prices=prices))
+                        lambda *args, prices=None, **kwargs: seen.append(prices)
+                        or drafters.DraftLength(*args, prices=prices, **kwargs))
     pipe = pipes(SAME, precision="dq")
     for seed, temperature in ((42, 1.0), (None, 1.0), (42, 0.0)):
         pipe.generate("x", GenerationConfig(max_new_tokens=3, temperature=temperature, seed=seed), draft_policy="cost")
