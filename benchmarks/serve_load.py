@@ -142,6 +142,8 @@ def main() -> int:
     p.add_argument("--slots", type=int, default=2)
     p.add_argument("--queue", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--no-batching", action="store_true", help="serve with --no-batching (each slot verifies alone)")
+    p.add_argument("--draft-max-sessions", type=int, metavar="N", help="serve with --draft-max-sessions N")
     p.add_argument("--json", metavar="FILE", help="also write the summary here")
     p.add_argument("--paired", type=int, metavar="REPEATS",
                    help="instead of the load: one client sends each of --prompts twice (the target alone, then the "
@@ -160,9 +162,13 @@ def main() -> int:
     config = GenerationConfig(max_new_tokens=args.max_tokens, temperature=0, repetition_penalty=penalty)
     refs = references(lambda prompt: pipe.generate(prompt, config, algorithm="none").text, prompts)
     del pipe
-    with serve_command(args.bundle, "--slots", str(args.slots), "--queue", str(args.queue)) as running:
+    batching = (["--no-batching"] if args.no_batching else []) + (
+        ["--draft-max-sessions", str(args.draft_max_sessions)] if args.draft_max_sessions is not None else [])
+    with serve_command(args.bundle, "--slots", str(args.slots), "--queue", str(args.queue), *batching) as running:
         report = run_load(running.api, refs, args.requests, args.clients, args.max_tokens)
-    summary = {**report.summary(), "slots": args.slots, "max_tokens": args.max_tokens, "bundle": args.bundle}
+    summary = {**report.summary(), "slots": args.slots, "batching": not args.no_batching and args.slots > 1,
+               "draft_max_sessions": args.draft_max_sessions,
+               "max_tokens": args.max_tokens, "bundle": args.bundle}
     print(json.dumps(summary, indent=1))
     for line in report.wrong[:10]:
         print("WRONG:", line, file=sys.stderr)
