@@ -21,7 +21,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 # Python openings for the demo's code model: each a different continuation
 PROMPTS = ["def parse_args(", "import os\n", "class Config:", "def main():\n", "for i in range(", "with open(",
@@ -124,15 +123,11 @@ def paired_speedup(api: str, prompts: list[str], max_tokens: int, repeats: int) 
                                     for k, v in runs.items()}}
 
 
-def references(generate: Callable[[str], str], prompts: list[str]) -> dict[str, str]:
-    return {p: generate(p) for p in prompts}
-
-
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from serve_helpers import serve_command
 
-    from edge_specdec.demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY
+    from edge_specdec.demo import DEMO_BUNDLE, run_defaults
     from edge_specdec.runtime import GenerationConfig, Pipeline
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,11 +152,11 @@ def main() -> int:
         print(json.dumps({**summary, "max_tokens": args.max_tokens, "bundle": args.bundle}, indent=1))
         return 0 if summary["identical"] == summary["pairs"] else 1
 
-    penalty = DEMO_REPETITION_PENALTY if Path(args.bundle).resolve() == DEMO_BUNDLE else 1.0
+    _, penalty = run_defaults(args.bundle, None)  # the demo's repetition penalty, as the server applies it
     pipe = Pipeline(args.bundle)
     config = GenerationConfig(max_new_tokens=args.max_tokens, temperature=0, repetition_penalty=penalty)
-    refs = references(lambda prompt: pipe.generate(prompt, config, algorithm="none").text, prompts)
-    del pipe
+    refs = {prompt: pipe.generate(prompt, config, algorithm="none").text for prompt in prompts}
+    pipe = None  # its models' memory goes before the server loads its own
     batching = (["--no-batching"] if args.no_batching else []) + (
         ["--draft-max-sessions", str(args.draft_max_sessions)] if args.draft_max_sessions is not None else [])
     with serve_command(args.bundle, "--slots", str(args.slots), "--queue", str(args.queue), *batching) as running:

@@ -29,13 +29,6 @@ BLOCKS = (1, 2, 3, 5, 9)  # target block sizes timed
 K_MAX = 8
 
 
-def checked_algorithms(engine: Engine) -> list[str]:
-    """Every algorithm the bundle can run, the target alone first."""
-    relation = engine.bundle.vocabulary["relation"]
-    return [name for name, a in REGISTRY.items()
-            if relation in a.relations and (engine.draft_model is not None or not a.needs_draft)]
-
-
 def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
               say: Callable[[str], None] = lambda _: None) -> dict:
     """Each algorithm's greedy runs against the target alone's: token ids and logprob bits, and the acceptance."""
@@ -43,7 +36,7 @@ def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, logprobs=True, ignore_eos=True)
     reference = {p: session.generate(p, config, algorithm="none") for p in prompts}
     out = {}
-    for name in checked_algorithms(engine):
+    for name in engine.algorithms():
         if name == "none":
             continue
         runs = [session.generate(p, config, algorithm=name) for p in prompts]

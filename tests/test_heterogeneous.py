@@ -1,14 +1,13 @@
 """Heterogeneous vocabularies: SLEM, TLI and SLRS are lossless for every pair of tokenizer styles."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime import heterogeneous
-from edge_specdec.runtime.retokenize import Retokenizer, complete_utf8
+from edge_specdec.runtime.retokenize import complete_utf8
 from hostile_text import HOSTILE_STRINGS
 from test_runtime import ALPHA, N_SAMPLES, first_tokens, homogeneity_pvalue
 

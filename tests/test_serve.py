@@ -19,7 +19,7 @@ openai = pytest.importorskip("openai", reason="the server tests need the test ex
 pytest.importorskip("uvicorn", reason="the server tests need the serve extra: pip install -e '.[test,serve]'")
 
 from edge_specdec.cli import main  # noqa: E402
-from edge_specdec.runtime import Engine, GenerationConfig, Pipeline  # noqa: E402
+from edge_specdec.runtime import Engine, GenerationConfig  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
 from edge_specdec.serve.app import Server  # noqa: E402
 from serve_helpers import health, serve_command, serve_in_thread  # noqa: E402

@@ -1,7 +1,6 @@
 """Token byte strings and the vocabulary map, checked against the Hugging Face tokenizers themselves."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -43,7 +43,6 @@ per-request perf metrics (GenerationHandle.get_perf_metrics) go into report.json
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 import threading
@@ -54,8 +53,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ..errors import EdgeSpecdecError
-from .report import _f, _first_difference, _median, _round, _spread, _table
-from .runner import load_prompt_set, machine_info, pick_categories, render_prompts
+from .report import _f, _first_difference, _median, _round, _spread, _table, write_report
+from .runner import _fmt_duration, load_prompt_set, machine_info, pick_categories, render_prompts
 from .setups import Prompt
 
 # the issue's goals are stated for 4 concurrent clients: the report checks them there when 4 is among --clients
@@ -233,10 +232,9 @@ def check_genai_draft(bundle, other) -> None:
 
 def _batched(engine) -> tuple[int, int]:
     """(batched calls, sessions' blocks in them) so far on a batching engine's scheduler; (0, 0) without one."""
-    scheduler = getattr(engine, "scheduler", None)
-    if scheduler is None:
+    if engine.scheduler is None:
         return 0, 0
-    stats = scheduler.stats()
+    stats = engine.scheduler.stats()
     return stats["batched_calls"], round(stats["batched_calls"] * stats["mean_sequences_per_batched_call"])
 
 
@@ -471,7 +469,7 @@ def run_rounds(rows: list[Row], prompts: list[ClientPrompt], clients: list[int],
                         continue
                     row.rounds.append(r)
                     eta = elapsed / (done - 1) * (total - done + 1) if done > 1 else None
-                    say(f"{head} {_progress(r)}" + (f"  eta {int(eta) // 60}m{int(eta) % 60:02d}s" if eta else ""))
+                    say(f"{head} {_progress(r)}" + (f"  eta {_fmt_duration(eta)}" if eta is not None else ""))
     except KeyboardInterrupt:
         say("interrupted: reporting the rounds done so far")
         return False
@@ -527,19 +525,12 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     # ours: one Engine for every ours row, a session per client
     from ..runtime import Engine
 
-    options = dict(precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab)
-    import inspect
-    batching = "batching" in inspect.signature(Engine.__init__).parameters
-    if batching:
-        options["batching"] = True
-    else:  # a runtime from before batched verification: the clients then verify one by one
-        notes.append("this runtime's Engine has no batching option: our clients verified separately")
     t = time.perf_counter()
-    engine = Engine(b, **options)
+    engine = Engine(b, precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab, batching=True)
     sessions = [engine.session() for _ in range(max(clients))]
     # the engine may turn batching off (a target that is not bit-exact batched): it says so in batching_note
-    batching_note = getattr(engine, "batching_note", "") or ("" if batching else "no batching option")
-    say(f"loaded our Engine(batching={batching}) and {len(sessions)} sessions in {time.perf_counter() - t:.1f} s: "
+    batching_note = engine.batching_note
+    say(f"loaded our Engine(batching=True) and {len(sessions)} sessions in {time.perf_counter() - t:.1f} s: "
         f"{engine.placement.describe()}" + (f"; {batching_note}" if batching_note else ""))
     prompts, prompt_format = [], ""
     for category, item in items:
@@ -613,7 +604,7 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     settings = {"bundle": str(b.path), "relation": relation, "clients": clients, "max_new_tokens": max_new_tokens,
                 "repeats": repeats, "categories": chosen_categories, "prompt_format": prompt_format,
                 "precision": precision, "kv_rollback": kv_rollback, "draft_vocab": draft_vocab,
-                "batching": batching, "batching_on": getattr(engine, "scheduler", None) is not None,
+                "batching": True, "batching_on": engine.scheduler is not None,
                 "batching_note": batching_note, "algorithms": algorithm_names, "placement": engine.placement.describe(),
                 "genai": genai_info or None, "genai_draft": str(other.path) if other is not None else None,
                 "greedy": True, "interrupted": not complete}
@@ -984,28 +975,8 @@ def plot_clients(report: dict, path: Path) -> None:
 
 def write_clients_report(report: dict, out_dir: Path, plot: bool = True,
                          say: Callable[[str], None] = print) -> dict[str, str]:
-    files = {}
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "report.json"
-        path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        files["json"] = str(path)
-        path = out_dir / "report.md"
-        path.write_text(render_clients_markdown(report), encoding="utf-8")
-        files["markdown"] = str(path)
-    except OSError as exc:
-        raise EdgeSpecdecError(f"cannot write the report to {out_dir}: {exc.strerror or exc}.") from None
-    if plot:
-        try:
-            import matplotlib  # noqa: F401 - only to know whether it is there
-        except ImportError:
-            say("matplotlib is not installed (pip install 'edge-specdec[bench]'): no clients.png")
-        else:
-            path = out_dir / "clients.png"
-            plot_clients(report, path)
-            files["plot"] = str(path)
-    say("wrote " + ", ".join(files.values()))
-    return files
+    return write_report(report, out_dir, plot, say, render=render_clients_markdown, chart=plot_clients,
+                        chart_name="clients.png")
 
 
 __all__ = ["CLIENT_SETUPS", "run_clients_benchmark", "render_clients_markdown"]

@@ -346,8 +346,12 @@ def plot_speedups(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(report: dict, out_dir: Path, plot: bool = True,
-                 say: Callable[[str], None] = print) -> dict[str, str]:
+def write_report(report: dict, out_dir: Path, plot: bool = True, say: Callable[[str], None] = print,
+                 render: Optional[Callable[[dict], str]] = None, chart: Optional[Callable[[dict, Path], None]] = None,
+                 chart_name: str = "speedup.png") -> dict[str, str]:
+    """report.json, report.md (render; default render_markdown) and, with matplotlib, the chart (chart; default
+    plot_speedups) in out_dir."""
+    render, chart = render or render_markdown, chart or plot_speedups
     files = {}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -355,7 +359,7 @@ def write_report(report: dict, out_dir: Path, plot: bool = True,
         path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         files["json"] = str(path)
         path = out_dir / "report.md"
-        path.write_text(render_markdown(report), encoding="utf-8")
+        path.write_text(render(report), encoding="utf-8")
         files["markdown"] = str(path)
     except OSError as exc:
         raise EdgeSpecdecError(f"cannot write the report to {out_dir}: {exc.strerror or exc}.") from None
@@ -363,10 +367,10 @@ def write_report(report: dict, out_dir: Path, plot: bool = True,
         try:
             import matplotlib  # noqa: F401 - only to know whether it is there
         except ImportError:
-            say("matplotlib is not installed (pip install 'edge-specdec[bench]'): no speedup.png")
+            say(f"matplotlib is not installed (pip install 'edge-specdec[bench]'): no {chart_name}")
         else:
-            path = out_dir / "speedup.png"
-            plot_speedups(report, path)
+            path = out_dir / chart_name
+            chart(report, path)
             files["plot"] = str(path)
     say("wrote " + ", ".join(files.values()))
     return files

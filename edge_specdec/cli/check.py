@@ -5,7 +5,7 @@ import argparse
 import json
 
 from ..demo import DEMO_BUNDLE
-from .common import say
+from .common import add_engine_options, engine_options, say
 
 CHECK_EXAMPLES = """\
 examples:
@@ -24,10 +24,8 @@ Exit status: 0 when everything is exact, 1 when a check fails or a device is abs
 def _cmd_check(args: argparse.Namespace) -> int:
     from ..check import run_check
 
-    report = run_check(args.bundle or str(DEMO_BUNDLE), target_device=args.target_device,
-                       draft_device=args.draft_device, allow_fallback=args.allow_fallback,
-                       max_new_tokens=args.max_new_tokens, precision=args.precision,
-                       say=(lambda _: None) if args.json else say)
+    report = run_check(args.bundle or str(DEMO_BUNDLE), max_new_tokens=args.max_new_tokens,
+                       say=(lambda _: None) if args.json else say, **engine_options(args))
     if args.json:
         print(json.dumps(report, indent=1))
     else:
@@ -38,18 +36,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """The `check` subcommand."""
-    from ..runtime.devices import PRECISIONS
-
     p = sub.add_parser("check", help="prove exactness and measure the costs on this machine's devices",
                        description="Check a bundle on the hardware at hand: exactness (block invariance, token ids "
                                    "and logprobs of every algorithm against the target alone), the draft's and "
                                    "the target's costs, the predicted speedup and draft length.",
                        epilog=CHECK_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bundle", metavar="BUNDLE", nargs="?", help=f"a bundle folder (default: the demo, {DEMO_BUNDLE})")
-    p.add_argument("--target-device", default="AUTO", metavar="DEV", help="CPU, GPU, GPU.N, NPU or AUTO")
-    p.add_argument("--draft-device", default="AUTO", metavar="DEV", help="CPU, GPU, GPU.N, NPU or AUTO")
-    p.add_argument("--allow-fallback", action="store_true", help="use the CPU for a device that is absent")
-    p.add_argument("--precision", default="dq", choices=PRECISIONS, help="CPU arithmetic, as for run")
+    add_engine_options(p)
     p.add_argument("--max-new-tokens", type=int, default=24, metavar="N", help="tokens per exactness run (24)")
     p.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
     p.set_defaults(func=_cmd_check)

@@ -10,10 +10,9 @@ from ..demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY, run_defaults
 from ..benchmark import compare
 from ..errors import EdgeSpecdecError
 from ..runtime.algorithms import ALGORITHMS
-from ..runtime.devices import PRECISIONS
 from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.session import ROLLBACK_METHODS
-from .common import DRAFT_VOCAB_HELP, say
+from .common import add_engine_options, engine_options, say
 
 RUN_EXAMPLES = """\
 examples:
@@ -83,10 +82,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
                               logprobs=args.logprobs is not None, top_logprobs=args.logprobs or 0)
     config.validate()
-    pipe = Pipeline(args.bundle, target_device=args.target_device, draft_device=args.draft_device,
-                    precision=args.precision, kv_rollback=args.kv_rollback, allow_fallback=args.allow_fallback,
-                    cache_dir=args.cache_dir, concurrent=args.concurrent, draft_vocab=args.draft_vocab,
-                    threads=args.threads)
+    pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, **engine_options(args))
     if not args.json:
         say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
     options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
@@ -195,29 +191,13 @@ def add_parser(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     p.add_argument("--chat", action="store_true",
                    help="apply the target's chat template; without a prompt, an interactive conversation")
-    p.add_argument("--target-device", default="AUTO", metavar="DEV",
-                   help="CPU, GPU, GPU.N, NPU or AUTO (default: a discrete GPU if any, else the CPU)")
-    p.add_argument("--draft-device", default="AUTO", metavar="DEV",
-                   help="CPU, GPU, GPU.N, NPU or AUTO (default: an integrated GPU or the NPU if any, else the CPU)")
-    p.add_argument("--allow-fallback", action="store_true",
-                   help="if a device asked for is absent, run on the CPU instead of failing")
+    add_engine_options(p)
     p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
                    help="draft the next round while the target verifies (default: on when draft and target sit "
                         "on different devices; on one CPU each model then gets half of the cores)")
-    p.add_argument("--cache-dir", metavar="DIR",
-                   help="OpenVINO compiled-model cache (default ~/.cache/edge-specdec/ov-cache or "
-                        "$EDGE_SPECDEC_CACHE_DIR; 'off' disables it)")
-    p.add_argument("--threads", type=int, metavar="N",
-                   help="CPU threads per model (default: 1 for a model under 32 MB, whose narrow layers lose more "
-                        "to thread barriers than they gain; else all cores, or half each with --concurrent)")
-    p.add_argument("--precision", default="dq", choices=PRECISIONS,
-                   help="CPU arithmetic: dq = dynamic int8 activations, in groups as large as the int4 weights' "
-                        "groups (default, about 1.5x faster here), f32 = plain float32, closest to the original "
-                        "model. The speculative output equals the target alone's under the same setting either way.")
     p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS,
                    help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
-    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--compare", action="store_true",
                    help="then run the target alone on the same prompt and print the speedup and whether the "
                         "output is identical (each side runs once untimed first, as in the benchmark: about four "

@@ -8,9 +8,8 @@ import os
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
-from ..runtime.devices import PRECISIONS
 from ..runtime.pipeline import DRAFT_MAX_SESSIONS
-from .common import DRAFT_VOCAB_HELP, say
+from .common import add_engine_options, engine_options, say
 
 SERVE_EXAMPLES = """\
 examples:
@@ -53,9 +52,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and not api_key:
         raise EdgeSpecdecError(f"--host {args.host} is reachable from other machines: give an --api-key (or set "
                                f"EDGE_SPECDEC_API_KEY) that clients must send, or serve on 127.0.0.1.")
-    options = dict(target_device=args.target_device, draft_device=args.draft_device,
-                   allow_fallback=args.allow_fallback, cache_dir=args.cache_dir, precision=args.precision,
-                   threads=args.threads, draft_vocab=args.draft_vocab,
+    options = dict(engine_options(args),
                    draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
                               batching=args.batching,
@@ -112,12 +109,5 @@ def add_parser(sub) -> None:
                    help="the largest request body accepted (default 1 MiB); larger ones get 413")
     p.add_argument("--model-name", metavar="NAME", help="the model id in /v1/models (default: the bundle's folder name)")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
-    p.add_argument("--target-device", default="AUTO", metavar="DEV", help="as for run (default AUTO)")
-    p.add_argument("--draft-device", default="AUTO", metavar="DEV", help="as for run (default AUTO)")
-    p.add_argument("--allow-fallback", action="store_true",
-                   help="if a device asked for is absent, run on the CPU instead of failing")
-    p.add_argument("--cache-dir", metavar="DIR", help="OpenVINO compiled-model cache, as for run")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads per model, as for run")
-    p.add_argument("--precision", default="dq", choices=PRECISIONS, help="CPU arithmetic, as for run (default dq)")
-    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
+    add_engine_options(p)
     p.set_defaults(func=_cmd_serve)

@@ -214,7 +214,8 @@ class Output:
             if token in self.eos:
                 return "eos"
             self.stream.push([token])
-            self.unsent.append((i < drafted, len(self.stream.text)))
+            if self.on_text is not None:  # only pieces handed to on_text need to know their tokens
+                self.unsent.append((i < drafted, len(self.stream.text)))
             cut = self.stop_at()
             if cut is not None:
                 self.send(cut)

@@ -206,6 +206,13 @@ class Engine:
                                    f"bundle's relation is {relation!r}. Use {serving} or auto.")
         return algorithm
 
+    def algorithms(self) -> list[str]:
+        """The algorithms this engine can run (besides auto): those that serve its bundle's vocabulary relation,
+        and need no draft model if it has none; the target alone first."""
+        relation = self.bundle.vocabulary["relation"]
+        return [name for name, a in REGISTRY.items()
+                if relation in a.relations and (self.draft_model is not None or not a.needs_draft)]
+
     @cached_property
     def chat_template(self) -> Optional[ChatTemplate]:
         return ChatTemplate.from_model_folder(self.bundle.target.folder)

@@ -31,7 +31,6 @@ from starlette.staticfiles import StaticFiles
 
 from ..demo import run_defaults
 from ..errors import EdgeSpecdecError
-from ..runtime.algorithms import REGISTRY
 from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine
 from ..runtime.sampling import GenerationConfig
@@ -282,9 +281,7 @@ class Server:
                 "target": source_name(bundle.manifest["target"]), "draft": source_name(bundle.manifest.get("draft")),
                 "vocabulary_relation": bundle.vocabulary["relation"], "chat_template": engine.chat_template is not None,
                 "max_context": engine.target_model.max_context, "placement": vars(engine.placement),
-                "algorithms": ["auto"] + [name for name, a in REGISTRY.items()
-                                          if bundle.vocabulary["relation"] in a.relations
-                                          and (engine.draft_model is not None or not a.needs_draft)],
+                "algorithms": ["auto", *engine.algorithms()],
                 "slots": self.settings.slots, "batching": engine.scheduler is not None,
                 "batching_note": engine.batching_note, "max_tokens": self.settings.max_tokens,
                 "default_repetition_penalty": self.repetition_penalty}
