@@ -1,7 +1,8 @@
 """Benchmark a bundle: our decoders against the target alone and against the peers, side by side in one run.
 
     edge-specdec bench BUNDLE [--setups NAME|PATTERN ...] [--max-new-tokens 64] [--repeats 2] [--ks 3 5]
-                              [--categories CAT ...] [--out DIR] [--hf] [--genai-ours] [--concurrent]
+                              [--categories CAT ...] [--prompts FILE] [--out DIR] [--hf] [--genai-ours]
+                              [--concurrent]
 
     from edge_specdec.benchmark import run_benchmark
     report = run_benchmark("bundles/qwen", categories=["code_generation"], max_new_tokens=32, repeats=1)
@@ -15,8 +16,9 @@ Generation for a different vocabulary; --hf).
 
 Method. One Pipeline serves all our rows (a second one with concurrent=True serves the concurrent rows). The
 prompts (`prompts.json`: code generation, code editing, chat, summarization, question answering, math,
-translation) go through the target's chat template when it has one; every engine gets the same rendered text
-(GenAI with apply_chat_template=False). Greedy decoding throughout. Every row gets one uncounted warm-up run;
+translation; or the user's own with --prompts, read by `prompt_file.py`) go through the target's chat template
+when it has one; every engine gets the same rendered text (GenAI with apply_chat_template=False). Greedy
+decoding throughout. Every row gets one uncounted warm-up run;
 then for each (repeat, prompt) all rows run back to back, the order rotated from one prompt to the next, so
 that drift in machine speed (other jobs, thermal limits) hits all rows alike. GenAI's pipelines run with the
 prefix cache off, so that each run pays its own prefill as ours does.

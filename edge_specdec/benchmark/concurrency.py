@@ -53,8 +53,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ..errors import EdgeSpecdecError
-from .report import _f, _first_difference, _median, _round, _spread, _table, write_report
-from .runner import _fmt_duration, load_prompt_set, machine_info, pick_categories, render_prompts
+from .report import (_f, _first_difference, _median, _round, _spread, _table, prompt_source_lines,
+                     write_report)
+from .runner import (_fmt_duration, load_prompt_set, machine_info, pick_categories, prompt_source,
+                     render_prompts)
 from .setups import Prompt
 
 # the issue's goals are stated for 4 concurrent clients: the report checks them there when 4 is among --clients
@@ -482,9 +484,11 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
                           genai: bool = True, genai_draft: Union[str, Path, None] = None,
                           genai_k: Optional[int] = None, precision: str = "dq", kv_rollback: Optional[str] = None,
                           draft_vocab: Optional[int] = None, command: Optional[str] = None,
-                          progress: Optional[Callable[[str], None]] = None, plot: bool = True) -> dict[str, Any]:
+                          progress: Optional[Callable[[str], None]] = None, plot: bool = True,
+                          prompts_file: Union[str, Path, None] = None) -> dict[str, Any]:
     """Run the clients benchmark (see the module's docstring) and write report.json, report.md and clients.png
-    (with matplotlib) into `out` (default bench-results/<bundle name>-clients). Returns the report with "files"."""
+    (with matplotlib) into `out` (default bench-results/<bundle name>-clients). Returns the report with "files".
+    prompts_file: the user's prompts instead of the shipped set, as in run_benchmark."""
     from ..bundle import load_bundle
 
     say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -506,7 +510,7 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     specs, notes = select_client_setups([p for item in (setups or []) for p in str(item).split(",") if p.strip()])
     if not genai:
         specs = [s for s in specs if s.engine != "genai"]
-    prompt_set = load_prompt_set()
+    prompt_set = load_prompt_set(prompts_file)
     chosen_categories = pick_categories(prompt_set, categories)
     items, prompt_notes = pick_prompt_items(prompt_set, chosen_categories, max(clients))
     notes += prompt_notes
@@ -593,7 +597,8 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     rows.sort(key=lambda r: order[r.spec.name])
 
     say(f"bench --clients {' '.join(map(str, clients))} on {b.path} ({relation} vocabulary): "
-        f"{', '.join(r.spec.name for r in rows)}; {len(prompts)} prompts ({prompt_format}), {repeats} repeat(s), "
+        f"{', '.join(r.spec.name for r in rows)}; {len(prompts)} prompts "
+        + (f"from {prompts_file} " if prompts_file else "") + f"({prompt_format}), {repeats} repeat(s), "
         f"{max_new_tokens} new tokens at most, greedy")
     machine = machine_info()
     complete = run_rounds(rows, prompts, clients, repeats, say)
@@ -603,6 +608,7 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
         pass
     settings = {"bundle": str(b.path), "relation": relation, "clients": clients, "max_new_tokens": max_new_tokens,
                 "repeats": repeats, "categories": chosen_categories, "prompt_format": prompt_format,
+                "prompts_file": prompt_source(prompts_file, prompt_set),
                 "precision": precision, "kv_rollback": kv_rollback, "draft_vocab": draft_vocab,
                 "batching": True, "batching_on": engine.scheduler is not None,
                 "batching_note": batching_note, "algorithms": algorithm_names, "placement": engine.placement.describe(),
@@ -859,6 +865,7 @@ def render_clients_markdown(report: dict) -> str:
               f"{s['placement']}."
               + (f" GenAI {g['version']}, continuous batching, prefix cache off, its default CPU properties; its "
                  f"speculative row: {g['draft_from']} ({g['assistant']})." if g.get("version") else ""), ""]
+    lines += prompt_source_lines(s)
     if s.get("interrupted"):
         lines += ["**Interrupted**: the figures cover only the rounds done before Ctrl-C.", ""]
     if report.get("goals"):

@@ -11,6 +11,7 @@ Every problem raises EdgeSpecdecError with one line naming the file, where in it
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -39,6 +40,14 @@ def read_prompt_file(path: Union[str, Path]) -> dict[str, list[dict[str, str]]]:
     if objects:
         raise _mixed_lines_error(path, lines, objects)
     return _collect(path, [(f"line {number}", DEFAULT_CATEGORY, None, line.strip()) for number, line in lines])
+
+
+def describe_prompt_file(path: Union[str, Path], prompt_set: dict[str, list[dict[str, str]]]) -> dict[str, Any]:
+    """What a report records of a prompt file read by read_prompt_file: its path as given, the sha256 of its bytes
+    (so that a later run can tell whether it used the same prompts) and how many prompts per category it holds."""
+    return {"path": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+            "prompts": sum(len(items) for items in prompt_set.values()),
+            "categories": {category: len(items) for category, items in prompt_set.items()}}
 
 
 # --- reading and telling the forms apart ----------------------------------------------------------------------

@@ -217,6 +217,17 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
             + ["| " + " | ".join(r) + " |" for r in rows])
 
 
+def prompt_source_lines(settings: dict) -> list[str]:
+    """The report's line on a --prompts file (its path, sha256 and size), followed by a blank line; none for the
+    shipped prompt set. Both bench reports use it."""
+    source = settings.get("prompts_file")
+    if not source:
+        return []
+    return [f"Prompts from `{source['path']}` (--prompts; sha256 {source['sha256']}): {source['prompts']} "
+            f"prompt{'' if source['prompts'] == 1 else 's'} in "
+            + ", ".join(f"{category} ({n})" for category, n in source["categories"].items()) + ".", ""]
+
+
 def render_markdown(report: dict) -> str:
     s, m, b = report["settings"], report["machine"], report["bundle"]
     rows = report["setups"]
@@ -234,6 +245,7 @@ def render_markdown(report: dict) -> str:
               + (f"our draft's output layer cut to {s['draft_output_ids']} token ids (--draft-vocab); "
                  if s.get("draft_output_ids") else "")
               + f"{s['placement']}.", ""]
+    lines += prompt_source_lines(s)
     if s.get("interrupted"):
         lines += ["**Interrupted**: the figures cover only the runs done before Ctrl-C.", ""]
 

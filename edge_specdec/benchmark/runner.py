@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ..errors import EdgeSpecdecError
+from .prompt_file import describe_prompt_file, read_prompt_file
 from .setups import (ENGINES, Prompt, Run, Setup, Spec, candidate_specs, genai_runner, hf_runner, load_genai,
                      load_hf, ours_runner, select_specs)
 
@@ -22,13 +22,15 @@ DEFAULT_KS = (3, 5)
 # --- prompts ----------------------------------------------------------------------------------------------------
 
 def load_prompt_set(path: Union[str, Path, None] = None) -> dict[str, list[dict[str, str]]]:
-    """{category: [{"id", "text"}, ...]} from the shipped prompts.json (or another file of the same shape)."""
-    path = Path(path) if path else PROMPTS_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise EdgeSpecdecError(f"cannot read the prompt set {path}: {exc}") from None
-    return data["categories"]
+    """{category: [{"id", "text"}, ...]} from the shipped prompts.json, or from a user's prompt file (--prompts:
+    plain text, JSON lines or the prompts.json shape; see prompt_file.py), through the one reader of both."""
+    return read_prompt_file(path if path else PROMPTS_FILE)
+
+
+def prompt_source(path: Union[str, Path, None], prompt_set: dict) -> Optional[dict[str, Any]]:
+    """The report's record of where the prompts came from: None for the shipped set, else the file's path,
+    sha256 and prompt counts."""
+    return describe_prompt_file(path, prompt_set) if path else None
 
 
 CATEGORIES = tuple(load_prompt_set())
@@ -277,9 +279,13 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                   out: Union[str, Path, None] = None, genai: bool = True, genai_ours: bool = False,
                   concurrent: bool = False, hf: bool = False, precision: str = "dq",
                   kv_rollback: Optional[str] = None, draft_vocab: Optional[int] = None, command: Optional[str] = None,
-                  progress: Optional[Callable[[str], None]] = None, plot: bool = True) -> dict[str, Any]:
+                  progress: Optional[Callable[[str], None]] = None, plot: bool = True,
+                  prompts_file: Union[str, Path, None] = None) -> dict[str, Any]:
     """Benchmark a bundle's decoders side by side, interleaved, in one run; write report.json, report.md and
     speedup.png (if matplotlib is installed and plot) into `out` (default bench-results/<bundle name>).
+
+    prompts_file: the user's prompts instead of the shipped set (see prompt_file.py); categories then choose
+    among the file's categories, and the report records the file (settings["prompts_file"]).
 
     setups: row names or shell patterns (see `edge_specdec.benchmark.setups`); default: every row the bundle
     allows except the optional families. genai_ours / concurrent / hf add those families, with or without setups.
@@ -299,7 +305,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
     if precision not in ("dq", "f32"):
         raise EdgeSpecdecError(f"unknown precision {precision!r}: choose dq or f32.")
     patterns = [p for item in (setups or []) for p in str(item).split(",") if p.strip()]
-    prompt_set = load_prompt_set()
+    prompt_set = load_prompt_set(prompts_file)
     chosen_categories = pick_categories(prompt_set, categories)
     b = load_bundle(bundle, verify=False)  # first the cheap checks: a bad bundle, setup or category fails fast
     relation = b.vocabulary["relation"]
@@ -322,7 +328,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                                + "; ".join(f"{x['setup']}: {x['reason']}" for x in skipped) + ").")
     prompts, prompt_format = render_prompts(pipe, prompt_set, chosen_categories)
     say(f"{len(prompts)} prompts in {len(chosen_categories)} categor{'y' if len(chosen_categories) == 1 else 'ies'} "
-        f"({prompt_format}), {repeats} repeat(s), "
+        + (f"from {prompts_file} " if prompts_file else "") + f"({prompt_format}), {repeats} repeat(s), "
         f"{max_new_tokens} new tokens at most, greedy")
     machine = machine_info()  # after loading, so that the peers' versions are known
     sampler = RssSampler()
@@ -338,7 +344,8 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                 "ks": ks, "categories": chosen_categories, "precision": precision, "kv_rollback": kv_rollback,
                 "draft_output_ids": None if pipe.draft is None or pipe.draft.output_ids is None
                 else len(pipe.draft.output_ids),
-                "prompt_format": prompt_format, "placement": pipe.placement.describe(),
+                "prompt_format": prompt_format, "prompts_file": prompt_source(prompts_file, prompt_set),
+                "placement": pipe.placement.describe(),
                 "target_rollback": pipe.target.rollback_method, "greedy": True, "interrupted": not complete,
                 "rss_sampling": "available" if sampler.available else "unavailable (no /proc/self/statm)"}
     result = _report.build_report(loaded, prompts, settings, machine, b.manifest, skipped, notes, command)

@@ -36,8 +36,8 @@ def _cmd_bench_clients(args: argparse.Namespace) -> int:
                str(args.max_new_tokens), "--repeats", str(args.repeats), "--precision", args.precision]
     for flag, value in (("--setups", args.setups), ("--categories", args.categories)):
         spelled += [flag, *value] if value else []
-    for flag, value in (("--genai-draft", args.genai_draft), ("--genai-k", args.genai_k), ("--out", args.out),
-                        ("--kv-rollback", args.kv_rollback), ("--draft-vocab", args.draft_vocab)):
+    for flag, value in (("--prompts", args.prompts), ("--genai-draft", args.genai_draft), ("--genai-k", args.genai_k),
+                        ("--out", args.out), ("--kv-rollback", args.kv_rollback), ("--draft-vocab", args.draft_vocab)):
         spelled += [flag, str(value)] if value is not None else []
     spelled += ["--no-genai"] if args.no_genai else []
     report = run_clients_benchmark(args.bundle, clients=args.clients, setups=args.setups,
@@ -45,7 +45,7 @@ def _cmd_bench_clients(args: argparse.Namespace) -> int:
                                    categories=args.categories, out=args.out, genai=not args.no_genai,
                                    genai_draft=args.genai_draft, genai_k=args.genai_k, precision=args.precision,
                                    kv_rollback=args.kv_rollback, draft_vocab=args.draft_vocab,
-                                   command=_typed(spelled), progress=say)
+                                   prompts_file=args.prompts, command=_typed(spelled), progress=say)
     print(render_clients_markdown(report))
     if report["not_identical"]:
         say(f"edge-specdec: warning: output NOT identical to the target alone: {', '.join(report['not_identical'])} "
@@ -69,6 +69,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                str(args.repeats), "--ks", *map(str, args.ks), "--precision", args.precision]
     for flag, value in (("--setups", args.setups), ("--categories", args.categories)):
         spelled += [flag, *value] if value else []
+    spelled += ["--prompts", args.prompts] if args.prompts else []
     spelled += ["--out", args.out] if args.out else []
     spelled += ["--kv-rollback", args.kv_rollback] if args.kv_rollback else []
     spelled += ["--draft-vocab", str(args.draft_vocab)] if args.draft_vocab is not None else []
@@ -79,7 +80,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                            repeats=args.repeats, ks=args.ks, categories=args.categories, out=args.out,
                            genai=not args.no_genai, genai_ours=args.genai_ours, concurrent=args.concurrent,
                            hf=args.hf, precision=args.precision, kv_rollback=args.kv_rollback,
-                           draft_vocab=args.draft_vocab, command=command,
+                           draft_vocab=args.draft_vocab, prompts_file=args.prompts, command=command,
                            progress=say)
     print(render_markdown(report))
     if report["not_identical"]:
@@ -104,6 +105,7 @@ examples:
   edge-specdec bench bundles/qwen --setups ours-none 'ours-standard-*' genai-sd-k3 --ks 2 3 4
   edge-specdec bench bundles/qwen+smollm --hf --out results/smollm   # + transformers UAG
   edge-specdec bench bundles/qwen --genai-ours --concurrent --precision f32
+  edge-specdec bench bundles/qwen --prompts my_prompts.jsonl --categories support   # your own workload
 
 setups (--setups takes names or shell patterns; the target alone of each engine is always added):
   ours-none                  our Pipeline, the target alone
@@ -134,6 +136,19 @@ several clients at once (--clients N [N ...]; a run of its own, with its own row
 prompt categories: code_generation, code_editing, chat, summarization, question_answering, math, translation
 (edge_specdec/benchmark/prompts.json), in the target's chat template when it has one. Every row is greedy and
 is checked against the target alone of its engine: the output must be identical.
+
+your own prompts (--prompts FILE, for the rows and for --clients): the speedup depends on the workload, so
+measure it on yours. FILE is one of
+  plain text, one prompt per line (blank lines ignored), all in the category "custom":
+      Write a SQL query that lists the ten customers with the largest orders in 2023.
+      Summarize this support ticket in two sentences: my router drops Wi-Fi every evening ...
+  JSON lines, one object per line: "text", and optionally "category" (default "custom") and "id" (default
+  <category>-<n>); use it for prompts that span lines (write "\\n" in the text):
+      {"text": "Refactor this function:\\n\\ndef f(x): ...", "category": "code", "id": "refactor-1"}
+      {"text": "Summarize this support ticket: ...", "category": "support"}
+  a .json file shaped like prompts.json: {"categories": {"support": [{"id": "t1", "text": "..."}]}}
+--categories then chooses among the file's categories; the report records the file's path, its sha256 and
+how many prompts it holds.
 """, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bundle", metavar="BUNDLE", help="a bundle folder written by `edge-specdec export`")
     p.add_argument("--setups", nargs="+", metavar="NAME", help="rows to run: names or patterns such as 'ours-*' "
@@ -144,7 +159,11 @@ is checked against the target alone of its engine: the output must be identical.
                    help="timed runs per prompt and row, after one warm-up (default 2)")
     p.add_argument("--ks", type=int, nargs="+", metavar="K",
                    help="fixed draft lengths (default 3 5); the adaptive rows start at the smallest")
-    p.add_argument("--categories", nargs="+", metavar="CAT", help="prompt categories (default: all)")
+    p.add_argument("--prompts", metavar="FILE",
+                   help="your own prompts instead of the shipped set: one per line, or JSON lines "
+                        '{"text": ..., "category": ..., "id": ...} (see below)')
+    p.add_argument("--categories", nargs="+", metavar="CAT",
+                   help="prompt categories (default: all; with --prompts, the file's)")
     p.add_argument("--out", metavar="DIR", help="where to write the report (default bench-results/<bundle name>)")
     p.add_argument("--hf", action="store_true",
                    help="add transformers rows (fp32, CPU) from the source folders in the bundle's manifest")
