@@ -7,7 +7,9 @@ On the devices chosen (or AUTO's), for one bundle:
 3. costs: the draft's step d, the target's step t(1) and its blocks t(n), measured on a scratch context;
 4. the cost model: a round that drafts k tokens costs k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on
    average (a: the acceptance per drafted token, measured in step 2), against t(1) per token for the target
-   alone. The k with the best rate is the recommended draft length; the rate over 1/t(1) the predicted speedup.
+   alone. The k with the best rate is the recommended draft length; the rate over 1/t(1) the predicted speedup;
+5. the draft's step on every device AUTO could give it (integrated GPUs, NPUs, a free discrete GPU, the CPU):
+   the fastest is the recommended placement.
 
 A user with an NPU or an iGPU runs it and reports back; it exits non-zero when exactness fails.
 """
@@ -22,7 +24,9 @@ import numpy as np
 
 from .runtime import Engine, GenerationConfig
 from .runtime.algorithms import REGISTRY
+from .runtime.devices import compile_config, draft_candidates, list_devices, resolve_cache_dir
 from .runtime.probes import _scratch, is_block_invariant
+from .runtime.session import open_model
 
 PROMPTS = ["def fibonacci(n):", "The capital of France is", "import json\n\ndef load(path):"]
 BLOCKS = (1, 2, 3, 5, 9)  # target block sizes timed
@@ -63,6 +67,20 @@ def step_costs(session, sizes: tuple[int, ...], reps: int = 3) -> dict[int, floa
             for n in sizes:
                 times[n] += [timed(n) for _ in range(4)][2:]
     return {n: float(np.median(t)) for n, t in times.items()}
+
+
+def draft_steps(engine: Engine, cache_dir, placed_ms: float) -> dict[str, float]:
+    """Milliseconds of a draft step on each device AUTO could put the draft on (the placed one already measured)."""
+    devices = list_devices(engine.core)
+    steps = {}
+    for device in draft_candidates(devices, engine.placement.target):
+        if device == engine.placement.draft:
+            steps[device] = placed_ms
+            continue
+        model = open_model(engine.bundle.draft.model_xml, device, core=engine.core, block_invariant=False,
+                           config=compile_config(device, resolve_cache_dir(cache_dir), 1))
+        steps[device] = 1000 * step_costs(model.session(), (1,))[1]
+    return steps
 
 
 def predict(acceptance: float, draft_step: float, target: dict[int, float], k_max: int = K_MAX) -> dict:
@@ -112,9 +130,16 @@ def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_devic
             target_s = {n: ms / 1000 for n, ms in costs["target_blocks_ms"].items()}
             prediction = {"algorithm": name, "acceptance": drafted[name]["acceptance"],
                           **predict(drafted[name]["acceptance"], draft_step, target_s)}
+        costs["draft_step_ms_by_device"] = draft_steps(engine, engine_options.get("cache_dir"),
+                                                       costs["draft_step_ms"])
     say("costs: target " + ", ".join(f"{n} tokens {ms:.1f} ms" for n, ms in costs["target_blocks_ms"].items())
         + (f"; draft step {costs['draft_step_ms']:.1f} ms" if "draft_step_ms" in costs else ""))
-    if prediction:
+    if "draft_step_ms_by_device" in costs:
+        steps = costs["draft_step_ms_by_device"]
+        best = min(steps, key=steps.get)
+        prediction["draft_device"] = best
+        say(f"draft device: {best} (a step: " + ", ".join(f"{d} {ms:.1f} ms" for d, ms in steps.items()) + ")")
+    if "draft_length" in prediction:
         k = prediction["draft_length"]
         say(f"prediction ({prediction['algorithm']}, acceptance {prediction['acceptance']:.2f} on these prompts): "
             + (f"draft {k} tokens per round, about {prediction['predicted_speedup']:.2f}x the target alone"

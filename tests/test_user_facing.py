@@ -68,7 +68,8 @@ def test_unknown_device_names_are_refused(bad):
 
 
 def test_device_configs(tmp_path):
-    assert compile_config("NPU", None)["NPUW_LLM"] == "YES"
+    assert compile_config("GPU", None)["KV_CACHE_PRECISION"] == "f16"  # a GPU's per-block int8 cache is not exact
+    assert "NPUW_LLM" not in compile_config("NPU", None)  # NPUW's properties depend on the model (test_npu.py)
     assert compile_config("GPU.0", tmp_path)["CACHE_DIR"] == str(tmp_path)
     assert compile_config("CPU", None, threads=1)["INFERENCE_NUM_THREADS"] == 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..runtime.devices import PRECISIONS
+from ..runtime.devices import NPU_MAX_PROMPT, PRECISIONS
 
 
 def say(message: str) -> None:
@@ -23,7 +23,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-device", default="AUTO", metavar="DEV",
                    help="CPU, GPU, GPU.N, NPU or AUTO (default: a discrete GPU if any, else the CPU)")
     p.add_argument("--draft-device", default="AUTO", metavar="DEV",
-                   help="CPU, GPU, GPU.N, NPU or AUTO (default: an integrated GPU or the NPU if any, else the CPU)")
+                   help="CPU, GPU, GPU.N, NPU or AUTO (default: an integrated GPU or the NPU if any, where a draft "
+                        "step is timed against the CPU's once per machine and bundle, and the faster kept)")
     p.add_argument("--allow-fallback", action="store_true",
                    help="if a device asked for is absent, run on the CPU instead of failing")
     p.add_argument("--cache-dir", metavar="DIR",
@@ -37,9 +38,13 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "groups (default, about 1.5x faster here), f32 = plain float32, closest to the original "
                         "model. The speculative output equals the target alone's under the same setting either way.")
     p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
+    p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
+                   help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "
+                        f"{NPU_MAX_PROMPT}; the NPU compiles static shapes, and a longer prompt is refused)")
 
 
 def engine_options(args: argparse.Namespace) -> dict:
     """The Engine keyword arguments of the options add_engine_options added."""
     return dict(target_device=args.target_device, draft_device=args.draft_device, allow_fallback=args.allow_fallback,
-                cache_dir=args.cache_dir, threads=args.threads, precision=args.precision, draft_vocab=args.draft_vocab)
+                cache_dir=args.cache_dir, threads=args.threads, precision=args.precision, draft_vocab=args.draft_vocab,
+                npu_max_prompt=args.npu_max_prompt)

@@ -20,6 +20,9 @@ examples:
   edge-specdec export --target model.gguf --draft ./small --out bundles/b \\
       --target-group-size 64 --target-awq --target-dataset calib.txt
 
+  # the draft for an NPU (symmetric int8) or an iGPU (int4, groups of 128)
+  edge-specdec export --target ./qwen-1.5b --draft ./smollm2 --out bundles/npu --draft-preset npu
+
   # a pair from the catalog (edge-specdec pairs), written to bundles/NAME
   edge-specdec export --pair qwen-coder-1.5b+smollm2-135m
 
@@ -51,7 +54,17 @@ def _weights(args: argparse.Namespace, role: str):
     get = lambda name: getattr(args, f"{role}_{name}")  # noqa: E731
     return WeightSettings(format=get("weights"), group_size=get("group_size"), ratio=get("ratio"), sym=get("sym"),
                           awq=get("awq"), scale_estimation=get("scale_estimation"), dataset=get("dataset"),
-                          group_size_fallback=get("group_size_fallback"))
+                          group_size_fallback=get("group_size_fallback"),
+                          preset=args.draft_preset if role == "draft" else None)
+
+
+def _apply_preset(args: argparse.Namespace) -> None:
+    """--draft-preset fills in the draft weight options the command line leaves out."""
+    from ..export.convert import DRAFT_PRESETS
+
+    for name, value in DRAFT_PRESETS.get(args.draft_preset, {}).items():
+        if getattr(args, f"draft_{name}") in (None, False):
+            setattr(args, f"draft_{name}", value)
 
 
 DEFAULT_WEIGHTS = {"target": "int4", "draft": "int8"}
@@ -76,6 +89,7 @@ def _apply_pair(args: argparse.Namespace) -> None:
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..export import export_bundle
 
+    _apply_preset(args)
     _apply_pair(args)
 
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else None
@@ -114,4 +128,7 @@ def add_parser(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_weight_options(p, "target", "int4")
     _add_weight_options(p, "draft", "int8")
+    p.add_argument("--draft-preset", choices=("npu", "gpu"),
+                   help="the draft's weights for the device it will run on: npu = symmetric int8 (the NPU compiler "
+                        "wants symmetric weights), gpu = int4 in groups of 128; --draft-* options given win")
     p.set_defaults(func=_cmd_export)

@@ -22,6 +22,17 @@ _SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "token
                "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
 
 
+# The draft's weights for the device it will run on (`edge-specdec export --draft-preset`); options given
+# explicitly win. npu: symmetric int8, one scale per channel. OpenVINO's NPU guide asks for symmetric weights
+# (int4 or int8); asymmetric int4 has crashed the NPU compiler (openvinotoolkit/openvino#34450), and a small
+# draft keeps its acceptance better in int8 than in int4. gpu: int4 in groups of 128, which the GPU plugin's
+# int4 kernels run and which halves the bytes an iGPU reads from shared memory per step against int8.
+DRAFT_PRESETS = {
+    "npu": {"weights": "int8", "sym": True},
+    "gpu": {"weights": "int4", "group_size": 128, "ratio": 1.0},
+}
+
+
 @dataclass(frozen=True)
 class WeightSettings:
     """How one model's weights are stored.
@@ -40,6 +51,7 @@ class WeightSettings:
     scale_estimation: bool = False
     dataset: Optional[str] = None
     group_size_fallback: str = "adjust"
+    preset: Optional[str] = None  # the device preset these settings came from (see DRAFT_PRESETS), for the record
 
     def validate(self, role: str) -> "WeightSettings":
         """Check the settings before any work; return them with the defaults filled in."""
@@ -72,7 +84,7 @@ class WeightSettings:
             raise ExportError(f"{role}: calibration dataset {self.dataset!r} is not a file. Pass a text file with "
                               "one sample per line (or wikitext2 / c4, which need the Hugging Face hub).")
         return WeightSettings(fmt, group_size, ratio, self.sym, self.awq, self.scale_estimation, self.dataset,
-                              self.group_size_fallback)
+                              self.group_size_fallback, self.preset)
 
     def to_manifest(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,17 +9,22 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import EdgeSpecdecError
 
 DEVICE_CHOICES = "CPU, GPU, GPU.N, NPU or AUTO"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "edge-specdec" / "ov-cache"
 
-# What a draft on the NPU needs (OpenVINO GenAI configures its NPU LLM pipeline this way): the NPUW LLM
-# pipeline, which compiles static prefill and decode graphs from the stateful IR.
-NPU_LLM_CONFIG = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_LLM_BATCH_DIM": 0, "NPUW_LLM_SEQ_LEN_DIM": 2,
-                  "NPUW_LLM_MAX_PROMPT_LEN": 1024, "NPUW_LLM_MIN_RESPONSE_LEN": 256}
+# A model on the NPU runs under OpenVINO's NPU LLM pipeline (NPUW, see npu.py), compiled for static lengths:
+# prompts of up to NPU_MAX_PROMPT tokens (GenAI's default), a context of that plus NPU_MIN_RESPONSE (drafting
+# stops when a draft's is full; the target goes on alone), generate calls of one token for a draft (as in
+# GenAI) and of a whole verification block for a target (k_max 12, the token before it and a re-fed one,
+# rounded up to the multiple of 8 NPUW uses).
+NPU_MAX_PROMPT = 1024
+NPU_MIN_RESPONSE = 512
+DRAFT_GENERATION_TOKENS = 1
+TARGET_GENERATION_TOKENS = 16
 
 # Activation precisions on the CPU. "dq": int8 dynamic quantization of the activations of int4/int8 weight
 # matmuls (the plugin's default kernels, much faster on small CPUs). "f32": plain float32 arithmetic, closest to
@@ -37,7 +42,7 @@ class DeviceProfile:
     """What one kind of device needs from the runtime, in one place instead of string checks.
 
     rollback: the KV rollback its sessions use unless told otherwise (the NPU's NPUW pipeline owns a stateful
-    cache). properties: what every model compiled there gets. precisions: the activation precisions it can be
+    cache and trims it by position ids). properties: what every model compiled there gets. precisions: the activation precisions it can be
     asked for, each with its properties, tried in order until the session passes the block-invariance check
     (empty: the device has no such setting, and its session compiles once). threads: whether
     INFERENCE_NUM_THREADS applies."""
@@ -64,8 +69,9 @@ class DeviceProfile:
 
 PROFILES = {
     "CPU": DeviceProfile("CPU", "paged", {"PERFORMANCE_HINT": "LATENCY"}, CPU_PRECISIONS, threads=True),
-    "GPU": DeviceProfile("GPU", "paged", {"PERFORMANCE_HINT": "LATENCY"}),
-    "NPU": DeviceProfile("NPU", "masked", NPU_LLM_CONFIG),
+    # an f16 KV cache: the GPU plugin may compress it to int8 per block, which rollbacks would not keep exact
+    "GPU": DeviceProfile("GPU", "paged", {"PERFORMANCE_HINT": "LATENCY", "KV_CACHE_PRECISION": "f16"}),
+    "NPU": DeviceProfile("NPU", "npuw"),
 }
 
 
@@ -175,6 +181,49 @@ def place(devices: list[DeviceInfo], target: str = "AUTO", draft: Optional[str] 
     placement.target = chosen["target"]
     placement.draft = chosen.get("draft")
     return placement
+
+
+def draft_candidates(devices: list[DeviceInfo], target: str) -> list[str]:
+    """The devices AUTO may put a draft on, in the design's order: integrated GPUs, NPUs, a discrete GPU the target
+    leaves free, and the CPU."""
+    igpus = [d.name for d in devices if d.name.startswith("GPU") and d.kind != "discrete"]
+    npus = [d.name for d in devices if d.name.startswith("NPU")]
+    dgpus = [d.name for d in devices if d.name.startswith("GPU") and d.kind == "discrete"]
+    return [name for name in igpus + npus + dgpus if name != target] + ["CPU"]
+
+
+def measure_draft_device(placement: Placement, devices: list[DeviceInfo], step_ms: Callable[[str], float],
+                         plan) -> Placement:
+    """AUTO's draft device, measured rather than assumed: a small draft can step slower on an NPU or iGPU than on
+    the CPU (each call has a fixed cost there), and then speculation loses. Times one draft step on each
+    candidate device (step_ms(device) -> milliseconds) and takes the fastest. The timings are kept in the plan
+    (per machine, OpenVINO version and bundle, see plan.py), so that later processes decide without measuring;
+    the placement line says which happened."""
+    candidates = draft_candidates(devices, placement.target)
+    if len(candidates) == 1:
+        return placement
+    name = "draft_device/" + ",".join(candidates)
+    remembered = name in plan.values
+    timings = plan.get(name, lambda: {device: round(step_ms(device), 2) for device in candidates})
+    best = min(candidates, key=lambda device: timings[device])
+    shown = ", ".join(f"{device} {timings[device]:.1f} ms" for device in candidates)
+    how = "measured before on this machine" if remembered else "measured now"
+    if best == "CPU":
+        why = f"draft: kept on the CPU, where a step is fastest ({shown}; {how})"
+    else:
+        why = f"draft: {best}, where a step is fastest ({shown}; {how})"
+    reasons = [r for r in placement.reasons if not r.startswith("draft:")] + [why]
+    return Placement(placement.target, best, reasons)
+
+
+def check_npu_weights(info: dict) -> None:
+    """Refuse, before compiling, a model whose weights the NPU compiler does not take: asymmetric int4 has crashed
+    it (openvinotoolkit/openvino#34450); OpenVINO's NPU guide asks for symmetric int4 or int8."""
+    weights = info.get("weights") or {}
+    if weights.get("format") == "int4" and not weights.get("sym"):
+        raise DeviceError("the draft's weights are asymmetric int4, which the NPU compiler does not take: export the "
+                          "draft with --draft-preset npu (symmetric int8), or put it on another device with "
+                          "--draft-device CPU or GPU.")
 
 
 def compile_config(device: str, cache_dir: Optional[Path], threads: Optional[int] = None) -> dict[str, Any]:

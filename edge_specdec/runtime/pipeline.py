@@ -37,9 +37,10 @@ from .generate import Result, generate
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate
-from .devices import compile_config, list_devices, place, resolve_cache_dir
+from .devices import (DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, TARGET_GENERATION_TOKENS, check_npu_weights,
+                      compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
 from .plan import BlockPlan, machine_name
-from .probes import cheapest_step, fixed_block_pays
+from .probes import cheapest_step, fixed_block_pays, step_seconds
 from .session import BlockPool, ModelSession, open_model
 from .text import PromptTokenizer, TextStream
 
@@ -71,7 +72,10 @@ class Engine:
 
     target_device / draft_device: CPU, GPU, GPU.N, NPU or AUTO (the design's choice: the draft on an integrated
     GPU or the NPU, the target on the CPU or a discrete GPU). An absent device is an error unless
-    allow_fallback, then it falls back to the CPU. `placement.describe()` says what runs where and why.
+    allow_fallback, then it falls back to the CPU. With draft_device AUTO and an accelerator present, the draft's
+    step is timed on each candidate device (the CPU among them) once per machine and bundle, and the fastest
+    wins (`devices.measure_draft_device`). `placement.describe()` says what runs where and why. npu_max_prompt:
+    the longest prompt a model on the NPU is compiled for (see npu.py).
     cache_dir: OpenVINO's compiled-model cache (None: $EDGE_SPECDEC_CACHE_DIR or ~/.cache/edge-specdec/ov-cache;
     "off" disables it). verify: the bundle's sha256 checksums (sizes are always checked). None (default): the files
     not verified on this machine since they last changed, so every file the first time, then only a file whose size
@@ -109,7 +113,8 @@ class Engine:
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
                  draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
                  threads: Optional[int] = None, static_shapes: Optional[bool] = None, batching: bool = False,
-                 batch_wait: float = MAX_WAIT, draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS):
+                 batch_wait: float = MAX_WAIT, draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS,
+                 npu_max_prompt: int = NPU_MAX_PROMPT):
         self.draft_max_sessions = draft_max_sessions
         self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
         if self.draft_vocab < 0:
@@ -117,20 +122,34 @@ class Engine:
                                    f"not {draft_vocab}.")
         self.bundle = (bundle if isinstance(bundle, Bundle)
                        else load_bundle(bundle, verify=verify, cache_dir=cache_dir))
-        self._core = core = core or ov.Core()
+        self.core = core = core or ov.Core()
         target, draft = self.bundle.target, self.bundle.draft
-        self.placement = place(list_devices(core), target_device, draft_device if draft else None, allow_fallback)
-        same_device = self.placement.target == self.placement.draft
-        self.concurrent = bool(draft) and (not same_device if concurrent is None else concurrent)
         if threads is not None and threads < 1:
             raise EdgeSpecdecError(f"threads must be at least 1 (or None: chosen per model), not {threads}.")
+        devices = list_devices(core)
+        self.placement = place(devices, target_device, draft_device if draft else None, allow_fallback)
+        cache = resolve_cache_dir(cache_dir)
+        npu = {"target": dict(npu_max_prompt=npu_max_prompt, npu_generation_tokens=TARGET_GENERATION_TOKENS),
+               "draft": dict(npu_max_prompt=npu_max_prompt, npu_generation_tokens=DRAFT_GENERATION_TOKENS)}
+        if draft and (draft_device or "").strip().upper() == "AUTO" and self.placement.draft != "CPU":
+            def draft_step_ms(device: str) -> float:
+                model = open_model(draft.model_xml, device, core=core, block_invariant=False,
+                                   config=compile_config(device, cache, threads or 1), **npu["draft"])
+                return 1000 * step_seconds(model.session())
+
+            key = {"openvino": ov.get_version(), "machine": machine_name(core), "bundle": self.bundle.manifest.get(
+                "files"), "devices": [vars(d) for d in devices], "npu_max_prompt": npu_max_prompt}
+            self.placement = measure_draft_device(self.placement, devices, draft_step_ms, BlockPlan(cache, key))
+        if draft and self.placement.draft.startswith("NPU"):
+            check_npu_weights(draft.info)
+        same_device = self.placement.target == self.placement.draft
+        self.concurrent = bool(draft) and (not same_device if concurrent is None else concurrent)
         # two models on one CPU at the same time: give each half of the cores
         shared = max(1, (os.cpu_count() or 2) // 2) if self.concurrent and same_device else None
 
         def cpu_threads(model) -> Optional[int]:
             return threads or (1 if weight_bytes(model) < SMALL_MODEL_BYTES else shared)
 
-        cache = resolve_cache_dir(cache_dir)
         configs = {role: compile_config(getattr(self.placement, role), cache, cpu_threads(model))
                    for role, model in (("target", target), ("draft", draft)) if model}
         self.plan = BlockPlan(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
@@ -141,14 +160,15 @@ class Engine:
         checked_before = dict(known)
         self.target_model = open_model(target.model_xml, self.placement.target, core=core, precision=precision,
                                        rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
-                                       config=configs["target"], known_invariant=known)
+                                       config=configs["target"], known_invariant=known, **npu["target"])
         if known != checked_before:  # open_model checked a precision on this machine for the first time
             self.plan.save()
         self.vocab_map = self.bundle.load_vocab_map()
         self.draft_model = (open_model(draft.model_xml, self.placement.draft, core=core, precision=precision,
                                        rollback=kv_rollback, block_invariant=False,
                                        output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
-                                       max_context=draft.info.get("max_position_embeddings"), config=configs["draft"])
+                                       max_context=draft.info.get("max_position_embeddings"), config=configs["draft"],
+                                       **npu["draft"])
                             if draft else None)
         self.fixed_blocks = fixed_blocks
         self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if static_shapes is None else static_shapes
@@ -180,7 +200,7 @@ class Engine:
     @cached_property
     def draft_retokenizer(self) -> Retokenizer:
         """The draft's tokenizer, compiled when a heterogeneous algorithm first needs it."""
-        draft_tokenizer = PromptTokenizer(self.bundle.draft.tokenizer_xml, self._core)
+        draft_tokenizer = PromptTokenizer(self.bundle.draft.tokenizer_xml, self.core)
         return Retokenizer(draft_tokenizer.encode, self.vocab_map.draft)
 
     def resolve_algorithm(self, algorithm: str, config: Optional[GenerationConfig] = None) -> str:

@@ -1,4 +1,4 @@
-"""Measurements of a session on its device: block invariance (exactness), and what block sizes cost.
+"""Measurements of a session on its device: block invariance (exactness), and what steps and block sizes cost.
 
 Each runs on a scratch context and leaves the session empty."""
 from __future__ import annotations
@@ -36,6 +36,12 @@ def _scratch(session, longest: int):
         if scheduler is not None:
             session.scheduler = scheduler
         session.reset()
+
+
+def step_seconds(session, reps: int = 8) -> float:
+    """The median seconds of one single-token step after a short context (the first two calls warm up)."""
+    with _scratch(session, 1) as timed:
+        return float(np.median([timed(1) for _ in range(reps + 2)][2:]))
 
 
 def fixed_block_pays(session, size: int, reps: int = 5) -> bool:

@@ -9,9 +9,11 @@ Two ways to roll back, behind one interface (`open_model` picks per device profi
 - `PagedSession` (CPU, GPU): the paged-attention form of the IR, the form OpenVINO GenAI runs. The session owns
   the key/value block tensors, so a rollback is just a smaller past length, and nothing stale stays in the
   cache.
-- `MaskedSession` (NPU, or on request): the stateful IR. Rejected slots stay in the state, but they get
+- `MaskedSession` (on request): the stateful IR. Rejected slots stay in the state, but they get
   attention_mask = 0 from then on. Position ids follow the logical position. When masked slots pile up, the
   state is compacted once.
+- `NpuwSession` (NPU, see npu.py): the stateful IR under OpenVINO's NPU LLM pipeline, which owns the cache and
+  trims it to the position ids of the next call.
 
 Block invariance: on the OpenVINO CPU plugin, a row of a block of n >= 2 tokens has bit-identical logits for any
 n, while a single token takes another kernel path whose logits differ in the last bits (far more with dynamic
@@ -49,11 +51,11 @@ import numpy as np
 import openvino as ov
 
 from ..errors import EdgeSpecdecError
-from .devices import PRECISIONS, profile
+from .devices import DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_FROM, compile_for_block, compute_logits_from, int4_group_size, keep_output_rows
 from .probes import is_block_invariant
 
-ROLLBACK_METHODS = ("paged", "masked")
+ROLLBACK_METHODS = ("paged", "masked", "npuw")
 
 
 class ContextOverflowError(EdgeSpecdecError):
@@ -84,6 +86,9 @@ class CompiledLM:
         a pool of its own."""
         if self.rollback_method == "paged":
             return PagedSession(self, pool)
+        if self.rollback_method == "npuw":
+            from .npu import NpuwSession
+            return NpuwSession(self)
         return MaskedSession(self)
 
     def add_static(self, sizes, wait: bool = True) -> None:
@@ -433,11 +438,14 @@ def default_rollback(device: str) -> str:
 def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] = None,
                max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
                block_invariant: bool = True, output_ids: Optional[np.ndarray] = None,
-               config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None) -> CompiledLM:
+               config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None,
+               npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS
+               ) -> CompiledLM:
     """Compile one model for decoding.
 
-    rollback: "paged" or "masked" (default: the device's profile). precision: "dq" or "f32" (where the device
-    has the setting; a masked model always runs f32). block_invariant: sessions must give a block of tokens the
+    rollback: "paged", "masked" or "npuw" (default: the device's profile; the NPU takes only "npuw", see npu.py,
+    with prompts of up to npu_max_prompt tokens and generate calls of npu_generation_tokens tokens). precision:
+    "dq" or "f32" (where the device has the setting; a masked model always runs f32). block_invariant: sessions must give a block of tokens the
     logits of single steps (the target needs this; a draft does not). For a paged model that is checked on the
     device, trying the profile's precisions in order ("dq" falls back to "f32"); if none passes, the model is
     exact only up to float noise, and its runs say so (`Result.exact`). known_invariant: the outcome of that
@@ -452,9 +460,24 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         raise EdgeSpecdecError(f"unknown KV rollback method {rollback!r}: choose one of {', '.join(ROLLBACK_METHODS)}.")
     if precision not in PRECISIONS:
         raise EdgeSpecdecError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}.")
+    if (rollback == "npuw") != (device_profile.kind == "NPU"):
+        raise EdgeSpecdecError(
+            f"the {rollback} KV rollback does not run on {device}: on the NPU, OpenVINO's NPU LLM pipeline owns the "
+            f"KV cache and only the npuw rollback (by position ids) works there, and it works nowhere else. Leave "
+            f"--kv-rollback out to get each device's own.")
     if rollback == "masked":
         precision = "f32"
     model = core.read_model(str(model_xml))
+    if rollback == "npuw":
+        from .npu import NpuwLimits, npuw_config, npuw_max_context
+        cfg = {**npuw_config(model, npu_max_prompt, generation_tokens=npu_generation_tokens), **(config or {})}
+        limits = NpuwLimits(cfg)
+        vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
+        # the output layer stays whole: NPUW splits the LM head out itself
+        lm = CompiledLM(core.compile_model(model, device, cfg), rollback, device, "npu",
+                        npuw_max_context(limits, max_context), block_invariant=False, vocab_size=vocab_size)
+        lm.npuw_limits = limits
+        return lm
     vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
     if output_ids is not None:
         output_ids = np.unique(np.asarray(output_ids, dtype=np.int64))
