@@ -1,4 +1,4 @@
-"""The `edge-specdec` command line: one module per subcommand (export, pairs, info, run, bench, serve, check)."""
+"""The `edge-specdec` command line: one module per subcommand (export, align, pairs, info, run, bench, serve, check)."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 from .. import __version__
 from ..errors import EdgeSpecdecError
-from . import bench, check, export, info, pairs, run, serve
+from . import align, bench, check, export, info, pairs, run, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "tokens, the target verifies them, and the output is exactly the target's own.")
     parser.add_argument("--version", action="version", version=f"edge-specdec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (export, pairs, bench, info, run, serve, check):
+    for command in (export, align, pairs, bench, info, run, serve, check):
         command.add_parser(sub)
     return parser
 

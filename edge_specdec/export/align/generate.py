@@ -1,0 +1,126 @@
+"""The training text: the target's own greedy continuations of the training prompts, from the bundle's target.
+
+Several sessions of one batching Engine generate at once (their single-token steps run as one target call, which on
+a CPU costs little more than one call alone), each taking the next prompt when it finishes one. Every finished
+prompt is appended to WORK/data.jsonl at once, so a stop loses only the prompts in flight, and a resume skips the
+prompts already there. Each record counts its draft tokens too (prompt and continuation in the draft's tokenizer),
+the unit of the training cost. The caller's keep_going(totals) is asked after every prompt: once it says no (the
+budget's time for generation is used), the prompts in flight are stopped and kept as far as they got, which is
+still the target's own text.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ...runtime import Engine, GenerationConfig
+from .prompts import TrainPrompt, render
+from .work import WorkFolder
+
+PROGRESS_SECONDS = 15.0  # a progress line at most this often
+
+
+def generate_data(bundle: Path, prompts: list[TrainPrompt], work: WorkFolder, max_new_tokens: int, streams: int,
+                  keep_going: Callable[[int], bool], say: Callable[[str], None]) -> dict[str, Any]:
+    """Generate the continuations of the prompts not yet in data.jsonl; return the data's totals."""
+    records = work.read_data()
+    done = {r["id"] for r in records}
+    todo = [p for p in prompts if p.id not in done]
+    totals = _totals(records)
+    tokens = totals["target_tokens"]
+    if records:
+        say(f"generate: {len(records)} prompts ({tokens:,} target tokens) already in {work.data_file.name}, "
+            f"{len(todo)} to go")
+    if not todo or not keep_going(totals):
+        return totals
+    engine = Engine(bundle, batching=streams > 1)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    pending: "queue.Queue[TrainPrompt]" = queue.Queue()
+    for p in todo:
+        pending.put(p)
+    out = work.appender()
+    lock = threading.Lock()
+    stop = threading.Event()          # the budget ended generation: keep what the prompts in flight have
+    interrupted = threading.Event()   # Ctrl-C: drop the prompts in flight (a resume generates them again)
+    errors: list[BaseException] = []
+    count = {"prompts": 0, "tokens": tokens}
+    draft_encode = engine.draft_retokenizer.encode
+    start = last_line = time.monotonic()
+
+    def worker() -> None:
+        nonlocal last_line
+        session = engine.session()
+        while not stop.is_set() and not interrupted.is_set():
+            try:
+                prompt = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                draft_text, target_input = render(engine, prompt.text)
+                result = session.generate(target_input, config, algorithm="none", cancel=stop)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                errors.append(exc)
+                stop.set()
+                return
+            if interrupted.is_set() or not result.token_ids:
+                return
+            record = {"id": prompt.id, "category": prompt.category, "split": prompt.split, "prompt": draft_text,
+                      "completion": result.text, "target_tokens": len(result.token_ids),
+                      "draft_tokens": len(draft_encode(draft_text)) + len(draft_encode(result.text)),
+                      "stop_reason": result.stop_reason}
+            with lock:
+                out.add(record)
+                _add(totals, record)
+                count["prompts"] += 1
+                count["tokens"] += len(result.token_ids)
+                now = time.monotonic()
+                if now - last_line >= PROGRESS_SECONDS:
+                    last_line = now
+                    rate = (count["tokens"] - tokens) / (now - start)
+                    say(f"generate: {len(done) + count['prompts']}/{len(prompts)} prompts, "
+                        f"{count['tokens']:,} target tokens, {rate:.1f} tokens/s")
+                if not keep_going(totals):
+                    stop.set()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, streams))]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
+    except KeyboardInterrupt:
+        interrupted.set()
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
+    finally:
+        out.close()
+    if errors:
+        raise errors[0]
+    elapsed = time.monotonic() - start
+    say(f"generate: {count['prompts']} prompts, {count['tokens'] - tokens:,} target tokens in {elapsed:.0f} s "
+        f"({(count['tokens'] - tokens) / max(elapsed, 1e-9):.1f} tokens/s, {streams} streams)"
+        + ("; stopped by the budget" if stop.is_set() and not pending.empty() else ""))
+    return {**_totals(work.read_data()), "seconds_this_run": elapsed}
+
+
+def _totals(records: list[dict[str, Any]]) -> dict[str, Any]:
+    totals = {"prompts": 0, "train_prompts": 0, "validation_prompts": 0, "target_tokens": 0,
+              "train_draft_tokens": 0}
+    for record in records:
+        _add(totals, record)
+    return totals
+
+
+def _add(totals: dict[str, Any], record: dict[str, Any]) -> None:
+    train = record["split"] == "train"
+    totals["prompts"] += 1
+    totals["train_prompts" if train else "validation_prompts"] += 1
+    totals["target_tokens"] += record["target_tokens"]
+    if train:
+        totals["train_draft_tokens"] += record["draft_tokens"]

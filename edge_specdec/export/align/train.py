@@ -1,0 +1,360 @@
+"""Fine-tune the draft on the target's text: sequence-level distillation, with torch (the export stage only).
+
+What the draft learns is what it sees at run time. Each record of data.jsonl becomes one sequence in the draft's
+own tokens, made as the runtime makes them: the prompt's text through the bundle's draft tokenizer, then the
+target's continuation re-tokenized after it (Retokenizer.continuation, as DraftTextContext does), then the draft's
+EOS when the target stopped there (a proposed EOS maps to the target's). The loss is the cross-entropy of the
+continuation's tokens only: the draft never has to predict the prompt.
+
+Cheap on a CPU: only the top `train_layers` decoder layers and the final norm are trained (the embeddings and the
+output layer stay frozen unless every layer is trained), so autograd records nothing below them, and the logits
+are computed only at the positions that carry a loss (logits_to_keep). A step accumulates whole sequences, one
+at a time and unpadded, until it holds batch_tokens tokens.
+
+Early stopping: the validation split's loss is measured before training and `evals` times over the planned steps;
+training stops after `patience` measurements without a new best, and the best weights are the ones kept.
+The checkpoint (trainable weights, optimizer, position in the epoch, best weights) is written at each
+measurement and on Ctrl-C, and a resume continues from it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ...bundle import Bundle
+from ...errors import ExportError
+from ...runtime.retokenize import Retokenizer
+from ...runtime.text import PromptTokenizer
+from .work import WorkFolder
+
+CHECKPOINT = "checkpoint.pt"
+VALIDATION_MAX = 32     # validation sequences measured (the first ones): enough for a steady mean, cheap to run
+WARMUP_SHARE = 0.05     # of the planned steps, the learning rate rises linearly; then a cosine decay
+FINAL_LR_SHARE = 0.1    # the cosine ends at this share of the peak learning rate
+# Files of the draft's source folder that a Hugging Face folder of the fine-tuned draft needs beside the weights
+# (the tokenizer and chat template are unchanged by training).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "chat_template.json", "generation_config.json", "tokenizer.model", "vocab.json", "merges.txt")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    epochs: float = 2.0                 # planned passes over the training split (early stopping may end sooner)
+    train_layers: Optional[int] = None  # top decoder layers trained; None: a quarter of them (at least one)
+    learning_rate: float = 1e-4
+    batch_tokens: int = 2048            # tokens (prompt and continuation) per optimizer step
+    patience: int = 3                   # validation measurements without a new best before stopping
+    evals: int = 10                     # validation measurements over the planned steps
+    seed: int = 0
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- the examples ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Example:
+    ids: list[int]   # prompt + continuation (+ EOS), draft tokens
+    n_loss: int      # the last n_loss tokens are the continuation: the ones with a loss
+
+
+def make_examples(records: list[dict[str, Any]], bundle: Bundle, max_len: int) -> tuple[list[Example], list[Example]]:
+    """(training, validation) examples in the draft's tokens, as the runtime tokenizes the draft's text."""
+    encode = PromptTokenizer(bundle.draft.tokenizer_xml).encode
+    retok = Retokenizer(encode, bundle.load_vocab_map().draft)
+    eos = bundle.draft.special_tokens.get("eos_token_id")
+    train, validation = [], []
+    for record in records:
+        prompt = encode(record["prompt"])
+        continuation = retok.continuation(prompt, record["completion"].encode("utf-8"))
+        if record["stop_reason"] == "eos" and eos is not None:
+            continuation = continuation + [eos]
+        if not continuation:
+            continue
+        ids = (prompt + continuation)[:max_len]
+        n_loss = len(ids) - len(prompt)
+        if n_loss < 1:
+            continue
+        (train if record["split"] == "train" else validation).append(Example(ids, n_loss))
+    return train, validation
+
+
+# --- the model ------------------------------------------------------------------------------------------------
+
+def import_torch():
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:
+        from ...errors import MissingDependencyError
+        raise MissingDependencyError(f"align trains the draft with torch and transformers ({exc}): install the "
+                                     "export extra, `pip install 'edge-specdec[export]'`.") from None
+    return torch, AutoModelForCausalLM
+
+
+def decoder_layers(model):
+    """The model's stack of decoder layers (the largest ModuleList of its base model)."""
+    torch, _ = import_torch()
+    lists = [m for m in model.base_model.children() if isinstance(m, torch.nn.ModuleList) and len(m)]
+    if not lists:
+        raise ExportError(f"align cannot find the decoder layers of {type(model).__name__}: it needs a model "
+                          "whose base model holds its layers in one list (Llama, Qwen2, GPT-2, SmolLM, ...).")
+    return max(lists, key=len)
+
+
+def load_draft(source: Path, train_layers: Optional[int]):
+    """The draft's original weights in float32, with all but the trained part frozen. Returns (model, the number of
+    layers trained, the number of trainable parameters)."""
+    torch, AutoModelForCausalLM = import_torch()
+    torch.set_num_threads(os.cpu_count() or 1)
+    from ..convert import quiet_libraries
+    with quiet_libraries():
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    layers = decoder_layers(model)
+    n = len(layers)
+    k = max(1, n // 4) if train_layers is None else min(max(1, train_layers), n)
+    if k >= n:  # every layer: a full fine-tune, embeddings and output layer included
+        for p in model.parameters():
+            p.requires_grad_(True)
+    else:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        in_layers = {id(p) for p in layers.parameters()}
+        embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+        for layer in layers[n - k:]:
+            for p in layer.parameters():
+                p.requires_grad_(True)
+        for p in model.base_model.parameters():  # the final norm: outside the layers, not an embedding
+            if id(p) not in in_layers and id(p) not in embeddings:
+                p.requires_grad_(True)
+    model.train()
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return model, k, trainable
+
+
+def sequence_loss(model, example: Example):
+    """Summed cross-entropy of the example's continuation tokens (logits only where there is a loss)."""
+    torch, _ = import_torch()
+    ids = torch.tensor([example.ids[:-1]], dtype=torch.long)
+    logits = model(input_ids=ids, logits_to_keep=example.n_loss, use_cache=False).logits[0]
+    labels = torch.tensor(example.ids[-example.n_loss:], dtype=torch.long)
+    return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+
+
+def validation_loss(model, examples: list[Example]) -> float:
+    torch, _ = import_torch()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for example in examples[:VALIDATION_MAX]:
+            total += sequence_loss(model, example).item()
+            count += example.n_loss
+    return total / max(1, count)
+
+
+def probe_rate(source: Path, train_layers: Optional[int], sequence_tokens: int, vocab: int) -> float:
+    """Training tokens per second on this machine: one sequence of the expected length forward and backward
+    (after one untimed, which prepares the kernels), with the layers that training will train."""
+    torch, _ = import_torch()
+    model, _, _ = load_draft(source, train_layers)
+    rng = np.random.default_rng(0)
+    example = Example(rng.integers(0, vocab, sequence_tokens).tolist(), max(1, sequence_tokens * 3 // 4))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=0.0)
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        sequence_loss(model, example).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    del model, optimizer
+    return sequence_tokens / times[-1]
+
+
+# --- training -------------------------------------------------------------------------------------------------
+
+def plan_steps(settings: TrainSettings, train: list[Example], seconds: float, rate: float) -> tuple[int, str]:
+    """Optimizer steps: the planned epochs, or fewer when the time for training (at the measured rate) is
+    shorter. Returns (steps, what limited them)."""
+    tokens = sum(len(e.ids) for e in train)
+    by_epochs = max(1, math.ceil(settings.epochs * tokens / settings.batch_tokens))
+    by_time = max(1, int(seconds * rate / settings.batch_tokens))
+    if by_time < by_epochs:
+        return by_time, f"the time left ({seconds / 60:.1f} min at {rate:.0f} tokens/s)"
+    return by_epochs, f"{settings.epochs:g} epochs of {tokens:,} tokens"
+
+
+def learning_rate(settings: TrainSettings, step: int, planned: int) -> float:
+    warmup = max(1, int(WARMUP_SHARE * planned))
+    if step < warmup:
+        return settings.learning_rate * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, planned - warmup))
+    floor = FINAL_LR_SHARE * settings.learning_rate
+    return floor + (settings.learning_rate - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainSettings, rate: float,
+                deadline: Callable[[], float], say: Callable[[str], None],
+                on_step: Optional[Callable[[int], None]] = None) -> dict[str, Any]:
+    """Train, keep the best weights, and save the draft as a Hugging Face folder in work.draft_hf.
+
+    rate: the probe's training tokens per second (for the plan); deadline(): seconds left for training.
+    on_step(step) is called after every optimizer step (the tests stop a run there)."""
+    torch, _ = import_torch()
+    start_time = time.monotonic()
+    model, k, trainable = load_draft(source, settings.train_layers)
+    max_len = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+    train, validation = make_examples(work.read_data(), bundle, max_len)
+    if not train:
+        raise ExportError("align has no training text: generation produced nothing for the training split. "
+                          "Give more --minutes, or more prompts with --prompts.")
+    if not validation:  # a tiny data set: measure on the training text rather than not at all
+        validation = train[:VALIDATION_MAX]
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0)
+    work.train_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = work.train_dir / CHECKPOINT
+    layers_total = len(decoder_layers(model))
+    if ckpt_path.is_file():
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        _set_trainable(model, ckpt["trainable"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        state = ckpt["state"]
+        best_state = ckpt["best_state"]
+        say(f"train: resuming at step {state['step']}/{state['planned']} (best validation loss "
+            f"{state['best_loss']:.4f} at step {state['best_step']})")
+    else:
+        planned, limit = plan_steps(settings, train, deadline(), rate)
+        initial = validation_loss(model, validation)
+        state = {"step": 0, "planned": planned, "epoch": 0, "position": 0, "order": None,
+                 "best_loss": initial, "best_step": 0, "initial_loss": initial, "since_best": 0,
+                 "history": [{"step": 0, "validation_loss": initial}], "train_tokens": 0, "seconds": 0.0}
+        best_state = _trainable(model, names)
+        say(f"train: {len(train)} sequences ({sum(len(e.ids) for e in train):,} draft tokens), {len(validation)} "
+            f"for validation; the top {k} of {layers_total} layers ({trainable / 1e6:.1f}M parameters); "
+            f"{planned} steps of {settings.batch_tokens} tokens, limited by {limit}; validation loss "
+            f"{initial:.4f} before training")
+    every = max(1, state["planned"] // max(1, settings.evals))
+    rng = random.Random(settings.seed + state["epoch"])
+    if state["order"] is None:
+        state["order"] = list(range(len(train)))
+        rng.shuffle(state["order"])
+
+    def save_checkpoint() -> None:
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"trainable": _trainable(model, names), "optimizer": optimizer.state_dict(), "state": state,
+                    "best_state": best_state}, tmp)
+        os.replace(tmp, ckpt_path)
+
+    stop_reason = "the planned steps"
+    session_start = time.monotonic()
+    train_loss, train_count = 0.0, 0
+    step_seconds = settings.batch_tokens / max(rate, 1e-9)
+    try:
+        while state["step"] < state["planned"]:
+            if deadline() < step_seconds:
+                stop_reason = "the time budget"
+                break
+            t0 = time.perf_counter()
+            batch, tokens = [], 0
+            while tokens < settings.batch_tokens:
+                if state["position"] >= len(state["order"]):  # the next epoch, in a new order
+                    state["epoch"] += 1
+                    state["position"] = 0
+                    state["order"] = list(range(len(train)))
+                    random.Random(settings.seed + state["epoch"]).shuffle(state["order"])
+                example = train[state["order"][state["position"]]]
+                state["position"] += 1
+                batch.append(example)
+                tokens += len(example.ids)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(settings, state["step"], state["planned"])
+            n_loss = sum(e.n_loss for e in batch)
+            for example in batch:
+                loss = sequence_loss(model, example) / n_loss
+                loss.backward()
+                train_loss += loss.item() * n_loss
+            train_count += n_loss
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            state["step"] += 1
+            state["train_tokens"] += tokens
+            step_seconds = time.perf_counter() - t0
+            if on_step is not None:
+                on_step(state["step"])
+            if state["step"] % every == 0 or state["step"] == state["planned"]:
+                val = validation_loss(model, validation)
+                mean_train = train_loss / max(1, train_count)
+                train_loss, train_count = 0.0, 0
+                state["history"].append({"step": state["step"], "train_loss": mean_train, "validation_loss": val})
+                if val < state["best_loss"] - 1e-4:
+                    state["best_loss"], state["best_step"], state["since_best"] = val, state["step"], 0
+                    best_state = _trainable(model, names)
+                else:
+                    state["since_best"] += 1
+                elapsed = time.monotonic() - session_start
+                eta = (state["planned"] - state["step"]) * step_seconds
+                say(f"train: step {state['step']}/{state['planned']} (epoch {state['epoch'] + 1}), train loss "
+                    f"{mean_train:.4f}, validation loss {val:.4f} (best {state['best_loss']:.4f}), "
+                    f"{tokens / step_seconds:.0f} tokens/s, {elapsed / 60:.1f} min so far, eta {eta / 60:.1f} min")
+                state["seconds"] += time.monotonic() - session_start
+                session_start = time.monotonic()
+                save_checkpoint()
+                if state["since_best"] >= settings.patience:
+                    stop_reason = f"early stopping ({settings.patience} validations without a better loss)"
+                    break
+    except KeyboardInterrupt:
+        state["seconds"] += time.monotonic() - session_start
+        save_checkpoint()
+        raise
+    state["seconds"] += time.monotonic() - session_start
+    _set_trainable(model, best_state)
+    save_draft(model, source, work.draft_hf)
+    say(f"train: stopped by {stop_reason} at step {state['step']}; kept the weights of step {state['best_step']} "
+        f"(validation loss {state['initial_loss']:.4f} -> {state['best_loss']:.4f})")
+    return {"steps": state["step"], "planned_steps": state["planned"], "best_step": state["best_step"],
+            "stopped_by": stop_reason, "epochs": round(state["train_tokens"] / sum(len(e.ids) for e in train), 3),
+            "train_sequences": len(train), "validation_sequences": min(len(validation), VALIDATION_MAX),
+            "train_draft_tokens": sum(len(e.ids) for e in train), "trained_tokens": state["train_tokens"],
+            "validation_loss_before": round(state["initial_loss"], 5),
+            "validation_loss_after": round(state["best_loss"], 5),
+            "history": state["history"], "layers_trained": k, "layers": layers_total,
+            "trainable_parameters": trainable, "settings": settings.to_record(),
+            "seconds": round(time.monotonic() - start_time, 1)}
+
+
+def _trainable(model, names: list[str]) -> dict[str, Any]:
+    params = dict(model.named_parameters())
+    return {name: params[name].detach().clone() for name in names}
+
+
+def _set_trainable(model, state: dict[str, Any]) -> None:
+    torch, _ = import_torch()
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+
+
+def save_draft(model, source: Path, out: Path) -> None:
+    """The fine-tuned draft as a Hugging Face folder: its weights and config, and the source's tokenizer files."""
+    from ..convert import quiet_libraries
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with quiet_libraries():
+        model.save_pretrained(tmp)
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file() and not (tmp / name).exists():
+            shutil.copy2(source / name, tmp / name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
