@@ -323,13 +323,20 @@ class Job:
         work = server.executor.submit(partial(
             session.generate, prompt_ids, request.config, on_text=on_text if request.stream else None,
             cancel=self.cancel, **request.options))
-        self.future = asyncio.wrap_future(work, loop=loop)  # what the request awaits; cancelling it stops no thread
+        # what the request awaits (cancelling it stops no thread); resolved only once the run is counted and its
+        # slot is back, so that a client that has its answer finds both done
+        self.future: asyncio.Future = loop.create_future()
 
         def finished(work) -> None:
             server.slots.release(session)
             self.pieces.put_nowait(None)
-            if not work.cancelled() and work.exception() is None:
-                server.record(self, work.result())
+            if work.cancelled() or work.exception() is not None:
+                if not self.future.done():
+                    self.future.cancel() if work.cancelled() else self.future.set_exception(work.exception())
+                return
+            server.record(self, work.result())
+            if not self.future.done():
+                self.future.set_result(work.result())
 
         # on the worker's own future: the slot goes back once the worker has returned, even when the request's
         # task was cancelled while it ran (a cancelled asyncio future is done at once; its thread is not)
