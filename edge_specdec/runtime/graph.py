@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import openvino as ov
 
-LOGITS_FROM = "logits_from"  # an input we add to the paged IR: the first token whose logits are computed
+LOGITS_ROWS = "logits_rows"  # an input we add to the paged IR: the token rows whose logits are computed
 
 
 def int4_group_size(model: ov.Model) -> Optional[int]:
@@ -31,24 +31,24 @@ def _output_matmul(model: ov.Model):
     return model.output("logits").get_node().input_value(0).get_node()
 
 
-def compute_logits_from(model: ov.Model) -> None:
-    """Let the paged IR compute logits only from token `logits_from` on: a Slice before the output layer.
+def compute_logits_rows(model: ov.Model) -> None:
+    """Let the paged IR compute logits only for the token rows `logits_rows` lists: a Gather before the output
+    layer (the paged IR holds every token of a call on axis 0, whatever sequence it belongs to).
 
     For a prompt of a few dozen tokens and a vocabulary of 150k, the output layer's rows we do not need cost
-    about as much as a whole decode step.
+    about as much as a whole decode step; in a batched call, the rows of every sequence but the last ones of its
+    block (a re-fed token, the start of a prompt) are skipped the same way.
     """
     import openvino.opset13 as ops
 
     matmul = _output_matmul(model)
     if matmul.get_type_name() != "MatMul":  # an IR of another shape (a softcap, a cast): leave it whole
         return
-    start = ops.parameter([1], ov.Type.i64, name=LOGITS_FROM)
-    start.output(0).get_tensor().set_names({LOGITS_FROM})
-    hidden = matmul.input_value(0)
-    sliced = ops.slice(hidden, start, ops.constant(np.array([np.iinfo(np.int64).max])),
-                       ops.constant(np.array([1])), ops.constant(np.array([0])))
-    matmul.input(0).replace_source_output(sliced.output(0))
-    model.add_parameters([start])
+    rows = ops.parameter([-1], ov.Type.i64, name=LOGITS_ROWS)
+    rows.output(0).get_tensor().set_names({LOGITS_ROWS})
+    gathered = ops.gather(matmul.input_value(0), rows, ops.constant(np.array(0)))
+    matmul.input(0).replace_source_output(gathered.output(0))
+    model.add_parameters([rows])
     model.validate_nodes_and_infer_types()
 
 

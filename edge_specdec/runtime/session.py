@@ -52,7 +52,7 @@ import openvino as ov
 
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, PRECISIONS, profile
-from .graph import LOGITS_FROM, compile_for_block, compute_logits_from, int4_group_size, keep_output_rows
+from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .probes import is_block_invariant
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -166,9 +166,11 @@ class ModelSession:
         self._restart()
 
     def feed(self, tokens: list[int], rows: Optional[int] = None) -> np.ndarray:
-        """Append tokens to the cache and return the logits of the last `rows` of them (default: all),
-        shape [rows, vocab] (float32). Asking only for the rows you need skips the output layer for the rest
-        (most of a prompt): a block-invariant session still computes at least 2, as a block always has."""
+        """Append tokens to the cache and return the logits of at least the last `rows` of them (default: all),
+        shape [rows or more, vocab] (float32). Asking only for the rows you need skips the output layer for the
+        rest (most of a prompt): a block-invariant call alone still computes at least 2, so that the output layer
+        never runs on a single row (another kernel); in a batched call the rows of all its sessions together
+        make the output layer's block, and each session gets just its own."""
         n = len(tokens)
         if n == 0:
             raise ValueError("feed() needs at least one token")
@@ -187,7 +189,6 @@ class ModelSession:
             logits = self.feed(list(tokens) + [tokens[-1]] * pad, rows=rows + pad)
             self.rollback(pad)
             return logits[:-pad]
-        rows = max(rows, least)
         logits = self._infer(tokens, rows)
         self.tokens.extend(tokens)
         if self.output_ids is not None:
@@ -283,7 +284,7 @@ class PagedSession(ModelSession):
     rollback_method = "paged"
 
     def __init__(self, model: CompiledLM, pool: Optional[BlockPool] = None):
-        self._sliced = any(LOGITS_FROM in port.get_names() for port in model.compiled.inputs)
+        self.picks_rows = any(LOGITS_ROWS in port.get_names() for port in model.compiled.inputs)
         self.pool = pool or BlockPool(model.compiled)
         self.block_size = self.pool.block_size
         self.blocks: list[int] = []  # the block table: this session's blocks in the pool, in order
@@ -344,36 +345,36 @@ class PagedSession(ModelSession):
         """One call for this session's block alone (its static copy for the size, if any; logits for the last
         `rows` tokens only)."""
         past, n = self.length, len(tokens)
-        total = past + n
+        total, rows = past + n, max(rows, self.least_block)
         self.reserve(total)
         used = -(-total // self.block_size)
         request = self._request(n)
-        x = self._inputs(request, n, used)
+        x = self._inputs(request, n, used, rows)
         x["input_ids"][:] = tokens
         x["position_ids"][:] = np.arange(past, total)
         x["past_lens"][0] = past
         x["block_indices"][:] = self.blocks[:used]
         x["block_indices_begins"][1] = used
         x["max_context_len"][...] = total
-        if self._sliced:
-            x[LOGITS_FROM][0] = n - rows
+        if self.picks_rows:
+            x[LOGITS_ROWS][:] = np.arange(n - rows, n)
         with self.pool.lock:
             request.infer()
             logits = request.get_tensor("logits").data
             return logits.reshape(len(logits), -1)[-rows:].copy()
 
-    def _inputs(self, request: ov.InferRequest, n: int, used: int) -> dict[str, np.ndarray]:
+    def _inputs(self, request: ov.InferRequest, n: int, used: int, rows: int) -> dict[str, np.ndarray]:
         """The request's input tensors as numpy views, written in place each call (handing OpenVINO a dict of
         new arrays costs as much again as a small model's whole step); new ones only when a shape changes."""
         x, fresh = self._x.setdefault(id(request), {}), {}
         if not x:
             fresh.update(past_lens=np.zeros(1, np.int32), block_indices_begins=np.zeros(2, np.int32),
                          max_context_len=np.zeros((), np.int32))
-            if self._sliced:
-                fresh[LOGITS_FROM] = np.zeros(1, np.int64)
         if len(x.get("input_ids", ())) != n:
             fresh.update(input_ids=np.zeros(n, np.int64), position_ids=np.zeros(n, np.int64),
                          subsequence_begins=np.array([0, n], np.int32))
+        if self.picks_rows and len(x.get(LOGITS_ROWS, ())) != rows:
+            fresh[LOGITS_ROWS] = np.zeros(rows, np.int64)
         if len(x.get("block_indices", ())) != used:
             fresh["block_indices"] = np.zeros(used, dtype=np.int32)
         for name, array in fresh.items():
@@ -486,7 +487,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     if rollback == "paged":
         from openvino._offline_transformations import paged_attention_transformation  # private API, pinned
         paged_attention_transformation(model)
-        compute_logits_from(model)
+        compute_logits_rows(model)
     int4_group = int4_group_size(model)
     checks = known_invariant if known_invariant is not None else {}
     for attempt in device_profile.precision_attempts(precision):
