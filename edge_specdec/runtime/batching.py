@@ -11,8 +11,9 @@ the pending calls of the model that comes first in a round run (the draft's, the
 that still draft go on drafting, together, while those done wait at the target, so that all of them verify in
 one call, then draft together again. When some session is busy elsewhere (in Python between rounds, say), the
 others wait for it, but only while nothing at all happens: after `max_wait` seconds without a call submitted or
-finished, the pending calls run without it. Long calls (a prompt) run alone, with logits for their last rows
-only; the short ones run as one call that computes every row's logits.
+finished, the pending calls run without it. The pending calls run as one call, a new session's prompt among
+the others' blocks (only a prompt longer than LONGEST_BATCHED runs alone), and the output layer computes the
+logits of the rows each session asked for only.
 
 Exactness: each sequence's rows in a batched call must be bit-identical to what the session computes alone.
 `batch_invariant` checks that on the device when the engine opens; an engine whose target fails it does not
@@ -31,7 +32,7 @@ import numpy as np
 from .graph import LOGITS_ROWS
 
 MAX_WAIT = 0.02  # seconds the first pending call of a model waits for the other sessions' calls
-LONGEST_BATCHED = 16  # tokens: a longer call (a prompt) runs alone, computing logits for the rows it needs only
+LONGEST_BATCHED = 1024  # tokens: a longer call (a long prompt) runs alone, so that one call's activations stay bounded
 
 
 @dataclass
@@ -193,8 +194,9 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
     """Do sessions sharing a pool get, in one batched call, bit-identical rows to what each computes alone?
 
     Random prompts of different lengths, then blocks of 2 to 6 tokens of which each session asks for the logits
-    of its last 1 to all rows, alone and together, over three rounds with rollbacks in between; the sessions
-    are left empty."""
+    of its last 1 to all rows, alone and together, over three rounds with rollbacks in between, and in each
+    round one session starting over with a new prompt of 20 to 120 tokens (a prompt joins a batched call); the
+    sessions are left empty."""
     from .session import BlockPool
 
     rng = np.random.default_rng(seed)
@@ -207,6 +209,10 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
         for _ in range(3):
             blocks = [rng.integers(0, s.vocab_size, int(rng.integers(2, 7))).tolist() for s in group]
             rows = [int(rng.integers(1, len(block) + 1)) for block in blocks]
+            newcomer = int(rng.integers(0, sessions))  # this one starts over with a prompt
+            group[newcomer].reset()
+            blocks[newcomer] = rng.integers(0, model.vocab_size, int(rng.integers(20, 121))).tolist()
+            rows[newcomer] = 1
             alone = [s.infer_alone(block, r)[-r:] for s, block, r in zip(group, blocks, rows)]
             together = queue.together([Call(s, block, r) for s, block, r in zip(group, blocks, rows)])
             if not all(np.array_equal(a, b) for a, b in zip(alone, together)):
