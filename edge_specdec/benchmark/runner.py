@@ -1,9 +1,11 @@
 """Load the rows, run them interleaved, and hand the measurements to the report."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import platform
+import re
 import sys
 import threading
 import time
@@ -143,9 +145,26 @@ def _fmt_duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def same_target(bundle, other) -> bool:
+    """Whether two bundles hold the same target weights (by the checksums in their manifests; the IR's XML is not
+    compared, since two exports of one model name its nodes differently)."""
+    def weights(b) -> Optional[str]:
+        return ((b.manifest.get("files") or {}).get("target/openvino_model.bin") or {}).get("sha256")
+    return weights(bundle) is not None and weights(bundle) == weights(other)
+
+
+def other_draft_spec(spec: Spec, label: str, path) -> Spec:
+    """The row `spec` with the draft of another bundle (same target): named LABEL:ROW."""
+    return dataclasses.replace(spec, name=f"{label}:{spec.name}",
+                               description=f"{spec.description}; with the draft of {label} ({path})")
+
+
 def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str, kv_rollback: Optional[str],
-                 say: Callable[[str], None], draft_vocab: Optional[int] = None) -> tuple[list[Setup], list[dict], Any]:
+                 say: Callable[[str], None], draft_vocab: Optional[int] = None,
+                 other: Optional[tuple[Any, str]] = None) -> tuple[list[Setup], list[dict], Any]:
     """Load what the chosen rows need. A peer that cannot load is skipped with its reason; ours must load.
+    other: (a bundle with the same target, its label): each of our rows that drafts with the draft model runs
+    again with that bundle's draft, beside it (an aligned draft against the stock one, say).
 
     Returns (setups, skipped [{"setup", "reason"}], our main Pipeline).
     """
@@ -164,6 +183,14 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
     for spec in specs:
         if spec.engine == "ours":
             setups.append(Setup(spec, ours_runner(both if spec.concurrent else pipe, spec, max_new_tokens)))
+    if other is not None:
+        other_bundle, label = other
+        t = time.perf_counter()
+        theirs = Pipeline(other_bundle, precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab)
+        say(f"loaded {label}'s Pipeline ({other_bundle.path}) in {time.perf_counter() - t:.1f} s")
+        setups += [Setup(other_draft_spec(spec, label, other_bundle.path), ours_runner(theirs, spec, max_new_tokens))
+                   for spec in specs if spec.engine == "ours" and not spec.concurrent
+                   and spec.algorithm not in ("none", "prompt-lookup")]
 
     for engine in ("genai", "genai-ours"):
         rows = [s for s in specs if s.engine == engine]
@@ -206,7 +233,7 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
                 setups.append(Setup(spec, hf_runner(target, tokenizer, spec, max_new_tokens, draft,
                                                     draft_tokenizer)))
     order = {s.name: i for i, s in enumerate(specs)}
-    setups.sort(key=lambda s: order[s.name])
+    setups.sort(key=lambda s: (order[s.name.split(":")[-1]], ":" in s.name))  # another draft's row after ours
     return setups, skipped, pipe
 
 
@@ -280,12 +307,15 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                   concurrent: bool = False, hf: bool = False, precision: str = "dq",
                   kv_rollback: Optional[str] = None, draft_vocab: Optional[int] = None, command: Optional[str] = None,
                   progress: Optional[Callable[[str], None]] = None, plot: bool = True,
-                  prompts_file: Union[str, Path, None] = None) -> dict[str, Any]:
+                  prompts_file: Union[str, Path, None] = None, other_draft: Union[str, Path, None] = None,
+                  other_label: str = "other") -> dict[str, Any]:
     """Benchmark a bundle's decoders side by side, interleaved, in one run; write report.json, report.md and
     speedup.png (if matplotlib is installed and plot) into `out` (default bench-results/<bundle name>).
 
     prompts_file: the user's prompts instead of the shipped set (see prompt_file.py); categories then choose
     among the file's categories, and the report records the file (settings["prompts_file"]).
+    other_draft: a bundle with the same target; every row of ours that drafts with the draft model also runs with
+    its draft, as the row OTHER_LABEL:ROW (a stock draft beside an aligned one, in one interleaved run).
 
     setups: row names or shell patterns (see `edge_specdec.benchmark.setups`); default: every row the bundle
     allows except the optional families. genai_ours / concurrent / hf add those families, with or without setups.
@@ -321,8 +351,18 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
     if out_dir.exists() and not out_dir.is_dir():
         raise EdgeSpecdecError(f"--out {out_dir} is a file: give a folder for the report.")
 
+    other = None
+    if other_draft is not None:
+        theirs = load_bundle(other_draft, verify=False)
+        if theirs.draft is None or not same_target(b, theirs):
+            raise EdgeSpecdecError(f"--other-draft {other_draft}: it needs a draft and the same target weights as "
+                                   f"{b.path} (compared by their checksums), so that its rows differ by the draft "
+                                   f"alone.")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", other_label):
+            raise EdgeSpecdecError(f"--other-label {other_label!r}: use letters, digits, '.', '_' or '-'.")
+        other = (theirs, other_label)
     say(f"bench {b.path} ({relation} vocabulary): {len(specs)} setups: {', '.join(s.name for s in specs)}")
-    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say, draft_vocab)
+    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say, draft_vocab, other)
     if not loaded:
         raise EdgeSpecdecError("nothing to run: every setup chosen was skipped ("
                                + "; ".join(f"{x['setup']}: {x['reason']}" for x in skipped) + ").")
@@ -345,6 +385,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                 "draft_output_ids": None if pipe.draft is None or pipe.draft.output_ids is None
                 else len(pipe.draft.output_ids),
                 "prompt_format": prompt_format, "prompts_file": prompt_source(prompts_file, prompt_set),
+                "other_draft": {"bundle": str(other[0].path), "label": other[1]} if other else None,
                 "placement": pipe.placement.describe(),
                 "target_rollback": pipe.target.rollback_method, "greedy": True, "interrupted": not complete,
                 "rss_sampling": "available" if sampler.available else "unavailable (no /proc/self/statm)"}

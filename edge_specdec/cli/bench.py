@@ -28,7 +28,7 @@ def _cmd_bench_clients(args: argparse.Namespace) -> int:
 
     # the options of the rows benchmark that mean nothing here: refuse them rather than ignore them
     for flag, given in (("--ks", args.ks is not None), ("--hf", args.hf), ("--genai-ours", args.genai_ours),
-                        ("--concurrent", args.concurrent)):
+                        ("--concurrent", args.concurrent), ("--other-draft", args.other_draft is not None)):
         if given:
             raise EdgeSpecdecError(f"{flag} is an option of the rows benchmark, not of --clients, which has rows "
                                    f"of its own (see `edge-specdec bench --help`).")
@@ -70,6 +70,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for flag, value in (("--setups", args.setups), ("--categories", args.categories)):
         spelled += [flag, *value] if value else []
     spelled += ["--prompts", args.prompts] if args.prompts else []
+    spelled += ["--other-draft", args.other_draft, "--other-label", args.other_label] if args.other_draft else []
     spelled += ["--out", args.out] if args.out else []
     spelled += ["--kv-rollback", args.kv_rollback] if args.kv_rollback else []
     spelled += ["--draft-vocab", str(args.draft_vocab)] if args.draft_vocab is not None else []
@@ -80,8 +81,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                            repeats=args.repeats, ks=args.ks, categories=args.categories, out=args.out,
                            genai=not args.no_genai, genai_ours=args.genai_ours, concurrent=args.concurrent,
                            hf=args.hf, precision=args.precision, kv_rollback=args.kv_rollback,
-                           draft_vocab=args.draft_vocab, prompts_file=args.prompts, command=command,
-                           progress=say)
+                           draft_vocab=args.draft_vocab, prompts_file=args.prompts, other_draft=args.other_draft,
+                           other_label=args.other_label, command=command, progress=say)
     print(render_markdown(report))
     if report["not_identical"]:
         say(f"edge-specdec: warning: output NOT identical to the same engine's target alone: "
@@ -106,6 +107,8 @@ examples:
   edge-specdec bench bundles/qwen+smollm --hf --out results/smollm   # + transformers UAG
   edge-specdec bench bundles/qwen --genai-ours --concurrent --precision f32
   edge-specdec bench bundles/qwen --prompts my_prompts.jsonl --categories support   # your own workload
+  edge-specdec bench bundles/qwen+smollm-aligned --other-draft bundles/qwen+smollm --other-label stock
+                                                     # an aligned draft beside the stock one, one run
 
 setups (--setups takes names or shell patterns; the target alone of each engine is always added):
   ours-none                  our Pipeline, the target alone
@@ -162,6 +165,11 @@ how many prompts it holds.
     p.add_argument("--prompts", metavar="FILE",
                    help="your own prompts instead of the shipped set: one per line, or JSON lines "
                         '{"text": ..., "category": ..., "id": ...} (see below)')
+    p.add_argument("--other-draft", metavar="BUNDLE",
+                   help="a bundle with the same target: each of our rows that drafts with the draft model also "
+                        "runs with its draft, as LABEL:ROW, interleaved in the same run")
+    p.add_argument("--other-label", default="other", metavar="NAME",
+                   help="the name of --other-draft's rows (default other; e.g. stock)")
     p.add_argument("--categories", nargs="+", metavar="CAT",
                    help="prompt categories (default: all; with --prompts, the file's)")
     p.add_argument("--out", metavar="DIR", help="where to write the report (default bench-results/<bundle name>)")
