@@ -9,9 +9,9 @@
     write      the manifest's alignment record, then WORK/bundle renamed to --out
 
 The budget (--minutes) covers every stage of every run of one align (a resume continues the clock). Generation
-runs while the time left still covers training on what it has generated (the planned epochs at the measured
-rate) plus the stages after training, so that data and training share the budget; training then stops at its
-deadline if early stopping has not ended it before.
+runs while the time left still covers one pass of training over what it has generated (at the measured rate) plus
+the stages after training, so that the budget buys as much text as can still be trained on; training then runs
+until its deadline, at most --epochs passes, unless early stopping ends it before.
 """
 from __future__ import annotations
 
@@ -31,14 +31,13 @@ from .assemble import build_bundle, export_aligned_draft, move_into_place, weigh
 from .evaluate import evaluate_bundle
 from .generate import generate_data
 from .prompts import PACKAGED_PROMPTS, prompts_sha256, training_prompts
-from .train import TrainSettings, probe_rate, train_draft
+from .train import PRECISIONS, TRAINING_OVERHEAD, TrainSettings, probe_rate, train_draft
 from .work import STAGES, Budget, WorkFolder
 
 # Time kept back for exporting the draft: a fixed part, and a part per million draft parameters (the conversion
 # and the NNCF compression grow with the model).
 EXPORT_SECONDS_FIXED = 20.0
 EXPORT_SECONDS_PER_MPARAM = 0.4
-TRAINING_OVERHEAD = 1.15  # training's time beyond its steps: loading, tokenizing, validation passes, checkpoints
 SLACK_SHARE = 0.02        # of the budget, kept free for what the estimates miss
 
 
@@ -64,6 +63,8 @@ class AlignSettings:
                 raise ExportError(f"{name} {value}: must be at least 1.")
         if not self.train.epochs > 0:
             raise ExportError(f"--epochs {self.train.epochs:g}: must be more than 0.")
+        if self.train.precision not in (None,) + PRECISIONS:
+            raise ExportError(f"--train-precision {self.train.precision}: choose one of {', '.join(PRECISIONS)}.")
         if not self.train.learning_rate > 0:
             raise ExportError(f"--learning-rate {self.train.learning_rate:g}: must be more than 0.")
         return self
@@ -135,6 +136,7 @@ def _run_stages(source: Bundle, out: Path, settings: AlignSettings, folder: Work
         elif stage == "train":
             plan = folder.result("plan")
             result = train_draft(draft_folder, source, folder, settings.train, plan["train_tokens_per_s"],
+                                 plan["train_precision"],
                                  lambda: budget.left() - plan["reserve_after_training_seconds"], say,
                                  on_train_step)
         elif stage == "export":
@@ -205,22 +207,27 @@ def _plan(source: Bundle, settings: AlignSettings, folder: WorkFolder, budget: B
     # a training sequence: the prompt (a chat template and a question, roughly) and a continuation of about the
     # same length in draft tokens as the target's
     sequence = 96 + settings.max_new_tokens
-    rate = probe_rate(draft_folder, settings.train.train_layers, sequence, source.draft.info["logits_size"])
+    rates = probe_rate(draft_folder, settings.train.train_layers, sequence, source.draft.info["logits_size"])
+    precision = settings.train.precision or max(rates, key=rates.get)
+    rate = rates[precision]
     baseline = folder.result("baseline")
     params = source.draft.info["num_parameters"] / 1e6
     export = EXPORT_SECONDS_FIXED + EXPORT_SECONDS_PER_MPARAM * params
     reserve = baseline["seconds"] + export + 3 * hash_seconds + SLACK_SHARE * budget.total
     left = budget.left() - reserve
     say(f"plan: {settings.minutes:g} min budget, {budget.elapsed() / 60:.1f} spent; {reserve / 60:.1f} min kept for "
-        f"the export, the evaluation after and the bundle; training runs at {rate:.0f} draft tokens/s here, so "
-        f"generation goes on while the time left covers {settings.train.epochs:g} epochs of training on its text"
+        f"the export, the evaluation after and the bundle; training runs at {rate:.0f} draft tokens/s here in "
+        f"{precision} ({', '.join(f'{p} {r:.0f}' for p, r in rates.items())}), so "
+        f"generation goes on while the time left covers one pass of training over its text"
         + (f", up to {settings.tokens:,} target tokens" if settings.tokens else "")
         + f" ({left / 60:.1f} min for both)")
     if left <= 0:
         raise ExportError(f"--minutes {settings.minutes:g} is spent before generation could start (the "
                           f"evaluations and the export alone need about {reserve / 60:.1f} min after "
                           f"{budget.elapsed() / 60:.1f} min): give more --minutes, or fewer --eval-prompts.")
-    return {"train_tokens_per_s": round(rate, 2), "reserve_after_training_seconds": round(reserve, 1),
+    return {"train_tokens_per_s": round(rate, 2), "train_precision": precision,
+            "train_tokens_per_s_by_precision": {p: round(r, 2) for p, r in rates.items()},
+            "reserve_after_training_seconds": round(reserve, 1),
             "export_allowance_seconds": round(export, 1), "hash_seconds": round(hash_seconds, 2)}
 
 
@@ -228,13 +235,12 @@ def _generate(source: Bundle, settings: AlignSettings, folder: WorkFolder, budge
               say: Callable[[str], None]) -> dict[str, Any]:
     plan = folder.result("plan")
     rate, reserve = plan["train_tokens_per_s"], plan["reserve_after_training_seconds"]
-    epochs = settings.train.epochs
 
     def keep_going(totals: dict[str, Any]) -> bool:
         if settings.tokens is not None and totals["target_tokens"] >= settings.tokens:
             return False
-        training = TRAINING_OVERHEAD * epochs * totals["train_draft_tokens"] / rate
-        return budget.left() - reserve > training
+        one_pass = TRAINING_OVERHEAD * totals["train_draft_tokens"] / rate
+        return budget.left() - reserve > one_pass
 
     say(f"generate: {len(prompts)} training prompts, up to {settings.max_new_tokens} tokens each, "
         f"{settings.streams} at once")

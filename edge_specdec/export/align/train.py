@@ -6,15 +6,18 @@ target's continuation re-tokenized after it (Retokenizer.continuation, as DraftT
 EOS when the target stopped there (a proposed EOS maps to the target's). The loss is the cross-entropy of the
 continuation's tokens only: the draft never has to predict the prompt.
 
-Cheap on a CPU: only the top `train_layers` decoder layers and the final norm are trained (the embeddings and the
-output layer stay frozen unless every layer is trained), so autograd records nothing below them, and the logits
-are computed only at the positions that carry a loss (logits_to_keep). A step accumulates whole sequences, one
-at a time and unpadded, until it holds batch_tokens tokens.
+Cheap on a CPU: the logits are computed only at the positions that carry a loss (logits_to_keep), the forward pass
+runs under bfloat16 autocast where the plan measured that faster, and a step accumulates whole sequences, one at
+a time and unpadded, until it holds batch_tokens tokens. The whole model is trained by default; `train_layers`
+trains only the top layers and the final norm (the embeddings and the output layer frozen), so that autograd
+records nothing below them: cheaper per token, but on the real pair it learned less per minute than the whole
+model (docs/align.md).
 
 Early stopping: the validation split's loss is measured before training and `evals` times over the planned steps;
 training stops after `patience` measurements without a new best, and the best weights are the ones kept.
-The checkpoint (trainable weights, optimizer, position in the epoch, best weights) is written at each
-measurement and on Ctrl-C, and a resume continues from it.
+The checkpoint (trainable weights, optimizer, position in the epoch, best weights when they are not the current
+ones) is written at a measurement once CHECKPOINT_SECONDS have passed since the last one, and on Ctrl-C; a resume
+continues from it.
 """
 from __future__ import annotations
 
@@ -36,7 +39,13 @@ from ...runtime.text import PromptTokenizer
 from .work import WorkFolder
 
 CHECKPOINT = "checkpoint.pt"
+CHECKPOINT_SECONDS = 120.0  # a checkpoint of the whole draft with its optimizer is a few GB: not at every validation
+PRECISIONS = ("fp32", "bf16")  # training arithmetic; the plan takes the faster on this machine
 VALIDATION_MAX = 32     # validation sequences measured (the first ones): enough for a steady mean, cheap to run
+VALIDATION_SHARE = 0.1  # of the training's time, at most this much goes to validation passes
+# Training's time beyond its steps (loading, tokenizing, validation, checkpoints), as a share of the steps' time:
+# the plan counts it when it turns seconds into steps, and generation (run.py) when it keeps time for training.
+TRAINING_OVERHEAD = 1.15
 WARMUP_SHARE = 0.05     # of the planned steps, the learning rate rises linearly; then a cosine decay
 FINAL_LR_SHARE = 0.1    # the cosine ends at this share of the peak learning rate
 # Files of the draft's source folder that a Hugging Face folder of the fine-tuned draft needs beside the weights
@@ -47,13 +56,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 @dataclass(frozen=True)
 class TrainSettings:
-    epochs: float = 2.0                 # planned passes over the training split (early stopping may end sooner)
-    train_layers: Optional[int] = None  # top decoder layers trained; None: a quarter of them (at least one)
+    epochs: float = 3.0                 # the most passes over the training split (the time or early stopping may end
+                                        # training sooner; generation keeps time for one pass)
+    train_layers: Optional[int] = None  # top decoder layers trained; None: all of them (the whole model)
     learning_rate: float = 1e-4
     batch_tokens: int = 2048            # tokens (prompt and continuation) per optimizer step
     patience: int = 3                   # validation measurements without a new best before stopping
     evals: int = 10                     # validation measurements over the planned steps
     seed: int = 0
+    precision: Optional[str] = None     # fp32 or bf16 (autocast); None: the faster on this machine, measured
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,7 +132,7 @@ def load_draft(source: Path, train_layers: Optional[int]):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     layers = decoder_layers(model)
     n = len(layers)
-    k = max(1, n // 4) if train_layers is None else min(max(1, train_layers), n)
+    k = n if train_layers is None else min(max(1, train_layers), n)
     if k >= n:  # every layer: a full fine-tune, embeddings and output layer included
         for p in model.parameters():
             p.requires_grad_(True)
@@ -141,56 +152,72 @@ def load_draft(source: Path, train_layers: Optional[int]):
     return model, k, trainable
 
 
-def sequence_loss(model, example: Example):
-    """Summed cross-entropy of the example's continuation tokens (logits only where there is a loss)."""
+def sequence_loss(model, example: Example, precision: str = "fp32"):
+    """Summed cross-entropy of the example's continuation tokens (logits only where there is a loss).
+
+    precision "bf16": the forward pass under bfloat16 autocast (the weights and the optimizer stay float32)."""
     torch, _ = import_torch()
     ids = torch.tensor([example.ids[:-1]], dtype=torch.long)
-    logits = model(input_ids=ids, logits_to_keep=example.n_loss, use_cache=False).logits[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        logits = model(input_ids=ids, logits_to_keep=example.n_loss, use_cache=False).logits[0]
     labels = torch.tensor(example.ids[-example.n_loss:], dtype=torch.long)
     return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
 
 
-def validation_loss(model, examples: list[Example]) -> float:
+def validation_loss(model, examples: list[Example], precision: str = "fp32") -> float:
     torch, _ = import_torch()
     total, count = 0.0, 0
     with torch.no_grad():
         for example in examples[:VALIDATION_MAX]:
-            total += sequence_loss(model, example).item()
+            total += sequence_loss(model, example, precision).item()
             count += example.n_loss
     return total / max(1, count)
 
 
-def probe_rate(source: Path, train_layers: Optional[int], sequence_tokens: int, vocab: int) -> float:
-    """Training tokens per second on this machine: one sequence of the expected length forward and backward
-    (after one untimed, which prepares the kernels), with the layers that training will train."""
+def probe_rate(source: Path, train_layers: Optional[int], sequence_tokens: int, vocab: int) -> dict[str, float]:
+    """Training tokens per second on this machine, per precision (fp32, and bf16 autocast, which is faster only on
+    CPUs with native bfloat16 arithmetic): a sequence of the expected length forward and backward with the layers
+    that training will train, twice after one untimed pass (which prepares the kernels); the faster of the two."""
     torch, _ = import_torch()
     model, _, _ = load_draft(source, train_layers)
     rng = np.random.default_rng(0)
     example = Example(rng.integers(0, vocab, sequence_tokens).tolist(), max(1, sequence_tokens * 3 // 4))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=0.0)
-    times = []
-    for _ in range(2):
-        start = time.perf_counter()
-        sequence_loss(model, example).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
+    rates = {}
+    for precision in PRECISIONS:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            sequence_loss(model, example, precision).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - start)
+        rates[precision] = sequence_tokens / min(times[1:])
     del model, optimizer
-    return sequence_tokens / times[-1]
+    return rates
 
 
 # --- training -------------------------------------------------------------------------------------------------
 
 def plan_steps(settings: TrainSettings, train: list[Example], seconds: float, rate: float) -> tuple[int, str]:
-    """Optimizer steps: the planned epochs, or fewer when the time for training (at the measured rate) is
-    shorter. Returns (steps, what limited them)."""
+    """Optimizer steps: as many as the time for training allows at the measured rate, at most `epochs` passes.
+    Returns (steps, what limited them)."""
     tokens = sum(len(e.ids) for e in train)
     by_epochs = max(1, math.ceil(settings.epochs * tokens / settings.batch_tokens))
-    by_time = max(1, int(seconds * rate / settings.batch_tokens))
+    by_time = max(1, int(seconds / TRAINING_OVERHEAD * rate / settings.batch_tokens))
     if by_time < by_epochs:
         return by_time, f"the time left ({seconds / 60:.1f} min at {rate:.0f} tokens/s)"
     return by_epochs, f"{settings.epochs:g} epochs of {tokens:,} tokens"
+
+
+def validation_interval(settings: TrainSettings, planned: int, validation: list[Example]) -> int:
+    """Steps between validation passes: `evals` over the planned steps, fewer when the passes would cost more
+    than VALIDATION_SHARE of the training (a forward pass costs about a third of a training step per token)."""
+    tokens = sum(len(e.ids) for e in validation[:VALIDATION_MAX])
+    affordable = int(VALIDATION_SHARE * 3 * planned * settings.batch_tokens / max(1, tokens))
+    evals = max(1, min(settings.evals, affordable, planned))
+    return max(1, planned // evals)
 
 
 def learning_rate(settings: TrainSettings, step: int, planned: int) -> float:
@@ -203,11 +230,12 @@ def learning_rate(settings: TrainSettings, step: int, planned: int) -> float:
 
 
 def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainSettings, rate: float,
-                deadline: Callable[[], float], say: Callable[[str], None],
+                precision: str, deadline: Callable[[], float], say: Callable[[str], None],
                 on_step: Optional[Callable[[int], None]] = None) -> dict[str, Any]:
     """Train, keep the best weights, and save the draft as a Hugging Face folder in work.draft_hf.
 
-    rate: the probe's training tokens per second (for the plan); deadline(): seconds left for training.
+    rate: the probe's training tokens per second at `precision` (for the plan); deadline(): seconds left for
+    training.
     on_step(step) is called after every optimizer step (the tests stop a run there)."""
     torch, _ = import_torch()
     start_time = time.monotonic()
@@ -230,12 +258,12 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
         _set_trainable(model, ckpt["trainable"])
         optimizer.load_state_dict(ckpt["optimizer"])
         state = ckpt["state"]
-        best_state = ckpt["best_state"]
+        best_state = ckpt["best_state"] if ckpt["best_state"] is not None else _trainable(model, names)
         say(f"train: resuming at step {state['step']}/{state['planned']} (best validation loss "
             f"{state['best_loss']:.4f} at step {state['best_step']})")
     else:
         planned, limit = plan_steps(settings, train, deadline(), rate)
-        initial = validation_loss(model, validation)
+        initial = validation_loss(model, validation, precision)
         state = {"step": 0, "planned": planned, "epoch": 0, "position": 0, "order": None,
                  "best_loss": initial, "best_step": 0, "initial_loss": initial, "since_best": 0,
                  "history": [{"step": 0, "validation_loss": initial}], "train_tokens": 0, "seconds": 0.0}
@@ -244,17 +272,22 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
             f"for validation; the top {k} of {layers_total} layers ({trainable / 1e6:.1f}M parameters); "
             f"{planned} steps of {settings.batch_tokens} tokens, limited by {limit}; validation loss "
             f"{initial:.4f} before training")
-    every = max(1, state["planned"] // max(1, settings.evals))
+    every = validation_interval(settings, state["planned"], validation)
     rng = random.Random(settings.seed + state["epoch"])
     if state["order"] is None:
         state["order"] = list(range(len(train)))
         rng.shuffle(state["order"])
 
+    last_save = time.monotonic()
+
     def save_checkpoint() -> None:
+        nonlocal last_save
         tmp = ckpt_path.with_suffix(".tmp")
+        best = None if state["best_step"] == state["step"] else best_state  # the current weights: saved anyway
         torch.save({"trainable": _trainable(model, names), "optimizer": optimizer.state_dict(), "state": state,
-                    "best_state": best_state}, tmp)
+                    "best_state": best}, tmp)
         os.replace(tmp, ckpt_path)
+        last_save = time.monotonic()
 
     stop_reason = "the planned steps"
     session_start = time.monotonic()
@@ -281,7 +314,7 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
                 group["lr"] = learning_rate(settings, state["step"], state["planned"])
             n_loss = sum(e.n_loss for e in batch)
             for example in batch:
-                loss = sequence_loss(model, example) / n_loss
+                loss = sequence_loss(model, example, precision) / n_loss
                 loss.backward()
                 train_loss += loss.item() * n_loss
             train_count += n_loss
@@ -293,7 +326,7 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
             if on_step is not None:
                 on_step(state["step"])
             if state["step"] % every == 0 or state["step"] == state["planned"]:
-                val = validation_loss(model, validation)
+                val = validation_loss(model, validation, precision)
                 mean_train = train_loss / max(1, train_count)
                 train_loss, train_count = 0.0, 0
                 state["history"].append({"step": state["step"], "train_loss": mean_train, "validation_loss": val})
@@ -302,14 +335,15 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
                     best_state = _trainable(model, names)
                 else:
                     state["since_best"] += 1
-                elapsed = time.monotonic() - session_start
-                eta = (state["planned"] - state["step"]) * step_seconds
-                say(f"train: step {state['step']}/{state['planned']} (epoch {state['epoch'] + 1}), train loss "
-                    f"{mean_train:.4f}, validation loss {val:.4f} (best {state['best_loss']:.4f}), "
-                    f"{tokens / step_seconds:.0f} tokens/s, {elapsed / 60:.1f} min so far, eta {eta / 60:.1f} min")
                 state["seconds"] += time.monotonic() - session_start
                 session_start = time.monotonic()
-                save_checkpoint()
+                eta = (state["planned"] - state["step"]) * state["seconds"] / state["step"]
+                say(f"train: step {state['step']}/{state['planned']} (epoch {state['epoch'] + 1}), train loss "
+                    f"{mean_train:.4f}, validation loss {val:.4f} (best {state['best_loss']:.4f}), "
+                    f"{state['train_tokens'] / max(state['seconds'], 1e-9):.0f} tokens/s, "
+                    f"{state['seconds'] / 60:.1f} min so far, eta {eta / 60:.1f} min")
+                if time.monotonic() - last_save >= CHECKPOINT_SECONDS:
+                    save_checkpoint()
                 if state["since_best"] >= settings.patience:
                     stop_reason = f"early stopping ({settings.patience} validations without a better loss)"
                     break
@@ -329,7 +363,7 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
             "validation_loss_before": round(state["initial_loss"], 5),
             "validation_loss_after": round(state["best_loss"], 5),
             "history": state["history"], "layers_trained": k, "layers": layers_total,
-            "trainable_parameters": trainable, "settings": settings.to_record(),
+            "trainable_parameters": trainable, "precision": precision, "settings": settings.to_record(),
             "seconds": round(time.monotonic() - start_time, 1)}
 
 
