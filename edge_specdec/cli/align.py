@@ -89,8 +89,8 @@ def add_parser(sub) -> None:
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
                    help="target tokens per answer (default 256)")
-    g.add_argument("--streams", type=int, default=8, metavar="N",
-                   help="answers generated at once, their steps batched into one target call (default 8)")
+    g.add_argument("--streams", type=int, default=16, metavar="N",
+                   help="answers generated at once, their steps batched into one target call (default 16)")
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=float, default=3.0, metavar="E",
                    help="the most passes over the text (default 3): generation keeps time for one pass, and "

@@ -47,7 +47,7 @@ class AlignSettings:
     tokens: Optional[int] = None        # at most this many target tokens of training text
     minutes: float = 60.0               # the budget of the whole align
     max_new_tokens: int = 256           # target tokens per continuation
-    streams: int = 8                    # prompts generated at once
+    streams: int = 16                   # prompts generated at once
     eval_prompts: Optional[int] = None  # held-out prompts measured before and after (None: all)
     eval_tokens: int = 128              # tokens generated per held-out prompt
     train: TrainSettings = field(default_factory=TrainSettings)
