@@ -35,6 +35,7 @@ from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, NPU_MIN_RESPONSE
 from .session import ModelSession
 
+
 class NpuPromptTooLongError(EdgeSpecdecError):
     """The prompt is longer than the NPU model was compiled for (NPUW_LLM_MAX_PROMPT_LEN)."""
 
