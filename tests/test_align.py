@@ -170,6 +170,46 @@ def test_token_cap_ends_generation(bundle_dir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_slow_probe_ends_generation_early_and_training_replans_from_its_own_rate(bundle_dir, tmp_path,
+                                                                                   monkeypatch):
+    """With a probed training rate so low that one pass over one answer already needs more than the budget,
+    generation stops at its first finished answer (the others in flight are kept as far as they got) and training
+    first plans the steps its deadline allows (one); measuring its real rate, it re-plans to its epochs."""
+    from edge_specdec.export.align import run as run_module
+    monkeypatch.setattr(run_module, "probe_rate", lambda *args: {"fp32": 0.05, "bf16": 0.02})
+    prompts = training_prompts(tmp_path / "prompts.txt")
+    streams, work, messages = 3, tmp_path / "work", []
+    align_bundle(bundle_dir(TARGET, DRAFT), tmp_path / "out", settings(prompts, streams=streams), work=work,
+                 stop_after="train", progress=messages.append)
+    data = [json.loads(line) for line in (work / "data.jsonl").read_text().splitlines()]
+    assert 1 <= len(data) <= streams
+    assert sum(r["stop_reason"] != "stopped" for r in data) >= 1
+    state = json.loads((work / "state.json").read_text())
+    assert state["stages"]["plan"]["train_precision"] == "fp32"  # the faster of the two measured
+    assert any("1 steps of 512 tokens, limited by the time left" in m for m in messages), messages
+    assert any("re-planned from 1 to" in m for m in messages), messages
+    assert state["stages"]["train"]["steps"] > 1
+
+
+def test_target_files_are_copied_when_they_cannot_be_linked(aligned, tmp_path, monkeypatch):
+    from edge_specdec.export.align import assemble
+
+    def no_links(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+    monkeypatch.setattr(assemble.os, "link", no_links)
+    source = load_bundle(aligned.source)
+    messages = []
+    dest = tmp_path / "bundle"
+    built = assemble.build_bundle(source, aligned.work / "draft-hf", aligned.work / "draft-ir",
+                                  assemble.weight_settings(source), {}, dest, messages.append)
+    assemble.write_manifest(dest, built["manifest"], alignment={"test": True})
+    assert built["linked"] == 0 and built["copied"] > 0
+    assert any("copied, not hard-linked" in m for m in messages)
+    rel = "target/openvino_model.bin"
+    assert os.stat(dest / rel).st_ino != os.stat(aligned.source / rel).st_ino
+    assert load_bundle(dest, verify=True).manifest["alignment"] == {"test": True}
+
+
 def test_a_spent_budget_stops_before_generating(bundle_dir, tmp_path, capsys):
     prompts = training_prompts(tmp_path / "prompts.txt")
     code = main(["align", str(bundle_dir(TARGET, DRAFT)), "--out", str(tmp_path / "out"), "--prompts",

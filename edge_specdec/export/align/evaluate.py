@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional
 from ...runtime import Engine, GenerationConfig
 from .prompts import held_out_prompts
 
+PROGRESS_SECONDS = 30.0  # a progress line at most this often
+
 
 def evaluate_bundle(bundle: Path, count: Optional[int], max_new_tokens: int, say: Callable[[str], None],
                     label: str) -> dict[str, Any]:
@@ -25,7 +27,11 @@ def evaluate_bundle(bundle: Path, count: Optional[int], max_new_tokens: int, say
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     totals = {"new_tokens": 0, "target_passes": 0, "proposed": 0, "accepted": 0, "seconds": 0.0}
     by_category: dict[str, dict[str, int]] = {}
-    for prompt in prompts:
+    last_line = time.monotonic()
+    for done, prompt in enumerate(prompts):
+        if time.monotonic() - last_line >= PROGRESS_SECONDS:
+            last_line = time.monotonic()
+            say(f"evaluate ({label}): {done}/{len(prompts)} prompts")
         result = session.generate(prompt.ours, config)
         stats = result.stats
         for key, value in (("new_tokens", stats.new_tokens), ("target_passes", stats.target_passes),

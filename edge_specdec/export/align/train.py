@@ -39,6 +39,7 @@ from ...runtime.text import PromptTokenizer
 from .work import WorkFolder
 
 CHECKPOINT = "checkpoint.pt"
+PROGRESS_SECONDS = 60.0  # a progress line at least this often between validations
 CHECKPOINT_SECONDS = 120.0  # a checkpoint of the whole draft with its optimizer is a few GB: not at every validation
 PRECISIONS = ("fp32", "bf16")  # training arithmetic; the plan takes the faster on this machine
 VALIDATION_MAX = 32     # validation sequences measured (the first ones): enough for a steady mean, cheap to run
@@ -46,6 +47,7 @@ VALIDATION_SHARE = 0.1  # of the training's time, at most this much goes to vali
 # Training's time beyond its steps (loading, tokenizing, validation, checkpoints), as a share of the steps' time:
 # the plan counts it when it turns seconds into steps, and generation (run.py) when it keeps time for training.
 TRAINING_OVERHEAD = 1.15
+REPLAN_MARGIN = 1.05  # a re-plan uses the measured rate, overheads included: a small margin only
 WARMUP_SHARE = 0.05     # of the planned steps, the learning rate rises linearly; then a cosine decay
 FINAL_LR_SHARE = 0.1    # the cosine ends at this share of the peak learning rate
 # Files of the draft's source folder that a Hugging Face folder of the fine-tuned draft needs beside the weights
@@ -211,6 +213,16 @@ def plan_steps(settings: TrainSettings, train: list[Example], seconds: float, ra
     return by_epochs, f"{settings.epochs:g} epochs of {tokens:,} tokens"
 
 
+def replan(settings: TrainSettings, state: dict[str, Any], epoch_tokens: int, seconds_left: float) -> int:
+    """The planned steps again, from the rate training has had so far (validation included), which can differ
+    much from the probe's on a shared machine: as many more steps as the time left allows, at most `epochs`
+    passes in all."""
+    rate = state["train_tokens"] / max(state["seconds"], 1e-9)
+    by_epochs = max(1, math.ceil(settings.epochs * epoch_tokens / settings.batch_tokens))
+    more = int(max(0.0, seconds_left) / REPLAN_MARGIN * rate / settings.batch_tokens)
+    return max(state["step"], min(by_epochs, state["step"] + more))
+
+
 def validation_interval(settings: TrainSettings, planned: int, validation: list[Example]) -> int:
     """Steps between validation passes: `evals` over the planned steps, fewer when the passes would cost more
     than VALIDATION_SHARE of the training (a forward pass costs about a third of a training step per token)."""
@@ -269,22 +281,24 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
                  "history": [{"step": 0, "validation_loss": initial}], "train_tokens": 0, "seconds": 0.0}
         best_state = _trainable(model, names)
         say(f"train: {len(train)} sequences ({sum(len(e.ids) for e in train):,} draft tokens), {len(validation)} "
-            f"for validation; the top {k} of {layers_total} layers ({trainable / 1e6:.1f}M parameters); "
+            f"for validation; the top {k} of {layers_total} layers ({trainable / 1e6:.1f}M parameters), {precision}; "
             f"{planned} steps of {settings.batch_tokens} tokens, limited by {limit}; validation loss "
             f"{initial:.4f} before training")
     every = validation_interval(settings, state["planned"], validation)
+    epoch_tokens = sum(len(e.ids) for e in train)
     rng = random.Random(settings.seed + state["epoch"])
     if state["order"] is None:
         state["order"] = list(range(len(train)))
         rng.shuffle(state["order"])
 
-    last_save = time.monotonic()
+    last_save = last_line = time.monotonic()
 
     def save_checkpoint() -> None:
         nonlocal last_save
         tmp = ckpt_path.with_suffix(".tmp")
         best = None if state["best_step"] == state["step"] else best_state  # the current weights: saved anyway
-        torch.save({"trainable": _trainable(model, names), "optimizer": optimizer.state_dict(), "state": state,
+        current = {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
+        torch.save({"trainable": current, "optimizer": optimizer.state_dict(), "state": state,
                     "best_state": best}, tmp)
         os.replace(tmp, ckpt_path)
         last_save = time.monotonic()
@@ -292,10 +306,10 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
     stop_reason = "the planned steps"
     session_start = time.monotonic()
     train_loss, train_count = 0.0, 0
-    step_seconds = settings.batch_tokens / max(rate, 1e-9)
+    step_seconds = None  # measured: the first step of a run is taken whatever the probe predicted
     try:
         while state["step"] < state["planned"]:
-            if deadline() < step_seconds:
+            if step_seconds is not None and deadline() < step_seconds:
                 stop_reason = "the time budget"
                 break
             t0 = time.perf_counter()
@@ -325,7 +339,15 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
             step_seconds = time.perf_counter() - t0
             if on_step is not None:
                 on_step(state["step"])
-            if state["step"] % every == 0 or state["step"] == state["planned"]:
+            validating = state["step"] % every == 0 or state["step"] == state["planned"]
+            if not validating and time.monotonic() - last_line >= PROGRESS_SECONDS:
+                last_line = time.monotonic()
+                seconds = state["seconds"] + time.monotonic() - session_start
+                say(f"train: step {state['step']}/{state['planned']}, train loss "
+                    f"{train_loss / max(1, train_count):.4f} since the last validation, "
+                    f"{state['train_tokens'] / max(seconds, 1e-9):.0f} tokens/s, eta "
+                    f"{(state['planned'] - state['step']) * seconds / state['step'] / 60:.1f} min")
+            if validating:
                 val = validation_loss(model, validation, precision)
                 mean_train = train_loss / max(1, train_count)
                 train_loss, train_count = 0.0, 0
@@ -338,10 +360,17 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
                 state["seconds"] += time.monotonic() - session_start
                 session_start = time.monotonic()
                 eta = (state["planned"] - state["step"]) * state["seconds"] / state["step"]
+                last_line = time.monotonic()
                 say(f"train: step {state['step']}/{state['planned']} (epoch {state['epoch'] + 1}), train loss "
                     f"{mean_train:.4f}, validation loss {val:.4f} (best {state['best_loss']:.4f}), "
                     f"{state['train_tokens'] / max(state['seconds'], 1e-9):.0f} tokens/s, "
                     f"{state['seconds'] / 60:.1f} min so far, eta {eta / 60:.1f} min")
+                planned = replan(settings, state, epoch_tokens, deadline())
+                if planned != state["planned"]:
+                    say(f"train: re-planned from {state['planned']} to {planned} steps at the measured "
+                        f"{state['train_tokens'] / max(state['seconds'], 1e-9):.0f} tokens/s")
+                    state["planned"] = planned
+                    every = validation_interval(settings, planned, validation)
                 if time.monotonic() - last_save >= CHECKPOINT_SECONDS:
                     save_checkpoint()
                 if state["since_best"] >= settings.patience:
