@@ -111,9 +111,14 @@ def test_same_vocabulary_run_writes_the_reports(bundle_dir, tmp_path):
     assert report["not_identical"] == []
     if HAS_GENAI:
         assert rows["genai-sd-k3"]["acceptance"] is not None and rows["genai-sd-k3"]["identity_checked_runs"]
+        # the same setting side by side, then our default against GenAI's fastest speculative row of the run
+        fastest = max(("genai-sd-k3", "genai-sd-k5", "genai-sd-conf"), key=lambda n: rows[n]["tokens_per_s"]["median"])
         assert [(p["ours"], p["genai"]) for p in report["ours_vs_genai"]] == [
             ("ours-none", "genai-none"), ("ours-standard-k3", "genai-sd-k3"), ("ours-standard-k5", "genai-sd-k5"),
-            ("ours-standard-conf", "genai-sd-conf")]
+            ("ours-standard-conf", "genai-sd-conf")] + ([] if fastest == "genai-sd-conf"
+                                                        else [("ours-standard-conf", fastest)])
+        assert [p["genai"] for p in report["ours_vs_genai"] if p["genai_fastest"]] == [fastest] * (
+            1 + (fastest != "genai-sd-conf"))
 
     md = (out / "report.md").read_text()
     for needle in ("## Speed", "peak RSS MiB (whole process)", "per prompt category", "| code_generation | math |",
@@ -133,6 +138,41 @@ def test_different_vocabulary_rows_and_machine_info(bundle_dir, tmp_path):
     assert not (tmp_path / "speedup.png").exists()
     machine = report["machine"]
     assert machine["cores"] >= 1 and machine["openvino"] and machine["date"]
+
+
+def test_genai_draft_gives_a_different_vocabulary_bundle_the_genai_rows_and_the_sweep():
+    def default(relation, **flags):
+        return [s.name for s in select_specs(candidate_specs(relation, [3], **flags), None, relation)[0]]
+
+    assert not any(n.startswith("genai") for n in default("heterogeneous"))
+    swept = default("heterogeneous", genai_draft=True, genai_confidences=[0.3, 0.7])
+    assert swept[-4:] == ["genai-none", "genai-sd-k3", "genai-sd-conf0.3", "genai-sd-conf"]
+    assert [s.confidence for s in candidate_specs("identical", [3], genai_confidences=[0.5])
+            if s.name.startswith("genai-sd-conf")] == [0.5]
+
+
+@pytest.mark.skipif(not HAS_GENAI, reason="needs openvino_genai")
+def test_genai_draft_rows_run_beside_a_different_vocabulary_draft(bundle_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["bench", str(bundle_dir(*OTHER_VOCAB)), "--genai-draft", str(bundle_dir(*SAME_VOCAB)),
+                 "--genai-confidences", "0.3", "0.7", "--setups", "ours-slem-conf", "genai-sd-conf*",
+                 "--categories", "code_generation", "--max-new-tokens", "6", "--repeats", "1", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads((out / "report.json").read_text())
+    rows = {r["setup"]: r for r in report["setups"]}
+    assert list(rows) == ["ours-none", "ours-slem-conf", "genai-none", "genai-sd-conf0.3", "genai-sd-conf"]
+    assert report["settings"]["genai_draft"] == str(bundle_dir(*SAME_VOCAB))
+    assert report["settings"]["default_algorithm"] == "slem"
+    # GenAI's speculative rows drafted (they report proposals) and wrote what its target alone writes
+    for name in ("genai-sd-conf0.3", "genai-sd-conf"):
+        assert rows[name]["draft_tokens_proposed"] and rows[name]["identical"] is True, name
+    fastest = max(("genai-sd-conf0.3", "genai-sd-conf"), key=lambda n: rows[n]["tokens_per_s"]["median"])
+    pairs = {(p["ours"], p["genai"]): p for p in report["ours_vs_genai"]}
+    assert ("ours-slem-conf", fastest) in pairs and pairs[("ours-slem-conf", fastest)]["genai_fastest"] is True
+    assert ("ours-none", "genai-none") in pairs
+    assert f"{fastest} (fastest)" in (out / "report.md").read_text()
+    assert "--genai-draft" in captured.out and "--genai-confidences 0.3 0.7" in captured.out
 
 
 def test_a_setup_that_changes_the_output_is_reported_not_identical(bundle_dir, tmp_path, monkeypatch, capsys):

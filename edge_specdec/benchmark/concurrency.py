@@ -55,7 +55,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from ..errors import EdgeSpecdecError
 from .report import (_f, _first_difference, _median, _round, _spread, _table, prompt_source_lines,
                      write_report)
-from .runner import (_fmt_duration, load_prompt_set, machine_info, pick_categories, prompt_source,
+from .runner import (_fmt_duration, check_genai_draft, load_prompt_set, machine_info, pick_categories, prompt_source,
                      render_prompts)
 from .setups import Prompt
 
@@ -205,29 +205,6 @@ def pick_prompt_items(prompt_set: dict, categories: list[str], n: int) -> tuple[
                      f"{', '.join(c + '/' + item['id'] for c, item in borrowed)} from the other categories")
         items += borrowed
     return items[:n], notes
-
-
-def check_genai_draft(bundle, other) -> None:
-    """--genai-draft must be a bundle of the same target (the same weights and tokenizer files, by the manifests'
-    checksums) whose draft shares that target's vocabulary."""
-    if other.draft is None or other.vocabulary["relation"] != "identical":
-        relation = "no draft" if other.draft is None else f"vocabulary relation {other.vocabulary['relation']!r}"
-        raise EdgeSpecdecError(f"--genai-draft {other.path}: its draft must share its target's vocabulary (GenAI's "
-                               f"speculative decoding needs that), but that bundle has {relation}. Give a bundle "
-                               f"exported with a same-vocabulary draft, e.g. Qwen2.5-Coder-0.5B for a Qwen2.5 "
-                               f"target.")
-    ours, theirs = bundle.manifest.get("files", {}), other.manifest.get("files", {})
-    # the .xml files hold generated node names that differ from one export to the next; the .bin files hold the
-    # weights and the tokenizer's constants
-    for name in ("target/openvino_model.bin", "target/openvino_tokenizer.bin", "target/openvino_detokenizer.bin"):
-        a, b = ours.get(name, {}).get("sha256"), theirs.get(name, {}).get("sha256")
-        if a is None or a != b:
-            what = "weights" if "model" in name else "tokenizer"
-            raise EdgeSpecdecError(
-                f"--genai-draft {other.path} has another target than {bundle.path}: its target's {what} "
-                f"({name}) differ{'' if a and b else ' or are not in a manifest'} "
-                f"(sha256 {str(b)[:12]} vs {str(a)[:12]}). Give a bundle exported from the same target with the "
-                f"same weight settings, whose draft has that target's vocabulary.")
 
 
 # --- the rows ---------------------------------------------------------------------------------------------------

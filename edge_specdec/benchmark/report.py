@@ -154,20 +154,31 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
     return row
 
 
-def ours_vs_genai(setups: dict[str, Setup], ks: list[int]) -> list[dict[str, Any]]:
-    """ours-none against genai-none, ours-standard-kK against genai-sd-kK, ours-standard-conf against
-    genai-sd-conf (both GenAI variants), paired per run."""
+def ours_vs_genai(setups: dict[str, Setup], ks: list[int], default_algorithm: str = "standard"
+                  ) -> list[dict[str, Any]]:
+    """Our rows against GenAI's, paired per run, for both GenAI variants: ours-none against genai-none;
+    ours-standard-kK against genai-sd-kK and ours-standard-conf against genai-sd-conf (the same draft, the same
+    setting); and our default row (ours-ALG-conf, ALG the bundle's default algorithm) against GenAI's fastest
+    speculative row of the run (marked "fastest"), whatever its draft."""
+    def ran(name: str) -> bool:
+        return name in setups and bool(setups[name].runs)
+
+    def median_tps(name: str) -> Optional[float]:
+        return _median(r.tokens_per_s for r in setups[name].runs.values())
+
     pairs = []
     for engine in ("genai", "genai-ours"):
         candidates = [("ours-none", f"{engine}-none")] + [(f"ours-standard-k{k}", f"{engine}-sd-k{k}") for k in ks]
         candidates.append(("ours-standard-conf", f"{engine}-sd-conf"))
+        speculative = [n for n in setups if n.startswith(f"{engine}-sd-") and ran(n)]
+        fastest = max(speculative, key=median_tps, default=None)
+        if fastest is not None and (f"ours-{default_algorithm}-conf", fastest) not in candidates:
+            candidates.append((f"ours-{default_algorithm}-conf", fastest))
         for ours, peer in candidates:
-            if ours in setups and peer in setups and setups[ours].runs and setups[peer].runs:
-                a, b = setups[ours], setups[peer]
-                pairs.append({"ours": ours, "genai": peer,
-                              "ours_tokens_per_s": _median(r.tokens_per_s for r in a.runs.values()),
-                              "genai_tokens_per_s": _median(r.tokens_per_s for r in b.runs.values()),
-                              "ratio": _median(_paired_ratios(a, b))})
+            if ran(ours) and ran(peer):
+                pairs.append({"ours": ours, "genai": peer, "genai_fastest": peer == fastest,
+                              "ours_tokens_per_s": median_tps(ours), "genai_tokens_per_s": median_tps(peer),
+                              "ratio": _median(_paired_ratios(setups[ours], setups[peer]))})
     return pairs
 
 
@@ -187,7 +198,7 @@ def build_report(setups: list[Setup], prompts: list[Prompt], settings: dict, mac
         "categories": settings["categories"],
         "prompts": [{"key": p.key, "category": p.category, "chars": len(p.text)} for p in prompts],
         "setups": rows, "skipped": skipped, "notes": notes,
-        "ours_vs_genai": ours_vs_genai(by_name, settings["ks"]),
+        "ours_vs_genai": ours_vs_genai(by_name, settings["ks"], settings.get("default_algorithm") or "standard"),
         "not_identical": [r["setup"] for r in rows if r["identical"] is False],
     }
     return _round(report, 4)
@@ -290,9 +301,11 @@ def render_markdown(report: dict) -> str:
 
     if report["ours_vs_genai"]:
         lines += ["", "## Ours against OpenVINO GenAI", "",
-                  "ratio: median over (prompt, repeat) of tok/s ours / tok/s GenAI, paired runs.", ""]
+                  "ratio: median over (prompt, repeat) of tok/s ours / tok/s GenAI, paired runs. \"fastest\": "
+                  "GenAI's fastest speculative row in this run.", ""]
         lines += _table(["ours", "GenAI", "ours tok/s", "GenAI tok/s", "ratio"],
-                        [[p["ours"], p["genai"], _f(p["ours_tokens_per_s"]), _f(p["genai_tokens_per_s"]),
+                        [[p["ours"], p["genai"] + (" (fastest)" if p.get("genai_fastest") else ""),
+                          _f(p["ours_tokens_per_s"]), _f(p["genai_tokens_per_s"]),
                           _f(p["ratio"], ".2f", "x")] for p in report["ours_vs_genai"]])
 
     problems = []

@@ -153,6 +153,29 @@ def same_target(bundle, other) -> bool:
     return weights(bundle) is not None and weights(bundle) == weights(other)
 
 
+def check_genai_draft(bundle, other) -> None:
+    """--genai-draft (both benchmarks) must be a bundle of the same target (the same weights and tokenizer files, by the manifests'
+    checksums) whose draft shares that target's vocabulary."""
+    if other.draft is None or other.vocabulary["relation"] != "identical":
+        relation = "no draft" if other.draft is None else f"vocabulary relation {other.vocabulary['relation']!r}"
+        raise EdgeSpecdecError(f"--genai-draft {other.path}: its draft must share its target's vocabulary (GenAI's "
+                               f"speculative decoding needs that), but that bundle has {relation}. Give a bundle "
+                               f"exported with a same-vocabulary draft, e.g. Qwen2.5-Coder-0.5B for a Qwen2.5 "
+                               f"target.")
+    ours, theirs = bundle.manifest.get("files", {}), other.manifest.get("files", {})
+    # the .xml files hold generated node names that differ from one export to the next; the .bin files hold the
+    # weights and the tokenizer's constants
+    for name in ("target/openvino_model.bin", "target/openvino_tokenizer.bin", "target/openvino_detokenizer.bin"):
+        a, b = ours.get(name, {}).get("sha256"), theirs.get(name, {}).get("sha256")
+        if a is None or a != b:
+            what = "weights" if "model" in name else "tokenizer"
+            raise EdgeSpecdecError(
+                f"--genai-draft {other.path} has another target than {bundle.path}: its target's {what} "
+                f"({name}) differ{'' if a and b else ' or are not in a manifest'} "
+                f"(sha256 {str(b)[:12]} vs {str(a)[:12]}). Give a bundle exported from the same target with the "
+                f"same weight settings, whose draft has that target's vocabulary.")
+
+
 def other_draft_spec(spec: Spec, label: str, path) -> Spec:
     """The row `spec` with the draft of another bundle (same target): named LABEL:ROW."""
     return dataclasses.replace(spec, name=f"{label}:{spec.name}",
@@ -161,10 +184,11 @@ def other_draft_spec(spec: Spec, label: str, path) -> Spec:
 
 def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str, kv_rollback: Optional[str],
                  say: Callable[[str], None], draft_vocab: Optional[int] = None,
-                 other: Optional[tuple[Any, str]] = None) -> tuple[list[Setup], list[dict], Any]:
+                 other: Optional[tuple[Any, str]] = None, genai_draft=None) -> tuple[list[Setup], list[dict], Any]:
     """Load what the chosen rows need. A peer that cannot load is skipped with its reason; ours must load.
     other: (a bundle with the same target, its label): each of our rows that drafts with the draft model runs
-    again with that bundle's draft, beside it (an aligned draft against the stock one, say).
+    again with that bundle's draft, beside it (an aligned draft against the stock one, say). genai_draft: a bundle
+    of the same target whose draft GenAI's speculative rows use (this bundle's draft has another vocabulary).
 
     Returns (setups, skipped [{"setup", "reason"}], our main Pipeline).
     """
@@ -198,7 +222,8 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
             continue
         try:
             t = time.perf_counter()
-            alone, sd, version = load_genai(bundle, engine, precision, any(s.algorithm == "sd" for s in rows))
+            alone, sd, version = load_genai(bundle, engine, precision, any(s.algorithm == "sd" for s in rows),
+                                            genai_draft)
             say(f"loaded OpenVINO GenAI {version} pipelines ({engine}) in {time.perf_counter() - t:.1f} s")
         except ImportError as exc:
             reason = f"openvino_genai is not importable ({exc})"
@@ -308,7 +333,8 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                   kv_rollback: Optional[str] = None, draft_vocab: Optional[int] = None, command: Optional[str] = None,
                   progress: Optional[Callable[[str], None]] = None, plot: bool = True,
                   prompts_file: Union[str, Path, None] = None, other_draft: Union[str, Path, None] = None,
-                  other_label: str = "other") -> dict[str, Any]:
+                  other_label: str = "other", genai_draft: Union[str, Path, None] = None,
+                  genai_confidences: Sequence[float] = ()) -> dict[str, Any]:
     """Benchmark a bundle's decoders side by side, interleaved, in one run; write report.json, report.md and
     speedup.png (if matplotlib is installed and plot) into `out` (default bench-results/<bundle name>).
 
@@ -316,6 +342,9 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
     among the file's categories, and the report records the file (settings["prompts_file"]).
     other_draft: a bundle with the same target; every row of ours that drafts with the draft model also runs with
     its draft, as the row OTHER_LABEL:ROW (a stock draft beside an aligned one, in one interleaved run).
+    genai_draft: a bundle of the same target with a same-vocabulary draft, which GenAI's speculative rows draft
+    with (a bundle whose own draft has another vocabulary then gets GenAI rows too). genai_confidences: GenAI's
+    assistant_confidence_threshold values, a speculative row each (default 0.7).
 
     setups: row names or shell patterns (see `edge_specdec.benchmark.setups`); default: every row the bundle
     allows except the optional families. genai_ours / concurrent / hf add those families, with or without setups.
@@ -337,14 +366,26 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
     patterns = [p for item in (setups or []) for p in str(item).split(",") if p.strip()]
     prompt_set = load_prompt_set(prompts_file)
     chosen_categories = pick_categories(prompt_set, categories)
+    if any(not 0.0 < c < 1.0 for c in genai_confidences):
+        raise EdgeSpecdecError(f"--genai-confidences {' '.join(map(str, genai_confidences))}: GenAI's "
+                               f"assistant_confidence_threshold must be above 0 and below 1, e.g. 0.3 0.5 0.7.")
     b = load_bundle(bundle, verify=False)  # first the cheap checks: a bad bundle, setup or category fails fast
     relation = b.vocabulary["relation"]
-    candidates = candidate_specs(relation, ks, genai_ours=genai_ours, concurrent=concurrent, hf=hf, genai=genai)
+    peer_draft = None
+    if genai_draft is not None:
+        if not (genai or genai_ours):
+            raise EdgeSpecdecError("--genai-draft is for GenAI's speculative rows, and --no-genai leaves GenAI out: "
+                                   "drop one of them.")
+        peer_draft = load_bundle(genai_draft, verify=False)
+        check_genai_draft(b, peer_draft)
+    candidates = candidate_specs(relation, ks, genai_ours=genai_ours, concurrent=concurrent, hf=hf, genai=genai,
+                                 genai_confidences=genai_confidences, genai_draft=peer_draft is not None)
     families = [f for f, on in (("genai-ours", genai_ours), ("concurrent", concurrent), ("hf", hf)) if on]
     specs, notes = select_specs(candidates, patterns, relation, families)
-    if not patterns and relation != "identical" and (genai or genai_ours):
+    if not patterns and relation != "identical" and (genai or genai_ours) and peer_draft is None:
         notes.append(f"no GenAI rows by default for a {relation} bundle: GenAI's speculative decoding needs a draft "
-                     f"with the target's vocabulary (--setups genai-none runs its target alone)")
+                     f"with the target's vocabulary (--genai-draft BUNDLE gives it one; --setups genai-none runs "
+                     f"its target alone)")
     for note in notes:
         say(note)
     out_dir = Path(out) if out is not None else Path("bench-results") / b.path.name
@@ -362,7 +403,8 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
             raise EdgeSpecdecError(f"--other-label {other_label!r}: use letters, digits, '.', '_' or '-'.")
         other = (theirs, other_label)
     say(f"bench {b.path} ({relation} vocabulary): {len(specs)} setups: {', '.join(s.name for s in specs)}")
-    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say, draft_vocab, other)
+    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say, draft_vocab, other,
+                                         peer_draft)
     if not loaded:
         raise EdgeSpecdecError("nothing to run: every setup chosen was skipped ("
                                + "; ".join(f"{x['setup']}: {x['reason']}" for x in skipped) + ").")
@@ -386,6 +428,8 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                 else len(pipe.draft.output_ids),
                 "prompt_format": prompt_format, "prompts_file": prompt_source(prompts_file, prompt_set),
                 "other_draft": {"bundle": str(other[0].path), "label": other[1]} if other else None,
+                "genai_draft": str(peer_draft.path) if peer_draft is not None else None,
+                "default_algorithm": pipe.resolve_algorithm("auto"),
                 "placement": pipe.placement.describe(),
                 "target_rollback": pipe.target.rollback_method, "greedy": True, "interrupted": not complete,
                 "rss_sampling": "available" if sampler.available else "unavailable (no /proc/self/statm)"}

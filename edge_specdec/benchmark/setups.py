@@ -19,7 +19,10 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
     genai-sd-kK                 LLMPipeline(bundle/target, draft_model=draft_model(bundle/draft)), K fixed
     genai-sd-conf               the same with GenAI's assistant_confidence_threshold = 0.7 (its own form of the
                                 confidence stop)
+    genai-sd-confC              the same with assistant_confidence_threshold C (--genai-confidences sweeps it)
     genai-ours-none, genai-ours-sd-kK  the same two GenAI pipelines with our CPU properties (--genai-ours)
+                                (a bundle whose draft has another vocabulary gets GenAI rows with --genai-draft: GenAI
+                                drafts with that bundle's same-vocabulary draft for the same target)
     hf-none                     transformers fp32 on CPU, the target's source folder, alone (--hf)
     hf-assisted                 transformers assisted generation with the draft (same vocabulary)      (--hf)
     hf-uag                      transformers Universal Assisted Generation (assistant_tokenizer) (other vocabulary)
@@ -120,13 +123,26 @@ def adaptive_policies() -> tuple[str, ...]:
     return tuple(p for p in DRAFT_POLICIES if p != "fixed")
 
 
+def genai_confidence_row(engine: str, confidence: float) -> str:
+    """The name of GenAI's speculative row with assistant_confidence_threshold `confidence`: ENGINE-sd-conf for
+    the usual 0.7, ENGINE-sd-conf0.3 for another."""
+    from ..runtime.pipeline import CONFIDENCE
+
+    return f"{engine}-sd-conf" if confidence == CONFIDENCE else f"{engine}-sd-conf{confidence:g}"
+
+
 def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, concurrent: bool = False,
-                    hf: bool = False, genai: bool = True) -> list[Spec]:
-    """Every row this bundle allows, in report order; `default` marks those a run without --setups includes."""
+                    hf: bool = False, genai: bool = True, genai_confidences: Sequence[float] = (),
+                    genai_draft: bool = False) -> list[Spec]:
+    """Every row this bundle allows, in report order; `default` marks those a run without --setups includes.
+    genai_confidences: GenAI's assistant_confidence_threshold values, one speculative row each (default: 0.7).
+    genai_draft: GenAI drafts with another bundle's same-vocabulary draft, so its rows exist whatever the
+    relation of this bundle's draft."""
     from ..runtime.algorithms import benchmark_algorithms
     from ..runtime.pipeline import CONFIDENCE, DRAFT_TOKENS
 
     same = relation == "identical"
+    genai_drafts = same or genai_draft
     k0 = min(ks)
     specs = [Spec("ours-none", "ours", "our Pipeline, the target alone")]
     algorithms = benchmark_algorithms(relation)
@@ -154,13 +170,14 @@ def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, conc
     for engine, on in (("genai", genai), ("genai-ours", genai_ours)):
         props = "our CPU properties" if engine == "genai-ours" else "its default CPU properties"
         specs.append(Spec(f"{engine}-none", engine, f"OpenVINO GenAI LLMPipeline, the target alone, {props}",
-                          default=on and same, family=engine))
-        if same:
+                          default=on and genai_drafts, family=engine))
+        if genai_drafts:
             specs += [Spec(f"{engine}-sd-k{k}", engine, f"OpenVINO GenAI speculative decoding, K={k}, {props}",
                            default=on, algorithm="sd", k=k, family=engine) for k in ks]
-            specs.append(Spec(f"{engine}-sd-conf", engine, f"OpenVINO GenAI speculative decoding, "
-                              f"assistant_confidence_threshold {CONFIDENCE}, {props}", default=on, algorithm="sd",
-                              confidence=CONFIDENCE, family=engine))
+            specs += [Spec(genai_confidence_row(engine, c), engine, f"OpenVINO GenAI speculative decoding, "
+                           f"assistant_confidence_threshold {c:g}, {props}", default=on, algorithm="sd",
+                           confidence=c, family=engine)
+                      for c in dict.fromkeys(genai_confidences or (CONFIDENCE,))]
     specs.append(Spec("hf-none", "hf", "transformers fp32, the target alone", default=hf, family="hf"))
     if same:
         specs.append(Spec("hf-assisted", "hf", "transformers assisted generation with the draft", default=hf,
@@ -226,8 +243,9 @@ def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run
 
 # --- OpenVINO GenAI ---------------------------------------------------------------------------------------------
 
-def load_genai(bundle, engine: str, precision: str, need_sd: bool) -> tuple[Any, Any, str]:
-    """GenAI's target-only pipeline and (need_sd) its speculative one on the bundle's folders.
+def load_genai(bundle, engine: str, precision: str, need_sd: bool, draft_bundle=None) -> tuple[Any, Any, str]:
+    """GenAI's target-only pipeline and (need_sd) its speculative one on the bundle's folders (the draft from
+    draft_bundle when given: a bundle of the same target whose draft shares its vocabulary).
 
     Both get the same scheduler settings with the prefix cache off, so that every run pays its own prefill
     (the continuous-batching backend would otherwise reuse the previous run's prompt KV).
@@ -253,7 +271,8 @@ def load_genai(bundle, engine: str, precision: str, need_sd: bool) -> tuple[Any,
     alone = openvino_genai.LLMPipeline(target, "CPU", scheduler_config=scheduler(), **target_props)
     spec = None
     if need_sd:
-        drafter = openvino_genai.draft_model(str(bundle.draft.folder), "CPU", **props(bundle.draft))
+        draft = (draft_bundle or bundle).draft
+        drafter = openvino_genai.draft_model(str(draft.folder), "CPU", **props(draft))
         spec = openvino_genai.LLMPipeline(target, "CPU", draft_model=drafter, scheduler_config=scheduler(),
                                           **target_props)
     return alone, spec, openvino_genai.__version__

@@ -28,7 +28,8 @@ def _cmd_bench_clients(args: argparse.Namespace) -> int:
 
     # the options of the rows benchmark that mean nothing here: refuse them rather than ignore them
     for flag, given in (("--ks", args.ks is not None), ("--hf", args.hf), ("--genai-ours", args.genai_ours),
-                        ("--concurrent", args.concurrent), ("--other-draft", args.other_draft is not None)):
+                        ("--concurrent", args.concurrent), ("--other-draft", args.other_draft is not None),
+                        ("--genai-confidences", args.genai_confidences is not None)):
         if given:
             raise EdgeSpecdecError(f"{flag} is an option of the rows benchmark, not of --clients, which has rows "
                                    f"of its own (see `edge-specdec bench --help`).")
@@ -60,10 +61,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.clients:
         return _cmd_bench_clients(args)
-    for flag, given in (("--genai-draft", args.genai_draft is not None), ("--genai-k", args.genai_k is not None)):
-        if given:
-            raise EdgeSpecdecError(f"{flag} is an option of the clients benchmark: add --clients, e.g. --clients 1 "
-                                   f"2 4 8.")
+    if args.genai_k is not None:
+        raise EdgeSpecdecError("--genai-k is an option of the clients benchmark: add --clients, e.g. --clients 1 2 4 "
+                               "8 (the rows benchmark has a genai-sd-kK row for each of --ks).")
     args.ks = args.ks or list(DEFAULT_KS)
     spelled = ["edge-specdec", "bench", args.bundle, "--max-new-tokens", str(args.max_new_tokens), "--repeats",
                str(args.repeats), "--ks", *map(str, args.ks), "--precision", args.precision]
@@ -71,6 +71,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         spelled += [flag, *value] if value else []
     spelled += ["--prompts", args.prompts] if args.prompts else []
     spelled += ["--other-draft", args.other_draft, "--other-label", args.other_label] if args.other_draft else []
+    spelled += ["--genai-draft", args.genai_draft] if args.genai_draft else []
+    spelled += ["--genai-confidences", *map(str, args.genai_confidences)] if args.genai_confidences else []
     spelled += ["--out", args.out] if args.out else []
     spelled += ["--kv-rollback", args.kv_rollback] if args.kv_rollback else []
     spelled += ["--draft-vocab", str(args.draft_vocab)] if args.draft_vocab is not None else []
@@ -82,7 +84,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                            genai=not args.no_genai, genai_ours=args.genai_ours, concurrent=args.concurrent,
                            hf=args.hf, precision=args.precision, kv_rollback=args.kv_rollback,
                            draft_vocab=args.draft_vocab, prompts_file=args.prompts, other_draft=args.other_draft,
-                           other_label=args.other_label, command=command, progress=say)
+                           other_label=args.other_label, genai_draft=args.genai_draft,
+                           genai_confidences=args.genai_confidences or (), command=command, progress=say)
     print(render_markdown(report))
     if report["not_identical"]:
         say(f"edge-specdec: warning: output NOT identical to the same engine's target alone: "
@@ -109,6 +112,9 @@ examples:
   edge-specdec bench bundles/qwen --prompts my_prompts.jsonl --categories support   # your own workload
   edge-specdec bench bundles/qwen+smollm-aligned --other-draft bundles/qwen+smollm --other-label stock
                                                      # an aligned draft beside the stock one, one run
+  edge-specdec bench bundles/qwen+smollm --genai-draft bundles/qwen+qwen0.5b --genai-confidences 0.3 0.5 0.7
+                                                     # GenAI's speculative rows drafting with a same-vocabulary
+                                                     # draft of the same target, its threshold swept
 
 setups (--setups takes names or shell patterns; the target alone of each engine is always added):
   ours-none                  our Pipeline, the target alone
@@ -119,6 +125,8 @@ setups (--setups takes names or shell patterns; the target alone of each engine 
   ours-concurrent-ALG-...    drafting during verification, from a Pipeline(concurrent=True)  (--concurrent)
   genai-none, genai-sd-kK    OpenVINO GenAI alone / speculative, its default CPU properties  (same vocabulary)
   genai-sd-conf              GenAI speculative with its assistant_confidence_threshold 0.7
+  genai-sd-confC             the same with threshold C (--genai-confidences C [C ...] sweeps it)
+                             a bundle whose draft has another vocabulary gets the GenAI rows with --genai-draft
   genai-ours-none, genai-ours-sd-kK   the same with our CPU properties (--precision)        (--genai-ours)
   hf-none, hf-assisted, hf-uag        transformers fp32 on the bundle's source folders            (--hf)
 
@@ -180,6 +188,13 @@ how many prompts it holds.
                    help="add GenAI rows with our CPU properties (--precision): the loop-against-loop comparison")
     p.add_argument("--concurrent", action="store_true",
                    help="add rows that draft while the target verifies (a second Pipeline, concurrent=True)")
+    p.add_argument("--genai-draft", metavar="BUNDLE",
+                   help="a bundle of the same target whose draft shares the target's vocabulary: GenAI's "
+                        "speculative rows (genai-sd-*, genai-cb-sd with --clients) draft with its draft, so that a "
+                        "bundle whose own draft has another vocabulary, which GenAI cannot use, still gets them")
+    p.add_argument("--genai-confidences", type=float, nargs="+", metavar="C",
+                   help="GenAI's assistant_confidence_threshold values, a genai-sd-confC row each, to find its "
+                        "fastest setting (default 0.7: the row genai-sd-conf)")
     p.add_argument("--precision", default="dq", choices=PRECISIONS, help="our CPU precision (default dq)")
     p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS, help="our KV rollback (default: per device)")
     p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
@@ -190,10 +205,6 @@ how many prompts it holds.
                               "Engine(batching=True), and GenAI's continuous batching) and the same N one after "
                               "another; --setups then takes the clients rows (ours-spec, genai-cb-*, ...); "
                               "default --out bench-results/<bundle name>-clients")
-    clients.add_argument("--genai-draft", metavar="BUNDLE",
-                         help="a bundle of the same target whose draft shares the target's vocabulary: its draft "
-                              "serves GenAI's speculative row (genai-cb-sd) when BUNDLE's own draft has another "
-                              "vocabulary (GenAI's speculative decoding needs the same one)")
     clients.add_argument("--genai-k", type=int, metavar="K",
                          help=f"GenAI's draft length (num_assistant_tokens) in genai-cb-sd (default: its "
                               f"confidence stop, assistant_confidence_threshold {GENAI_CONFIDENCE}, its fastest "
