@@ -154,8 +154,8 @@ def same_target(bundle, other) -> bool:
 
 
 def check_genai_draft(bundle, other) -> None:
-    """--genai-draft (both benchmarks) must be a bundle of the same target (the same weights and tokenizer files, by the manifests'
-    checksums) whose draft shares that target's vocabulary."""
+    """--genai-draft (both benchmarks) must be a bundle of the same target (the same weights and tokenizer files,
+    by the manifests' checksums) whose draft shares that target's vocabulary."""
     if other.draft is None or other.vocabulary["relation"] != "identical":
         relation = "no draft" if other.draft is None else f"vocabulary relation {other.vocabulary['relation']!r}"
         raise EdgeSpecdecError(f"--genai-draft {other.path}: its draft must share its target's vocabulary (GenAI's "
