@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from edge_specdec.runtime import Engine, GenerationConfig
+from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime.batching import Call, ModelQueue, batch_invariant
+from edge_specdec.runtime.drafters import DraftLength
 from edge_specdec.runtime.session import BlockPool, open_model
 
 SAME = ("qwen2-bytelevel", "qwen2-bytelevel-small")
@@ -67,8 +69,9 @@ def test_a_failed_probe_turns_batching_off(bundle_dir, monkeypatch):
     assert batch_invariant(model) is True
 
 
-def run_clients(engine, jobs, stagger: float = 0.0):
-    """jobs: (prompt, config, algorithm) per client thread, started `stagger` seconds apart."""
+def run_clients(engine, jobs, stagger: float = 0.0, **options):
+    """jobs: (prompt, config, algorithm) per client thread, started `stagger` seconds apart; options go to
+    generate()."""
     sessions = [engine.session() for _ in jobs]
     results: list = [None] * len(jobs)
     errors: list[BaseException] = []
@@ -76,7 +79,7 @@ def run_clients(engine, jobs, stagger: float = 0.0):
     def client(i):
         try:
             prompt, config, algorithm = jobs[i]
-            results[i] = sessions[i].generate(prompt, config, algorithm=algorithm)
+            results[i] = sessions[i].generate(prompt, config, algorithm=algorithm, **options)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -177,24 +180,40 @@ def test_sessions_fall_into_step_draft_first_then_verify_together(monkeypatch):
     assert sum(batches["draft"]) == sum(1 + (i + r) % 4 for i in range(clients) for r in range(rounds))
 
 
-def test_sessions_stop_drafting_while_many_generate_and_stay_exact(bundle_dir):
-    """With draft_max_sessions=1, sessions generating together verify the target's own tokens (rounds without a
-    draft) and draft again once alone; greedy outputs are unchanged, and a seeded sampled run keeps drafting."""
+def test_crowded_sessions_draft_less_and_stay_exact(bundle_dir):
+    """With draft_max_sessions=1, sessions generating together draft at most crowded_draft_tokens per round (0:
+    the target's own tokens alone) and their full length again once alone; greedy outputs are unchanged, and a
+    seeded sampled run keeps its full length."""
     jobs = [(p, GenerationConfig(max_new_tokens=16 + 12 * i, ignore_eos=True), "standard")
             for i, p in enumerate(PROMPTS[:4])]
+    full_length = dict(num_assistant_tokens=4, confidence=0.0)  # 4 tokens every round, however unsure
     alone = Engine(bundle_dir(*SAME)).session()
-    want = [alone.generate(p, c, algorithm=a) for p, c, a in jobs]
-    gated = run_clients(Engine(bundle_dir(*SAME), batching=True, draft_max_sessions=1), jobs)
-    assert [g.token_ids for g in gated] == [w.token_ids for w in want]
-    proposed = [g.stats.draft_tokens_proposed for g in gated]
-    assert sum(proposed) < sum(w.stats.draft_tokens_proposed for w in want)
-    assert proposed[-1] > 0  # the longest run drafted once it was alone
+    want = [alone.generate(p, c, algorithm=a, **full_length) for p, c, a in jobs]
+    proposed = {}
+    for crowded in (0, 1):
+        got = run_clients(Engine(bundle_dir(*SAME), batching=True, draft_max_sessions=1,
+                                 crowded_draft_tokens=crowded), jobs, **full_length)
+        assert [g.token_ids for g in got] == [w.token_ids for w in want], crowded
+        proposed[crowded] = [g.stats.draft_tokens_proposed for g in got]
+        assert proposed[crowded][-1] > 0  # the longest run drafted once it was alone
+    full = [w.stats.draft_tokens_proposed for w in want]
+    assert sum(proposed[0]) < sum(proposed[1]) < sum(full)
 
     seeded = GenerationConfig(max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True)
     jobs = [(p, seeded, "standard") for p in PROMPTS[:3]]
-    want = [alone.generate(p, c, algorithm=a).token_ids for p, c, a in jobs]
-    got = run_clients(Engine(bundle_dir(*SAME), batching=True, draft_max_sessions=1), jobs)
-    assert [g.token_ids for g in got] == want and all(g.stats.draft_tokens_proposed > 0 for g in got)
+    want = [alone.generate(p, c, algorithm=a, **full_length) for p, c, a in jobs]
+    got = run_clients(Engine(bundle_dir(*SAME), batching=True, draft_max_sessions=1, crowded_draft_tokens=0), jobs,
+                      **full_length)
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    assert [g.stats.draft_tokens_proposed for g in got] == [w.stats.draft_tokens_proposed for w in want]
+
+
+def test_the_draft_cap_bounds_each_round():
+    caps = iter([None, 1, 0, 9])
+    length = DraftLength(5, cap=lambda: next(caps))
+    assert [length.round_k() for _ in range(4)] == [5, 1, 0, 5]
+    with pytest.raises(EdgeSpecdecError, match="crowded_draft_tokens must be 0"):
+        Engine.__init__(object.__new__(Engine), "unused", crowded_draft_tokens=-1)
 
 
 def test_measurements_run_alone_on_a_batching_engine(bundle_dir, monkeypatch):

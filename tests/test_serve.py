@@ -475,6 +475,8 @@ def test_serve_command_refuses_what_it_cannot_do(tmp_path, capsys):
     assert "--api-key" in capsys.readouterr().err
     assert main(["serve", "--slots", "0"]) == 1
     assert "--slots must be at least 1" in capsys.readouterr().err
+    assert main(["serve", "--crowded-draft-tokens", "-1"]) == 1
+    assert "--crowded-draft-tokens -1: give 0" in capsys.readouterr().err
     out = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "serve", str(tmp_path / "nowhere"), "--port",
                           "0"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "could not load the bundle" in out.stderr and "nowhere" in out.stderr

@@ -8,7 +8,7 @@ import os
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
-from ..runtime.pipeline import DRAFT_MAX_SESSIONS
+from ..runtime.pipeline import CROWDED_DRAFT_TOKENS, DRAFT_MAX_SESSIONS
 from .common import add_engine_options, engine_options, say
 
 SERVE_EXAMPLES = """\
@@ -52,8 +52,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and not api_key:
         raise EdgeSpecdecError(f"--host {args.host} is reachable from other machines: give an --api-key (or set "
                                f"EDGE_SPECDEC_API_KEY) that clients must send, or serve on 127.0.0.1.")
+    if args.crowded_draft_tokens < 0:
+        raise EdgeSpecdecError(f"--crowded-draft-tokens {args.crowded_draft_tokens}: give 0 (the target's own "
+                               f"tokens) or more.")
     options = dict(engine_options(args),
-                   draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions)
+                   draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions,
+                   crowded_draft_tokens=args.crowded_draft_tokens)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
                               batching=args.batching,
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
@@ -92,9 +96,14 @@ def add_parser(sub) -> None:
                         "with more than one slot, where the target gives the same bits batched as alone, checked "
                         "once per machine)")
     p.add_argument("--draft-max-sessions", type=int, default=DRAFT_MAX_SESSIONS, metavar="N",
-                   help=f"with batching, requests draft only while at most N generate; with more, their rounds "
-                        f"verify the target's own tokens together, which pays more on a CPU (default "
-                        f"{DRAFT_MAX_SESSIONS}; 0: always draft). Outputs are the same either way")
+                   help=f"with batching, requests draft their full length only while at most N generate; with "
+                        f"more, at most --crowded-draft-tokens each (default {DRAFT_MAX_SESSIONS}; 0: always the "
+                        f"full length). Outputs are the same either way")
+    p.add_argument("--crowded-draft-tokens", type=int, default=CROWDED_DRAFT_TOKENS, metavar="K",
+                   help=f"tokens a request drafts per round while more than --draft-max-sessions generate "
+                        f"(default {CROWDED_DRAFT_TOKENS}: their rounds verify the target's own tokens together, "
+                        f"which pays most when the draft shares the target's CPU; try 1 with the draft on an "
+                        f"iGPU or the NPU)")
     p.add_argument("--queue", type=int, default=16, metavar="M",
                    help="requests that may wait for a slot; more get 429 with Retry-After (default 16)")
     p.add_argument("--api-key", metavar="KEY",

@@ -203,11 +203,12 @@ class DraftLength:
     """
 
     def __init__(self, k: int = 5, policy: str = "fixed", k_max: int = 12,
-                 prices: Optional[tuple[float, float, float]] = None, gate: Optional[Callable[[], bool]] = None):
+                 prices: Optional[tuple[float, float, float]] = None,
+                 cap: Optional[Callable[[], Optional[int]]] = None):
         if policy not in DRAFT_POLICIES:
             raise ValueError(f"unknown draft policy {policy!r}: choose one of {', '.join(DRAFT_POLICIES)}")
         self.k = self.k0 = k
-        self.gate = gate  # drafting is on only in rounds where gate() is True (None: always)
+        self.cap = cap  # cap(): the most tokens the round that starts now may draft (None: no cap)
         self.policy, self.k_max = policy, k_max
         # prices: (draft seconds per token, target seconds for one token, extra target seconds per token), used
         # instead of the rounds' clocks, so that the lengths follow the acceptance alone (a seeded sampled run
@@ -219,8 +220,9 @@ class DraftLength:
         self.rounds = self.idle = 0
 
     def round_k(self) -> int:
-        """The draft length for the round that starts now: k, or 0 while the gate is shut."""
-        return self.k if self.gate is None or self.gate() else 0
+        """The draft length for the round that starts now: k, or less while cap() says so (0: the target alone)."""
+        most = self.cap() if self.cap is not None else None
+        return self.k if most is None else min(self.k, most)
 
     def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
         if self.prices:

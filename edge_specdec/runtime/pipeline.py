@@ -62,9 +62,13 @@ DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) w
 # a model whose weights are smaller than this gets copies compiled for the block sizes it runs most (static
 # shapes, see CompiledLM.add_static); each copy holds the weights again
 STATIC_MAX_BYTES = 256 * 2**20
-# with batching, sessions draft only while at most this many generate: on 2 CPU cores and the real different-
-# vocabulary pair, 4 sessions verifying the target's own tokens together beat 4 sessions verifying drafts
+# with batching, sessions draft their full length only while at most DRAFT_MAX_SESSIONS generate; with more, at
+# most CROWDED_DRAFT_TOKENS each (0: the target's own tokens, verified together). A batched pass costs by its rows,
+# and a draft that shares the target's cores costs every session its calls (benchmarks/RESULTS.md, "Concurrent
+# clients"); with the draft on a device of its own, 1 drafted token (in the row a step of the target alone
+# re-feeds anyway) can pay.
 DRAFT_MAX_SESSIONS = 2
+CROWDED_DRAFT_TOKENS = 0
 
 
 class Engine:
@@ -99,9 +103,11 @@ class Engine:
     steps) run together in one call when several sessions generate at once (see batching.py); checked for bit
     identity once per machine, and off where it does not hold (`batching_note` says which). batch_wait: the
     longest a call waits for the other sessions' calls (seconds). draft_max_sessions: with batching, a session
-    drafts only in rounds where at most this many sessions generate; with more, its rounds are the target's alone
-    (batched, a pass costs by its rows, and drafted rows cost more than they save; None: always draft). A seeded
-    sampled run always drafts, so that it reproduces whatever the load.
+    drafts its full length only in rounds where at most this many sessions generate (None: always); with more,
+    at most crowded_draft_tokens (default 0: their rounds verify the target's own tokens together; batched, a
+    pass costs by its rows, and long drafts' rejected rows cost every session; 1: the row a step of the target
+    alone re-feeds verifies a drafted token instead, which pays where the draft has a device of its own). A
+    seeded sampled run always drafts its full length, so that it reproduces whatever the load.
     Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the draft
     vocabulary cut costs little acceptance and makes a draft with a large vocabulary faster. Any draft keeps the
     output exact: the target decides every token.
@@ -114,8 +120,11 @@ class Engine:
                  draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
                  threads: Optional[int] = None, static_shapes: Optional[bool] = None, batching: bool = False,
                  batch_wait: float = MAX_WAIT, draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS,
-                 npu_max_prompt: int = NPU_MAX_PROMPT):
-        self.draft_max_sessions = draft_max_sessions
+                 crowded_draft_tokens: int = CROWDED_DRAFT_TOKENS, npu_max_prompt: int = NPU_MAX_PROMPT):
+        if crowded_draft_tokens < 0:
+            raise EdgeSpecdecError(f"crowded_draft_tokens must be 0 (the target alone) or more, not "
+                                   f"{crowded_draft_tokens}.")
+        self.draft_max_sessions, self.crowded_draft_tokens = draft_max_sessions, crowded_draft_tokens
         self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
@@ -331,7 +340,7 @@ class DecodingSession:
         seeded = config.seed is not None and not config.greedy
         length = DraftLength(num_assistant_tokens, draft_policy,
                              prices=engine.weight_prices(name) if seeded and draft_policy == "cost" else None,
-                             gate=None if seeded else self._drafting_pays)
+                             cap=None if seeded else self._draft_cap)
         concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
@@ -339,12 +348,13 @@ class DecodingSession:
         result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
         return result
 
-    def _drafting_pays(self) -> bool:
-        """Whether this round drafts: always, unless the engine batches and more than draft_max_sessions
-        sessions generate now."""
+    def _draft_cap(self) -> Optional[int]:
+        """The most tokens this round may draft: no cap (None), unless the engine batches and more than
+        draft_max_sessions sessions generate now; then crowded_draft_tokens."""
         engine = self.engine
-        return (engine.scheduler is None or engine.draft_max_sessions is None
-                or engine.scheduler.active <= engine.draft_max_sessions)
+        if engine.scheduler is None or engine.draft_max_sessions is None:
+            return None
+        return None if engine.scheduler.active <= engine.draft_max_sessions else engine.crowded_draft_tokens
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":
