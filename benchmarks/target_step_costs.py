@@ -4,7 +4,10 @@ Where does a target-alone step's time go: in the steps of 2-3 tokens a block-inv
 token before it re-fed) against the one-token step GenAI takes, in the KV cache's precision (f32 against u8),
 or in the group size of the dynamic int8 activation quantization (the int4 weights' 128 against the plugin's
 default)? Each property set gets the paged IR compiled once; rounds visit every set in turn, and each round
-prefills a prompt of 250 random tokens and times steps of 1, 2 and 3 tokens after it. Prints medians (ms).
+prefills a prompt of 250 random tokens and times steps of 1, 2 and 3 tokens after it. Prints medians (ms), and
+whether the set is exact: block-invariant (the runtime's own probe, a block against the same tokens in pieces,
+never a lone token), the property speculative decoding needs to write what the target alone writes, and after
+a rollback (a verified block of 6, 4 of them rolled back, then 3 new tokens as one block against single steps).
 
     python benchmarks/target_step_costs.py ~/.cache/edge-specdec/bundles/qwen1.5b-int4+smollm2-135m-int8 --rounds 8
 """
@@ -20,6 +23,7 @@ import openvino as ov
 from openvino._offline_transformations import paged_attention_transformation
 
 from edge_specdec.runtime.graph import compute_logits_rows
+from edge_specdec.runtime.probes import is_block_invariant
 from edge_specdec.runtime.session import CompiledLM
 
 PROPERTY_SETS = {
@@ -31,16 +35,39 @@ PROPERTY_SETS = {
 STEP_SIZES = (1, 2, 3)
 
 
+def exact_after_rollbacks(lm: CompiledLM, trials: int = 6) -> int:
+    """In how many trials a block fed after a rollback gets the logits of the same tokens fed one at a time
+    (each step re-feeding the token before it, as a block-invariant session does)."""
+    rng = np.random.default_rng(1)
+    verified, stepped, equal = lm.session(), lm.session(), 0
+    for _ in range(trials):
+        prompt = rng.integers(100, 30000, int(rng.integers(20, 300))).tolist()
+        block, new = rng.integers(100, 30000, 6).tolist(), rng.integers(100, 30000, 3).tolist()
+        verified.reset()
+        verified.feed(prompt, rows=1)
+        verified.feed(block)
+        verified.rollback(4)
+        last = verified.feed(new)[-1]
+        stepped.reset()
+        stepped.feed(prompt, rows=1)
+        for token in block[:2] + new:
+            row = stepped.feed([token])[-1]
+        equal += bool(np.array_equal(last, row))
+    return equal
+
+
 def open_target(core: ov.Core, model_xml: Path, properties: dict):
-    """A session on the paged IR compiled with these properties (not checked for block invariance: a lone
-    token is allowed, to time it)."""
+    """The paged IR compiled with these properties: (a session that may feed a lone token, to time it; whether
+    the model is block-invariant; in how many of 6 trials it is exact after a rollback)."""
     model = core.read_model(str(model_xml))
     paged_attention_transformation(model)
     compute_logits_rows(model)
     compiled = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
                                                  **properties})
     vocab = model.output("logits").get_partial_shape()[-1].get_length()
-    return CompiledLM(compiled, "paged", "CPU", "dq", None, False, vocab).session()
+    timed = CompiledLM(compiled, "paged", "CPU", "dq", None, False, vocab).session()
+    invariant = CompiledLM(compiled, "paged", "CPU", "dq", None, True, vocab)
+    return timed, is_block_invariant(invariant.session()), exact_after_rollbacks(invariant)
 
 
 def main() -> None:
@@ -50,8 +77,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8, help="steps timed per round and size (the first 2 not counted)")
     args = p.parse_args()
     core = ov.Core()
-    sessions = {name: open_target(core, args.bundle / "target" / "openvino_model.xml", props)
-                for name, props in PROPERTY_SETS.items()}
+    opened = {name: open_target(core, args.bundle / "target" / "openvino_model.xml", props)
+              for name, props in PROPERTY_SETS.items()}
+    sessions = {name: session for name, (session, _, _) in opened.items()}
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(100, 20000, 250)]
     times: dict = {(name, n): [] for name in sessions for n in STEP_SIZES}
@@ -68,7 +96,9 @@ def main() -> None:
                         times[(name, n)].append(time.perf_counter() - start)
     for name in sessions:
         print(f"{name:30s} " + "  ".join(f"{n} token{'s' if n > 1 else ''}: "
-                                         f"{1000 * statistics.median(times[(name, n)]):.1f} ms" for n in STEP_SIZES))
+                                         f"{1000 * statistics.median(times[(name, n)]):.1f} ms" for n in STEP_SIZES)
+              + f"  block-invariant: {'yes' if opened[name][1] else 'NO'}, exact after a rollback: "
+                f"{opened[name][2]} of 6")
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ TARGET_GENERATION_TOKENS = 16
 
 # Activation precisions on the CPU. "dq": int8 dynamic quantization of the activations of int4/int8 weight
 # matmuls (the plugin's default kernels, much faster on small CPUs). "f32": plain float32 arithmetic, closest to
-# the original model. Both keep the KV cache in f32: a u8 cache is quantized per block, so it is not exact
-# across rollbacks. bf16 inference is not used: on AVX-512 BF16 CPUs it was not exact.
+# the original model. Both keep the KV cache in f32: with a u8 cache the model is not block-invariant at either
+# precision (a block's logits differ from the same tokens in pieces, and from single steps after a rollback).
+# bf16 inference is not used: on AVX-512 BF16 CPUs it was not exact.
 CPU_PRECISIONS = {
     "dq": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"},
     "f32": {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
