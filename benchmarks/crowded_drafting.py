@@ -4,7 +4,8 @@ each drafting setting in turn, interleaved over repeats. Prints aggregate tokens
 checks that every setting writes the same tokens.
 
 Settings: crowded0 / crowded1 / crowded2 = draft_max_sessions 2 and crowded_draft_tokens 0 / 1 / 2 (the
-default is crowded0); always = every session drafts its full length however many generate.
+default is crowded0); alone-only = draft_max_sessions 1 (a session drafts only while it generates alone);
+always = every session drafts its full length however many generate.
 
     python benchmarks/crowded_drafting.py ~/.cache/edge-specdec/bundles/qwen1.5b-int4+smollm2-135m-int8 \\
         --clients 4 --repeats 3
@@ -19,7 +20,7 @@ import time
 from edge_specdec.benchmark.runner import load_prompt_set
 from edge_specdec.runtime import Engine, GenerationConfig
 
-SETTINGS = {"crowded0": (2, 0), "crowded1": (2, 1), "crowded2": (2, 2), "always": (None, 0)}
+SETTINGS = {"crowded0": (2, 0), "crowded1": (2, 1), "crowded2": (2, 2), "alone-only": (1, 0), "always": (None, 0)}
 
 
 def run_clients(engine: Engine, prompts: list, config: GenerationConfig, setting: tuple) -> tuple[float, list]:
@@ -63,7 +64,7 @@ def main() -> None:
             speeds[name].append(tokens_per_s)
             proposed = sum(r.stats.draft_tokens_proposed for r in results)
             accepted = sum(r.stats.draft_tokens_accepted for r in results)
-            print(f"repeat {repeat + 1} {name:9s} {tokens_per_s:6.1f} tok/s  proposed {proposed:4d} accepted "
+            print(f"repeat {repeat + 1} {name:10s} {tokens_per_s:6.1f} tok/s  proposed {proposed:4d} accepted "
                   f"{accepted:4d} rounds {sum(r.stats.rounds for r in results):4d}  "
                   f"{'same tokens' if ids == reference else 'DIFFERENT TOKENS'}", flush=True)
     print("medians: " + ", ".join(f"{name} {statistics.median(v):.1f} tok/s" for name, v in speeds.items()))
