@@ -55,7 +55,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from ..errors import EdgeSpecdecError
 from .report import (_f, _first_difference, _median, _round, _spread, _table, prompt_source_lines,
                      write_report)
-from .runner import (_fmt_duration, check_genai_draft, load_prompt_set, machine_info, pick_categories, prompt_source,
+from .runner import (_fmt_duration, load_genai_draft, load_prompt_set, machine_info, pick_categories, prompt_source,
                      render_prompts)
 from .setups import Prompt
 
@@ -481,9 +481,6 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
         raise EdgeSpecdecError("--repeats must be at least 1.")
     if genai_k is not None and genai_k < 1:
         raise EdgeSpecdecError("--genai-k must be at least 1 (or leave it out: GenAI's confidence stop).")
-    if genai_draft is not None and not genai:
-        raise EdgeSpecdecError("--genai-draft is for GenAI's speculative row, and --no-genai leaves GenAI out: "
-                               "drop one of them.")
     specs, notes = select_client_setups([p for item in (setups or []) for p in str(item).split(",") if p.strip()])
     if not genai:
         specs = [s for s in specs if s.engine != "genai"]
@@ -493,10 +490,7 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     notes += prompt_notes
     b = load_bundle(bundle, verify=False)  # the cheap checks first: a bad bundle or option fails fast
     relation = b.vocabulary["relation"]
-    other = None
-    if genai_draft is not None:
-        other = load_bundle(genai_draft, verify=False)
-        check_genai_draft(b, other)
+    other = load_genai_draft(b, genai_draft, genai)
     out_dir = Path(out) if out is not None else Path("bench-results") / f"{b.path.name}-clients"
     if out_dir.exists() and not out_dir.is_dir():
         raise EdgeSpecdecError(f"--out {out_dir} is a file: give a folder for the report.")

@@ -176,6 +176,21 @@ def check_genai_draft(bundle, other) -> None:
                 f"same weight settings, whose draft has that target's vocabulary.")
 
 
+def load_genai_draft(bundle, genai_draft: Union[str, Path, None], genai_on: bool):
+    """--genai-draft for either benchmark: None when not given, else that bundle, checked by check_genai_draft;
+    refused when GenAI's rows are left out."""
+    if genai_draft is None:
+        return None
+    from ..bundle import load_bundle
+
+    if not genai_on:
+        raise EdgeSpecdecError("--genai-draft is for GenAI's speculative rows, and --no-genai leaves GenAI out: "
+                               "drop one of them.")
+    other = load_bundle(genai_draft, verify=False)
+    check_genai_draft(bundle, other)
+    return other
+
+
 def other_draft_spec(spec: Spec, label: str, path) -> Spec:
     """The row `spec` with the draft of another bundle (same target): named LABEL:ROW."""
     return dataclasses.replace(spec, name=f"{label}:{spec.name}",
@@ -371,13 +386,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
                                f"assistant_confidence_threshold must be above 0 and below 1, e.g. 0.3 0.5 0.7.")
     b = load_bundle(bundle, verify=False)  # first the cheap checks: a bad bundle, setup or category fails fast
     relation = b.vocabulary["relation"]
-    peer_draft = None
-    if genai_draft is not None:
-        if not (genai or genai_ours):
-            raise EdgeSpecdecError("--genai-draft is for GenAI's speculative rows, and --no-genai leaves GenAI out: "
-                                   "drop one of them.")
-        peer_draft = load_bundle(genai_draft, verify=False)
-        check_genai_draft(b, peer_draft)
+    peer_draft = load_genai_draft(b, genai_draft, genai or genai_ours)
     candidates = candidate_specs(relation, ks, genai_ours=genai_ours, concurrent=concurrent, hf=hf, genai=genai,
                                  genai_confidences=genai_confidences, genai_draft=peer_draft is not None)
     families = [f for f, on in (("genai-ours", genai_ours), ("concurrent", concurrent), ("hf", hf)) if on]

@@ -206,7 +206,7 @@ def plan_steps(settings: TrainSettings, train: list[Example], seconds: float, ra
     """Optimizer steps: as many as the time for training allows at the measured rate, at most `epochs` passes.
     Returns (steps, what limited them)."""
     tokens = sum(len(e.ids) for e in train)
-    by_epochs = max(1, math.ceil(settings.epochs * tokens / settings.batch_tokens))
+    by_epochs = epoch_steps(settings, tokens)
     by_time = max(1, int(seconds / TRAINING_OVERHEAD * rate / settings.batch_tokens))
     if by_time < by_epochs:
         return by_time, f"the time left ({seconds / 60:.1f} min at {rate:.0f} tokens/s)"
@@ -217,10 +217,18 @@ def replan(settings: TrainSettings, state: dict[str, Any], epoch_tokens: int, se
     """The planned steps again, from the rate training has had so far (validation included), which can differ
     much from the probe's on a shared machine: as many more steps as the time left allows, at most `epochs`
     passes in all."""
-    rate = state["train_tokens"] / max(state["seconds"], 1e-9)
-    by_epochs = max(1, math.ceil(settings.epochs * epoch_tokens / settings.batch_tokens))
-    more = int(max(0.0, seconds_left) / REPLAN_MARGIN * rate / settings.batch_tokens)
-    return max(state["step"], min(by_epochs, state["step"] + more))
+    more = int(max(0.0, seconds_left) / REPLAN_MARGIN * measured_rate(state) / settings.batch_tokens)
+    return max(state["step"], min(epoch_steps(settings, epoch_tokens), state["step"] + more))
+
+
+def epoch_steps(settings: TrainSettings, epoch_tokens: int) -> int:
+    """The optimizer steps of `epochs` passes over a training split of epoch_tokens tokens."""
+    return max(1, math.ceil(settings.epochs * epoch_tokens / settings.batch_tokens))
+
+
+def measured_rate(state: dict[str, Any]) -> float:
+    """Training tokens per second so far in this align (validation included), from the training state."""
+    return state["train_tokens"] / max(state["seconds"], 1e-9)
 
 
 def validation_interval(settings: TrainSettings, planned: int, validation: list[Example]) -> int:
@@ -363,12 +371,12 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
                 last_line = time.monotonic()
                 say(f"train: step {state['step']}/{state['planned']} (epoch {state['epoch'] + 1}), train loss "
                     f"{mean_train:.4f}, validation loss {val:.4f} (best {state['best_loss']:.4f}), "
-                    f"{state['train_tokens'] / max(state['seconds'], 1e-9):.0f} tokens/s, "
+                    f"{measured_rate(state):.0f} tokens/s, "
                     f"{state['seconds'] / 60:.1f} min so far, eta {eta / 60:.1f} min")
                 planned = replan(settings, state, epoch_tokens, deadline())
                 if planned != state["planned"]:
                     say(f"train: re-planned from {state['planned']} to {planned} steps at the measured "
-                        f"{state['train_tokens'] / max(state['seconds'], 1e-9):.0f} tokens/s")
+                        f"{measured_rate(state):.0f} tokens/s")
                     state["planned"] = planned
                     every = validation_interval(settings, planned, validation)
                 if time.monotonic() - last_save >= CHECKPOINT_SECONDS:
