@@ -3,6 +3,7 @@ exact, a stopped align resumes, the budget and the token cap hold, bad inputs fa
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,7 +34,7 @@ def training_prompts(path: Path) -> Path:
 
 
 def settings(prompts: Path, **changes) -> AlignSettings:
-    train = TrainSettings(train_layers=2, learning_rate=3e-3, batch_tokens=512, epochs=3)
+    train = TrainSettings(train_layers=2, learning_rate=3e-3, batch_tokens=512, epochs=3, soft_weight=0.5)
     base = dict(prompts=str(prompts), minutes=10, max_new_tokens=40, streams=4, eval_prompts=4, eval_tokens=24,
                 train=train)
     return AlignSettings(**{**base, **changes})
@@ -144,6 +145,20 @@ def test_manifest_records_data_training_and_figures(aligned):
     assert set(record["seconds_by_stage"]) >= {"baseline", "generate", "train", "export", "evaluate"}
 
 
+def test_generation_records_the_targets_distribution_and_training_uses_it(aligned):
+    records = [json.loads(line) for line in (aligned.work / "data.jsonl").read_text().splitlines()]
+    for r in records:
+        assert len(r["target_ids"]) == len(r["target_top"]) == r["target_tokens"]
+        for token, (ids, logprobs) in zip(r["target_ids"], r["target_top"]):
+            assert ids[0] == token and len(ids) == len(logprobs) == 8  # greedy: the most likely token
+            assert logprobs == sorted(logprobs, reverse=True) and logprobs[0] <= 0
+            assert 0.0 < sum(math.exp(v) for v in logprobs) <= 1.0 + 1e-3
+    record = load_bundle(aligned.out).manifest["alignment"]
+    training = record["training"]
+    assert training["settings"]["soft_weight"] == 0.5 and "0.5 of the target's distribution" in record["method"]
+    assert 0 < training["positions_with_target_distribution"] < training["loss_positions"]
+
+
 def test_stopped_align_resumes_where_it_stopped(aligned):
     first, second, third = aligned.runs
     assert aligned.first is None and not aligned.out_after_first and not aligned.out_after_second
@@ -161,9 +176,12 @@ def test_token_cap_ends_generation(bundle_dir, tmp_path):
     cap, streams, per_prompt = 150, 2, 40
     work = tmp_path / "work"
     align_bundle(bundle_dir(TARGET, DRAFT), tmp_path / "out", settings(prompts, tokens=cap, streams=streams,
-                                                                        max_new_tokens=per_prompt),
+                                                                        max_new_tokens=per_prompt,
+                                                                        train=TrainSettings(soft_weight=0.0)),
                  work=work, stop_after="generate")
     data = [json.loads(line) for line in (work / "data.jsonl").read_text().splitlines()]
+    # without --soft-weight, generation records the target's tokens but not its distribution
+    assert all("target_top" not in r and len(r["target_ids"]) == r["target_tokens"] for r in data)
     total = sum(r["target_tokens"] for r in data)
     assert cap <= total < cap + streams * per_prompt
     assert len(data) < len(prompts.read_text().splitlines())
@@ -240,12 +258,13 @@ def bad_inputs(tmp_path: Path, source: Path, other_model: Path) -> dict[str, tup
                                                   str(other_model)], "--draft-source"),
         "zero minutes": (["align", str(source), "--out", out, "--minutes", "0"], "--minutes 0"),
         "resume with nothing to resume": (["align", str(source), "--out", out, "--resume"], "--resume"),
+        "a soft weight over 1": (["align", str(source), "--out", out, "--soft-weight", "1.5"], "--soft-weight 1.5"),
     }
 
 
 @pytest.mark.parametrize("case", ["missing bundle", "draft source not found", "recorded draft source gone",
                                   "a draft source that is another model", "zero minutes",
-                                  "resume with nothing to resume"])
+                                  "resume with nothing to resume", "a soft weight over 1"])
 def test_bad_inputs_fail_in_one_line_and_write_nothing(bundle_dir, model_dir, tmp_path, capsys, case):
     source = bundle_dir(TARGET, DRAFT)
     args, expected = bad_inputs(tmp_path, source, model_dir("gpt2-prefixspace"))[case]

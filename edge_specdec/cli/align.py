@@ -41,7 +41,8 @@ def _cmd_align(args: argparse.Namespace) -> int:
     from ..export.align import AlignSettings, TrainSettings, align_bundle
 
     train = TrainSettings(epochs=args.epochs, train_layers=args.train_layers, learning_rate=args.learning_rate,
-                          batch_tokens=args.batch_tokens, precision=args.train_precision)
+                          batch_tokens=args.batch_tokens, precision=args.train_precision,
+                          soft_weight=args.soft_weight)
     settings = AlignSettings(prompts=args.prompts, tokens=args.tokens, minutes=args.minutes,
                              max_new_tokens=args.max_new_tokens, streams=args.streams,
                              eval_prompts=args.eval_prompts, eval_tokens=args.eval_tokens, train=train)
@@ -99,6 +100,11 @@ def add_parser(sub) -> None:
                    help="train only the top N decoder layers and the final norm (default: the whole model, "
                         "which learned more per minute on the real pair)")
     t.add_argument("--learning-rate", type=float, default=1e-4, metavar="LR", help="peak learning rate (1e-4)")
+    t.add_argument("--soft-weight", type=float, default=0.0, metavar="W",
+                   help="where the draft's token is the target's own (same start, same bytes), train on (1 - W) of "
+                        "that token and W of the target's distribution over its most likely tokens the draft's "
+                        "vocabulary shares (0: the tokens only). Generation records that distribution only when W "
+                        "> 0, so give it from the start")
     t.add_argument("--batch-tokens", type=int, default=2048, metavar="N", help="tokens per optimizer step (2048)")
     t.add_argument("--train-precision", choices=("fp32", "bf16"),
                    help="training arithmetic: fp32, or bf16 autocast (float32 weights); default: the faster here, "

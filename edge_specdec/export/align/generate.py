@@ -4,9 +4,11 @@ Several sessions of one batching Engine generate at once (their single-token ste
 a CPU costs little more than one call alone), each taking the next prompt when it finishes one. Every finished
 prompt is appended to WORK/data.jsonl at once, so a stop loses only the prompts in flight, and a resume skips the
 prompts already there. Each record counts its draft tokens too (prompt and continuation in the draft's tokenizer),
-the unit of the training cost. The caller's keep_going(totals) is asked after every prompt: once it says no (the
-budget's time for generation is used), the prompts in flight are stopped and kept as far as they got, which is
-still the target's own text.
+the unit of the training cost, and the target's token ids; with `top` > 0 also the target's `top` most likely
+tokens and their log-probabilities at each position (for training on the target's distribution, train.py;
+computing them costs a log-softmax over the target's vocabulary per token, so only when asked). The caller's
+keep_going(totals) is asked after every prompt: once it says no (the budget's time for generation is used), the
+prompts in flight are stopped and kept as far as they got, which is still the target's own text.
 """
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ from .prompts import TrainPrompt, render
 from .work import WorkFolder
 
 PROGRESS_SECONDS = 15.0  # a progress line at most this often
+TARGET_TOP = 8  # the target's most likely tokens kept per position of the training text
 
 
 def generate_data(bundle: Path, prompts: list[TrainPrompt], work: WorkFolder, max_new_tokens: int, streams: int,
-                  keep_going: Callable[[int], bool], say: Callable[[str], None]) -> dict[str, Any]:
+                  keep_going: Callable[[int], bool], say: Callable[[str], None], top: int = 0) -> dict[str, Any]:
     """Generate the continuations of the prompts not yet in data.jsonl; return the data's totals."""
     records = work.read_data()
     done = {r["id"] for r in records}
@@ -37,7 +40,7 @@ def generate_data(bundle: Path, prompts: list[TrainPrompt], work: WorkFolder, ma
     if not todo or not keep_going(totals):
         return totals
     engine = Engine(bundle, batching=streams > 1)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, top_logprobs=top)
     pending: "queue.Queue[TrainPrompt]" = queue.Queue()
     for p in todo:
         pending.put(p)
@@ -70,7 +73,10 @@ def generate_data(bundle: Path, prompts: list[TrainPrompt], work: WorkFolder, ma
             record = {"id": prompt.id, "category": prompt.category, "split": prompt.split, "prompt": draft_text,
                       "completion": result.text, "target_tokens": len(result.token_ids),
                       "draft_tokens": len(draft_encode(draft_text)) + len(draft_encode(result.text)),
-                      "stop_reason": result.stop_reason}
+                      "stop_reason": result.stop_reason, "target_ids": result.token_ids}
+            if top:
+                record["target_top"] = [[[t for t, _ in lp.top], [round(v, 4) for _, v in lp.top]]
+                                        for lp in result.logprobs]
             with lock:
                 out.add(record)
                 _add(totals, record)

@@ -29,7 +29,7 @@ from .. import _check_output, _timed
 from ..sources import count_parameters, resolve_source
 from .assemble import build_bundle, export_aligned_draft, move_into_place, weight_settings, write_manifest
 from .evaluate import evaluate_bundle
-from .generate import generate_data
+from .generate import TARGET_TOP, generate_data
 from .prompts import PACKAGED_PROMPTS, prompts_sha256, training_prompts
 from .train import PRECISIONS, TRAINING_OVERHEAD, TrainSettings, probe_rate, train_draft
 from .work import STAGES, Budget, WorkFolder
@@ -65,6 +65,9 @@ class AlignSettings:
             raise ExportError(f"--epochs {self.train.epochs:g}: must be more than 0.")
         if self.train.precision not in (None,) + PRECISIONS:
             raise ExportError(f"--train-precision {self.train.precision}: choose one of {', '.join(PRECISIONS)}.")
+        if not 0.0 <= self.train.soft_weight <= 1.0:
+            raise ExportError(f"--soft-weight {self.train.soft_weight:g}: must be from 0 (the target's tokens "
+                              "only) to 1 (its distribution only where it has one).")
         if not self.train.learning_rate > 0:
             raise ExportError(f"--learning-rate {self.train.learning_rate:g}: must be more than 0.")
         return self
@@ -244,7 +247,8 @@ def _generate(source: Bundle, settings: AlignSettings, folder: WorkFolder, budge
 
     say(f"generate: {len(prompts)} training prompts, up to {settings.max_new_tokens} tokens each, "
         f"{settings.streams} at once")
-    return generate_data(source.path, prompts, folder, settings.max_new_tokens, settings.streams, keep_going, say)
+    return generate_data(source.path, prompts, folder, settings.max_new_tokens, settings.streams, keep_going, say,
+                         top=TARGET_TOP if settings.train.soft_weight > 0 else 0)
 
 
 def _alignment_record(source: Bundle, settings: AlignSettings, folder: WorkFolder, draft_folder: Path,
@@ -253,7 +257,9 @@ def _alignment_record(source: Bundle, settings: AlignSettings, folder: WorkFolde
     seconds = {stage: folder.result(stage).get("seconds_spent") for stage in STAGES if folder.done(stage)}
     return {
         "method": "sequence-level distillation: the draft fine-tuned on its target's greedy continuations, "
-                  "tokenized as the runtime gives the text to the draft",
+                  "tokenized as the runtime gives the text to the draft"
+                  + (f"; labels mixed with {settings.train.soft_weight:g} of the target's distribution where the "
+                     "two tokenizations agree" if settings.train.soft_weight else ""),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "source_bundle": str(source.path),
         "draft_source": str(draft_folder),

@@ -6,6 +6,13 @@ target's continuation re-tokenized after it (Retokenizer.continuation, as DraftT
 EOS when the target stopped there (a proposed EOS maps to the target's). The loss is the cross-entropy of the
 continuation's tokens only: the draft never has to predict the prompt.
 
+The target's distribution, where the two tokenizations agree (soft_weight > 0): at a position where a draft token
+starts where a target token starts and spells the same bytes (a token both vocabularies share), the label becomes
+a mix, (1 - soft_weight) of that token and soft_weight of the target's own most likely tokens there (recorded by
+generation), those the draft's vocabulary shares, renormalized. The draft then learns how sure the target is, not
+only its choice, which its confidence stop uses. Validation measures the plain cross-entropy either way, so that
+losses compare across settings.
+
 Cheap on a CPU: the logits are computed only at the positions that carry a loss (logits_to_keep), the forward pass
 runs under bfloat16 autocast where the plan measured that faster, and a step accumulates whole sequences, one at
 a time and unpadded, until it holds batch_tokens tokens. The whole model is trained by default; `train_layers`
@@ -36,6 +43,7 @@ from ...bundle import Bundle
 from ...errors import ExportError
 from ...runtime.retokenize import Retokenizer
 from ...runtime.text import PromptTokenizer
+from ...vocab_map import NO_TOKEN, VocabMap
 from .work import WorkFolder
 
 CHECKPOINT = "checkpoint.pt"
@@ -67,6 +75,7 @@ class TrainSettings:
     evals: int = 10                     # validation measurements over the planned steps
     seed: int = 0
     precision: Optional[str] = None     # fp32 or bf16 (autocast); None: the faster on this machine, measured
+    soft_weight: float = 0.0            # the share of the target's distribution in the label (see above)
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,15 +84,26 @@ class TrainSettings:
 # --- the examples ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class SoftLabels:
+    """The target's distribution at some of an example's loss positions, in draft token ids."""
+    positions: np.ndarray  # int64 [P]: indices into the continuation (the loss rows)
+    ids: np.ndarray        # int64 [P, K]: draft token ids (padding: the position's own label, weight 0)
+    weights: np.ndarray    # float32 [P, K]: the target's probabilities of them, renormalized to sum to 1
+
+
+@dataclass(frozen=True)
 class Example:
     ids: list[int]   # prompt + continuation (+ EOS), draft tokens
     n_loss: int      # the last n_loss tokens are the continuation: the ones with a loss
+    soft: Optional[SoftLabels] = None
 
 
 def make_examples(records: list[dict[str, Any]], bundle: Bundle, max_len: int) -> tuple[list[Example], list[Example]]:
-    """(training, validation) examples in the draft's tokens, as the runtime tokenizes the draft's text."""
+    """(training, validation) examples in the draft's tokens, as the runtime tokenizes the draft's text, with the
+    target's distribution where the records carry it."""
     encode = PromptTokenizer(bundle.draft.tokenizer_xml).encode
-    retok = Retokenizer(encode, bundle.load_vocab_map().draft)
+    vocab_map = bundle.load_vocab_map()
+    retok = Retokenizer(encode, vocab_map.draft)
     eos = bundle.draft.special_tokens.get("eos_token_id")
     train, validation = [], []
     for record in records:
@@ -97,8 +117,45 @@ def make_examples(records: list[dict[str, Any]], bundle: Bundle, max_len: int) -
         n_loss = len(ids) - len(prompt)
         if n_loss < 1:
             continue
-        (train if record["split"] == "train" else validation).append(Example(ids, n_loss))
+        soft = soft_labels(record, continuation[:n_loss], vocab_map)
+        (train if record["split"] == "train" else validation).append(Example(ids, n_loss, soft))
     return train, validation
+
+
+def soft_labels(record: dict[str, Any], continuation: list[int], vocab_map: VocabMap) -> Optional[SoftLabels]:
+    """The target's recorded distribution at the positions where the draft's token is the target's own (it starts
+    at the same byte of the text and spells the same bytes, or both are the EOS the vocabulary map pairs), over the
+    recorded tokens the draft's vocabulary shares; None when the record has none (data from before it was
+    recorded) or no position qualifies."""
+    if "target_top" not in record:
+        return None
+    target_starts, offset = {}, 0
+    for i, token in enumerate(record["target_ids"]):
+        target_starts.setdefault(offset, i)
+        piece = vocab_map.target.piece(token)
+        offset += len(piece) if piece else 0
+    positions, rows_ids, rows_weights, offset = [], [], [], 0
+    for j, token in enumerate(continuation):
+        i = target_starts.get(offset)
+        piece = vocab_map.draft.piece(token)
+        offset += len(piece) if piece else 0
+        if i is None or vocab_map.target_to_draft[record["target_ids"][i]] != token:
+            continue
+        top_ids, top_logprobs = record["target_top"][i]
+        mapped = vocab_map.target_to_draft[np.asarray(top_ids, dtype=np.int64)]
+        probs = np.exp(np.asarray(top_logprobs, dtype=np.float64)) * (mapped != NO_TOKEN)
+        if probs.sum() <= 0:
+            continue
+        positions.append(j)
+        rows_ids.append(np.where(mapped != NO_TOKEN, mapped, token))
+        rows_weights.append(probs / probs.sum())
+    if not positions:
+        return None
+    width = max(len(row) for row in rows_ids)  # rows of fewer recorded tokens: padded with the label, weight 0
+    ids = np.array([np.pad(row, (0, width - len(row)), constant_values=continuation[j])
+                    for j, row in zip(positions, rows_ids)], dtype=np.int64)
+    weights = np.array([np.pad(row, (0, width - len(row))) for row in rows_weights], dtype=np.float32)
+    return SoftLabels(np.asarray(positions, dtype=np.int64), ids, weights)
 
 
 # --- the model ------------------------------------------------------------------------------------------------
@@ -154,8 +211,9 @@ def load_draft(source: Path, train_layers: Optional[int]):
     return model, k, trainable
 
 
-def sequence_loss(model, example: Example, precision: str = "fp32"):
-    """Summed cross-entropy of the example's continuation tokens (logits only where there is a loss).
+def sequence_loss(model, example: Example, precision: str = "fp32", soft_weight: float = 0.0):
+    """Summed cross-entropy of the example's continuation tokens (logits only where there is a loss); with
+    soft_weight, against the mixed labels where the example has the target's distribution (see above).
 
     precision "bf16": the forward pass under bfloat16 autocast (the weights and the optimizer stay float32)."""
     torch, _ = import_torch()
@@ -163,7 +221,14 @@ def sequence_loss(model, example: Example, precision: str = "fp32"):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
         logits = model(input_ids=ids, logits_to_keep=example.n_loss, use_cache=False).logits[0]
     labels = torch.tensor(example.ids[-example.n_loss:], dtype=torch.long)
-    return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+    if not soft_weight or example.soft is None:
+        return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    hard = -logp.gather(1, labels[:, None])[:, 0]
+    soft = example.soft
+    rows = torch.from_numpy(soft.positions)
+    soft_ce = -(torch.from_numpy(soft.weights) * logp[rows].gather(1, torch.from_numpy(soft.ids))).sum(-1)
+    return hard.sum() + soft_weight * (soft_ce - hard[rows]).sum()
 
 
 def validation_loss(model, examples: list[Example], precision: str = "fp32") -> float:
@@ -267,6 +332,10 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
                           "Give more --minutes, or more prompts with --prompts.")
     if not validation:  # a tiny data set: measure on the training text rather than not at all
         validation = train[:VALIDATION_MAX]
+    without = sum(e.soft is None for e in train)
+    if settings.soft_weight > 0 and without:
+        say(f"train: {without} of {len(train)} sequences have no recorded distribution of the target (text generated "
+            "without --soft-weight, or no position where the tokenizations agree): those learn the tokens only")
     names = [name for name, p in model.named_parameters() if p.requires_grad]
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0)
@@ -336,7 +405,7 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
                 group["lr"] = learning_rate(settings, state["step"], state["planned"])
             n_loss = sum(e.n_loss for e in batch)
             for example in batch:
-                loss = sequence_loss(model, example, precision) / n_loss
+                loss = sequence_loss(model, example, precision, settings.soft_weight) / n_loss
                 loss.backward()
                 train_loss += loss.item() * n_loss
             train_count += n_loss
@@ -397,6 +466,8 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
             "stopped_by": stop_reason, "epochs": round(state["train_tokens"] / sum(len(e.ids) for e in train), 3),
             "train_sequences": len(train), "validation_sequences": min(len(validation), VALIDATION_MAX),
             "train_draft_tokens": sum(len(e.ids) for e in train), "trained_tokens": state["train_tokens"],
+            "loss_positions": sum(e.n_loss for e in train),
+            "positions_with_target_distribution": sum(len(e.soft.positions) for e in train if e.soft),
             "validation_loss_before": round(state["initial_loss"], 5),
             "validation_loss_after": round(state["best_loss"], 5),
             "history": state["history"], "layers_trained": k, "layers": layers_total,
