@@ -16,8 +16,7 @@ import argparse
 import statistics
 import time
 
-from edge_specdec.benchmark.prompt_file import read_prompt_file
-from edge_specdec.benchmark.runner import PROMPTS_FILE
+from edge_specdec.benchmark.runner import load_prompt_set, render_prompts
 from edge_specdec.runtime.pipeline import Pipeline
 from edge_specdec.runtime.sampling import GenerationConfig
 
@@ -32,8 +31,8 @@ def main() -> None:
     args = p.parse_args()
     settings = [(float(c), int(k)) for c, k in (s.split(":") for s in args.settings)]
     pipe = Pipeline(args.bundle)
-    prompts = [(f"{cat}/{item['id']}", pipe.chat_prompt([{"role": "user", "content": item["text"]}]))
-               for cat, items in read_prompt_file(PROMPTS_FILE).items() for item in items]
+    prompt_set = load_prompt_set()
+    prompts = [(p.key, p.ours) for p in render_prompts(pipe, prompt_set, list(prompt_set))[0]]
     config = GenerationConfig(max_new_tokens=args.max_new_tokens)
     rows = ["target alone"] + [f"conf {c:g}, K {k}" for c, k in settings]
     speed = {row: {} for row in rows}
