@@ -45,17 +45,55 @@ when sampling.
 
 
 def _read_prompt(args: argparse.Namespace) -> Optional[str]:
+    """The prompt as text: --prompt-file, stdin (--prompt -) or --prompt itself, each checked to be UTF-8.
+
+    Whitespace is text and is generated from, as by the Python API and the server; only an empty prompt is refused.
+    """
     if args.prompt_file:
         try:
-            return open(args.prompt_file, encoding="utf-8").read()
+            with open(args.prompt_file, "rb") as f:
+                data = f.read()
         except OSError as exc:
             raise EdgeSpecdecError(f"cannot read --prompt-file {args.prompt_file}: {exc.strerror}.") from None
-    if args.prompt == "-":
-        return sys.stdin.read()
-    if args.prompt is None and not args.chat:
-        raise EdgeSpecdecError("no prompt: pass --prompt TEXT, --prompt - (read stdin), --prompt-file FILE, "
-                               "or --chat for a conversation.")
-    return args.prompt
+        prompt = _utf8(data, f"--prompt-file {args.prompt_file}")
+    elif args.prompt == "-":
+        stdin = getattr(sys.stdin, "buffer", None)
+        prompt = _utf8(stdin.read(), "stdin (--prompt -)") if stdin is not None else sys.stdin.read()
+        _check_text(prompt, "stdin (--prompt -)")
+    elif args.prompt is None:
+        if not args.chat:
+            raise EdgeSpecdecError("no prompt: pass --prompt TEXT, --prompt - (read stdin), --prompt-file FILE, "
+                                   "or --chat for a conversation.")
+        return None
+    else:
+        prompt = args.prompt
+        _check_text(prompt, "--prompt")
+    if not prompt:
+        raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
+    return prompt
+
+
+def _utf8(data: bytes, where: str) -> str:
+    """Bytes read as the text files Python opens: UTF-8, with \r\n and \r read as \n (universal newlines)."""
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        raise EdgeSpecdecError(f"{where} is not UTF-8 text: byte {exc.start} (0x{data[exc.start]:02x}) "
+                               f"{exc.reason}; save it as UTF-8.") from None
+
+
+def _check_text(text: str, where: str) -> None:
+    """Text from argv holds each byte that was not UTF-8 as a lone surrogate (Python's surrogateescape), which the
+    tokenizer cannot take: say which byte of the argument it was."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")  # the bytes as they were given
+        except UnicodeEncodeError as exc:  # a surrogate that stands for no byte (given as text, not read)
+            raise EdgeSpecdecError(f"{where}: character {exc.start} (U+{ord(text[exc.start]):04X}) is a lone "
+                                   f"surrogate, which is not text; remove it.") from None
+        _utf8(raw, where)
 
 
 def _stats_line(result) -> str:
@@ -75,8 +113,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
     prompt = _read_prompt(args)
-    if prompt is not None and not prompt.strip():
-        raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
                               ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,

@@ -1,7 +1,9 @@
 """Generation options and the logits -> distribution transform, applied identically to target and draft."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Optional
 
 import numpy as np
@@ -10,6 +12,12 @@ from ..errors import EdgeSpecdecError
 
 
 MAX_TOP_LOGPROBS = 20  # as in OpenAI's API
+# Where the arithmetic stays sound. Logits (float32) are penalized in float32 and divided by the temperature in
+# float64: a penalty of 1e-300 or a temperature of 1e-310 overflows them to inf, and inf - inf is NaN, which then
+# picks the last token id every time. Six orders of magnitude either side of 1 keep any logit under 1e30 finite
+# through both, and go far past any setting a user could want.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-6, 1e6
 
 
 @dataclass
@@ -41,17 +49,27 @@ class GenerationConfig:
         return self.temperature == 0.0
 
     def validate(self) -> "GenerationConfig":
+        """Refuse what decoding cannot honour soundly: wrong types, NaN and infinities, and values out of bounds.
+
+        Every way in (the Python API, `run`, the server) goes through here; each check is a comparison that NaN
+        cannot slip through (`not low <= x <= high`), after the value is known to be a finite number."""
+        for name in ("max_new_tokens", "top_k", "top_logprobs"):
+            _integer(name, getattr(self, name))
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            _finite(name, getattr(self, name))
         if self.max_new_tokens < 1:
             raise EdgeSpecdecError(f"max_new_tokens must be at least 1 (got {self.max_new_tokens}).")
-        if self.temperature < 0:
-            raise EdgeSpecdecError(f"temperature must be >= 0 (got {self.temperature}); 0 means greedy.")
+        if self.temperature != 0 and not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
+            raise EdgeSpecdecError(f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE:g} and "
+                                   f"{MAX_TEMPERATURE:g} (got {self.temperature!r}).")
         if self.top_k < 0:
             raise EdgeSpecdecError(f"top_k must be >= 0 (got {self.top_k}); 0 switches it off.")
         if not 0.0 < self.top_p <= 1.0:
             raise EdgeSpecdecError(f"top_p must be in (0, 1] (got {self.top_p}); 1.0 switches it off.")
-        if self.repetition_penalty <= 0:
-            raise EdgeSpecdecError(f"repetition_penalty must be > 0 (got {self.repetition_penalty}); 1.0 switches "
-                                   f"it off.")
+        if not MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY:
+            raise EdgeSpecdecError(f"repetition_penalty must be between {MIN_REPETITION_PENALTY:g} and "
+                                   f"{MAX_REPETITION_PENALTY:g} (got {self.repetition_penalty!r}); 1.0 switches it "
+                                   f"off.")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise EdgeSpecdecError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (got "
                                    f"{self.top_logprobs}).")
@@ -60,6 +78,16 @@ class GenerationConfig:
     @property
     def wants_logprobs(self) -> bool:
         return self.logprobs or self.top_logprobs > 0
+
+
+def _integer(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise EdgeSpecdecError(f"{name} must be an integer (got {value!r}).")
+
+
+def _finite(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise EdgeSpecdecError(f"{name} must be a finite number (got {value!r}).")
 
 
 def penalize(rows: np.ndarray, config: GenerationConfig, context: list[int], block: list[int]) -> np.ndarray:
