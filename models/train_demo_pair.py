@@ -54,6 +54,22 @@ EXCLUDED_DIRS = {"test", "tests", "idlelib", "site-packages"}
 EOS = "<|endoftext|>"
 PROMPTS = ["def parse_args(", "class LRUCache:", "import os\n\ndef walk(", "def _read_config(path):\n    ",
            "    for line in "]
+# The demo's chat template (Hugging Face's Jinja format, rendered by edge_specdec/runtime/chat.py). The pair is a
+# Python code model that never saw a conversation, so a turn is put the way its training text reads: a user's (or
+# the system's) message as a comment, then a blank line, and the assistant's answer as the code that follows;
+# answers end with two blank lines. Written beside the target's tokenizer before export, so that the exporter
+# copies it into the bundle (target/chat_template.jinja, checksummed in the manifest like every file).
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE = """\
+{#- The edge-specdec demo is a Python code model: a message is a comment, the assistant's answer the code after it. -#}
+{%- for message in messages -%}
+{%- if message['role'] == 'assistant' -%}
+{{ message['content'] | trim }}{{ '\\n\\n\\n' }}
+{%- else -%}
+{{ '# ' + (message['content'] | trim | replace('\\n', '\\n# ')) + '\\n\\n' }}
+{%- endif -%}
+{%- endfor -%}
+"""
 
 
 def warmup_cosine_lr(step: int, peak: float, warmup: int, total: int, floor: float = 0.1) -> float:
@@ -499,6 +515,24 @@ def finetune_draft(model, d_train, m_train, d_val, m_val, s_train, s_val, args) 
 
 # ----------------------------------------------------------------------------------------------- export, measure
 
+def write_chat_template(model_folder: Path) -> None:
+    """CHAT_TEMPLATE into a Hugging Face model folder, where the exporter picks it up with the tokenizer files."""
+    (model_folder / CHAT_TEMPLATE_FILE).write_text(CHAT_TEMPLATE, encoding="utf-8")
+
+
+def add_chat_template_to_bundle(bundle: Path) -> None:
+    """CHAT_TEMPLATE into an exported bundle, as an export from a target folder holding it would have written it:
+    target/chat_template.jinja, the files' sha256 and sizes and the target's size in the manifest. Nothing else
+    changes (weights, tokenizers, the rest of the manifest)."""
+    from edge_specdec.bundle import MANIFEST_FILE, file_records
+
+    write_chat_template(bundle / "target")
+    manifest = json.loads((bundle / MANIFEST_FILE).read_text(encoding="utf-8"))
+    manifest["files"] = file_records(bundle)
+    manifest["target"]["size_bytes"] = dir_bytes(bundle / "target")
+    (bundle / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def edge_specdec() -> list[str]:
     exe = Path(sys.executable).with_name("edge-specdec")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "edge_specdec.cli"]
@@ -663,7 +697,14 @@ def main() -> None:
     ap.add_argument("--measure-repeats", type=int, default=3)
     ap.add_argument("--measure-tokens", type=int, default=128)
     ap.add_argument("--no-measure", action="store_true")
+    ap.add_argument("--chat-template-only", action="store_true",
+                    help="only write the chat template into --bundle and update its manifest (no training, export or "
+                         "measurement): how the packaged demo got its template without a rebuild")
     args = ap.parse_args()
+    if args.chat_template_only:
+        add_chat_template_to_bundle(args.bundle)
+        log(f"wrote {args.bundle / 'target' / CHAT_TEMPLATE_FILE} and updated {args.bundle / 'manifest.json'}")
+        return
 
     import torch
     torch.set_num_threads(1)
@@ -738,6 +779,7 @@ def main() -> None:
         facts_path.write_text(json.dumps(facts, indent=2) + "\n")
 
     def export() -> None:
+        write_chat_template(out / "target-hf")
         cmd = edge_specdec() + ["export", "--target", str(out / "target-hf"), "--draft", str(out / "draft-hf"),
                                 "--out", str(args.bundle), "--force", "--target-weights", args.target_weights,
                                 "--draft-weights", args.draft_weights, "--quiet"]
