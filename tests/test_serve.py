@@ -337,7 +337,7 @@ def test_a_client_that_leaves_the_queue_frees_its_place(chat_bundle, engine):
         assert started.acquire(timeout=30)
         body = json.dumps({"prompt": "b", "max_tokens": 4}).encode()
         waiting = socket.create_connection(("127.0.0.1", int(running.url.rsplit(":", 1)[1])))
-        waiting.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        waiting.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
         deadline = time.monotonic() + 30
         while running.server.slots.depth < 1 and time.monotonic() < deadline:
@@ -398,7 +398,7 @@ def test_a_client_that_leaves_a_whole_request_stops_it(chat_bundle, engine):
         body = json.dumps({"prompt": "x = ", "max_tokens": 400, "ignore_eos": True, "temperature": 0,
                            "edge_specdec": {"algorithm": "none"}}).encode()
         sock = socket.create_connection(("127.0.0.1", int(running.url.rsplit(":", 1)[1])))
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
         deadline = time.monotonic() + 30
         while len(rounds) < 5 and time.monotonic() < deadline:

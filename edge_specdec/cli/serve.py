@@ -27,7 +27,7 @@ endpoints: POST /v1/chat/completions, POST /v1/completions (stream, logprobs, st
 repetition_penalty, ignore_eos, and "edge_specdec": {"algorithm", "num_assistant_tokens", "confidence", "lookup"}),
 GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus), GET / (the page).
 A full queue answers 429 with Retry-After; a client that disconnects frees its slot within a round;
-Ctrl-C or SIGTERM finishes the requests in flight, then exits. More: docs/serving.md.
+Ctrl-C or SIGTERM finishes the requests in flight, then exits. More: edge-specdec docs serving.
 """
 
 
@@ -38,6 +38,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def port_number(text: str) -> int:
+    """--port's type: a TCP port, so that argparse says what is wrong in one line."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: give 1 to 65535 (0: any free port)")
+    return port
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -59,7 +70,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                    draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions,
                    crowded_draft_tokens=args.crowded_draft_tokens)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
-                              batching=args.batching,
+                              batching=args.batching, host=args.host, allowed_hosts=args.allowed_host or [],
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
                               max_body_bytes=args.max_body_bytes, engine_options=options).check()
     app = create_app(settings)
@@ -87,7 +98,7 @@ def add_parser(sub) -> None:
                    help=f"a bundle folder (default: the demo pair that ships with edge-specdec, {DEMO_BUNDLE})")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; any other needs --api-key)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     p.add_argument("--slots", type=int, default=2, metavar="N",
                    help="requests generating at once, each on its own decoding session; the weights are loaded "
                         "once (default 2)")
@@ -109,6 +120,10 @@ def add_parser(sub) -> None:
     p.add_argument("--api-key", metavar="KEY",
                    help="clients must send 'Authorization: Bearer KEY' (default: $EDGE_SPECDEC_API_KEY, else none; "
                         "required with a --host other than loopback). /health and the page stay open")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a host name clients may reach this server by, besides localhost, IP addresses and --host "
+                        "(repeatable; e.g. the machine's name on the LAN, or a proxy's). Requests to other names "
+                        "get 403: that is what stops a web page from reaching the server by DNS rebinding")
     p.add_argument("--cors", action="append", metavar="ORIGIN",
                    help="let pages from ORIGIN call the API from a browser (repeatable; '*' for any; default: off)")
     p.add_argument("--max-tokens", type=int, default=1024, metavar="N",

@@ -8,6 +8,7 @@ generate() checks every round, and its slot goes back to the pool as soon as the
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import threading
@@ -24,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -34,8 +35,9 @@ from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine
 from ..runtime.sampling import GenerationConfig
+from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
-from .protocol import ParsedRequest, RequestError, Responder, error_body, parse_request
+from .protocol import ParsedRequest, RequestError, Responder, decode_json, error_body, parse_request
 from .slots import SlotPool
 
 log = logging.getLogger("edge_specdec.serve")
@@ -50,6 +52,8 @@ class ServerSettings:
     queue: int = 16
     api_key: Optional[str] = None
     cors: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"  # the address the server is bound to: a Host header it always answers to
+    allowed_hosts: list[str] = field(default_factory=list)  # more host names it answers to (see guard.py)
     max_body_bytes: int = 1 << 20
     max_tokens: int = 1024  # the most tokens one request may generate, and a chat request's default
     model_name: Optional[str] = None  # default: the bundle folder's name
@@ -123,12 +127,26 @@ class Server:
     # --- requests -----------------------------------------------------------------------------------------------
 
     def authorize(self, request: Request) -> None:
+        """The API key, when the server has one: 'Authorization: Bearer KEY' (the scheme in any case, as HTTP's
+        auth schemes are), compared in constant time so that the answer's timing tells nothing of the key."""
         key = self.settings.api_key
-        if key and request.headers.get("authorization", "") != f"Bearer {key}":
+        if not key:
+            return
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        # header values arrive decoded as latin-1: encoded back, they are the bytes the client sent
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"),
+                                                                 key.encode("utf-8")):
             raise RequestError("missing or wrong API key: send the header 'Authorization: Bearer <key>' with the "
                                "key the server was started with (--api-key).", status=401, code="invalid_api_key")
 
     async def read_json(self, request: Request) -> Any:
+        """The request's body as JSON: only an application/json body (a browser sends another type cross-site
+        without asking first), within --max-body-bytes, and JSON as decode_json checks it."""
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            raise RequestError(f"the request body must be JSON, sent with 'Content-Type: application/json' (not "
+                               f"{media_type or 'no content type'!r}).", status=415,
+                               code="unsupported_media_type")
         limit = self.settings.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
@@ -137,10 +155,7 @@ class Server:
             body += chunk
             if len(body) > limit:
                 raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
-        try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestError(f"the request body is not valid JSON: {exc}.") from None
+        return decode_json(bytes(body))
 
     async def prompt_ids(self, engine: Engine, parsed: ParsedRequest) -> list[int]:
         loop = asyncio.get_running_loop()
@@ -379,12 +394,17 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
     one already loaded instead. `app.state.server` is the Server."""
     server = Server(settings or ServerSettings(), engine)
 
-    def endpoint(handler: Callable, kind: Optional[str] = None):
+    def endpoint(handler: Callable, label: str):
+        """A route's handler with its errors answered as OpenAI error objects and counted under `label`, the
+        route's name (never its path: a path holds whatever a client puts in it)."""
         async def run(request: Request) -> Response:
             try:
                 return await handler(request)
+            except ClientDisconnect:  # the client left while sending its body: nobody to answer
+                server.metrics.count("requests_total", endpoint=label, outcome="cancelled")
+                return Response(status_code=499)
             except Exception as exc:
-                error = server.failure(kind or request.url.path, exc)
+                error = server.failure(label, exc)
                 return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
         return run
 
@@ -411,6 +431,9 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
+    async def favicon(request: Request) -> Response:  # browsers ask for /favicon.ico whatever the page links
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}"),
                             status_code=exc.status_code)
@@ -426,15 +449,20 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
         Route("/v1/chat/completions", endpoint(partial(server.complete, kind="chat"), "chat"), methods=["POST"]),
         Route("/v1/completions", endpoint(partial(server.complete, kind="completion"), "completion"),
               methods=["POST"]),
-        Route("/v1/models", endpoint(models), methods=["GET"]),
-        Route("/v1/models/{model:path}", endpoint(model), methods=["GET"]),
+        Route("/v1/models", endpoint(models, "models"), methods=["GET"]),
+        Route("/v1/models/{model:path}", endpoint(model, "model"), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", endpoint(metrics), methods=["GET"]),
+        Route("/metrics", endpoint(metrics, "metrics"), methods=["GET"]),
         Route("/", page, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    middleware = [Middleware(CORSMiddleware, allow_origins=server.settings.cors, allow_methods=["GET", "POST"],
-                             allow_headers=["Authorization", "Content-Type"])] if server.settings.cors else []
+    settings = server.settings
+    # the guard first: a request from a host name or an origin the server does not serve reaches nothing else
+    middleware = [Middleware(RequestGuard, policy=HostPolicy(settings.host, settings.allowed_hosts, settings.cors))]
+    if settings.cors:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=settings.cors, allow_methods=["GET", "POST"],
+                                     allow_headers=["Authorization", "Content-Type"]))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error})
     app.state.server = server

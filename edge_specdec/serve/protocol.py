@@ -9,6 +9,9 @@ penalty we do not implement, an unknown field) is a 400 that names it.
 """
 from __future__ import annotations
 
+import json
+import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -159,8 +162,9 @@ class _Fields:
         value = self._get(name)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
-            raise RequestError(f"{self.prefix}{name} must be {'an integer' if integer else 'a number'}, not "
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int))
+                or not math.isfinite(value)):
+            raise RequestError(f"{self.prefix}{name} must be {'an integer' if integer else 'a finite number'}, not "
                                f"{value!r}.", param=name)
         too_low = low is not None and (value <= low if low_open else value < low)
         if too_low or (high is not None and value > high):
@@ -250,6 +254,67 @@ def _extension(extension: Any) -> dict[str, Any]:
         raise RequestError("edge_specdec.confidence must be below 1 (0 = never stop drafting early).",
                            param="edge_specdec")
     return options
+
+
+# --- the body --------------------------------------------------------------------------------------------------
+
+def decode_json(body: bytes) -> Any:
+    """A request body as JSON, refused with a RequestError when it is not JSON as RFC 8259 defines it (Python's
+    parser also takes NaN and Infinity, and reads 1e400 as inf), nests past what the parser can follow, or holds a
+    string with a lone surrogate ("\\ud800": not text; the tokenizer fails on it, and so would the answer)."""
+    try:
+        value = json.loads(body, parse_constant=_not_json_number, parse_float=_finite_float)
+    except RequestError:
+        raise
+    except RecursionError:
+        raise RequestError("the request body nests too deeply to be read.") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}.") from None
+    where = lone_surrogate(value)
+    if where:
+        field_name = None if where.startswith(("a field name", "the request body")) else re.split(r"[.\[]", where)[0]
+        raise RequestError(f"{where} holds a lone surrogate (a \\ud800-\\udfff escape without its pair), which "
+                           f"is not text: send the characters themselves.", param=field_name)
+    return value
+
+
+def _not_json_number(name: str):
+    raise RequestError(f"the request body holds {name}, which is not a JSON number: send finite numbers.")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise RequestError(f"the number {text[:40]} in the request body is out of range: send finite numbers.")
+    return value
+
+
+def lone_surrogate(value: Any) -> Optional[str]:
+    """Where in a decoded JSON value a string (a key or a value) holds a lone surrogate: "messages[0].content", or
+    None. Walked with a stack, not recursion: the value may nest as deep as the parser allowed."""
+    stack: list[tuple[str, Any]] = [("the request body", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if not _is_text(item):
+                return path
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                child_path = key if path == "the request body" else f"{path}.{key}"
+                if not _is_text(key):
+                    return f"a field name in {path}"
+                stack.append((child_path, child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
+    return None
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --- responses ------------------------------------------------------------------------------------------------

@@ -155,7 +155,8 @@ def deployment(settings: Optional[ServerSettings] = None, replicas: int = 2, *, 
 # `serve run edge_specdec.serve.ray_app:app_builder KEY=VALUE ...`: the keys, with how each value is read.
 BUILDER_KEYS = {
     "bundle": str, "replicas": int, "slots": int, "queue": int, "max_tokens": int, "api_key": str,
-    "model_name": str, "cors": lambda v: [o for o in str(v).split(",") if o], "num_cpus": float,
+    "model_name": str, "cors": lambda v: [o for o in str(v).split(",") if o],
+    "allowed_hosts": lambda v: [h for h in str(v).split(",") if h], "num_cpus": float,
     "max_ongoing_requests": int, "max_queued_requests": int, "load_timeout": float,
     # Engine options
     "target_device": str, "draft_device": str, "threads": int,
