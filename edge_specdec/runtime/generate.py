@@ -97,8 +97,7 @@ class Result:
 def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConfig, stream: TextStream,
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
-             concurrent: bool = False, cancel: Optional[threading.Event] = None,
-             after_first_round: Optional[Callable[[], Any]] = None) -> Result:
+             concurrent: bool = False, cancel: Optional[threading.Event] = None) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     concurrent: while the target verifies a proposal, the drafter already drafts the next round as if every
@@ -109,7 +108,6 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     returns True, generation stops (stop_reason "stopped"), and so it does when `cancel` is set (checked every
     round). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
     A drafter whose model runs out of context stops drafting: the target alone finishes the run.
-    after_first_round is called once the first token is out (work that should not delay it).
     """
     config.validate()
     if target.max_context is not None and len(prompt_ids) + config.max_new_tokens > target.max_context:
@@ -148,9 +146,6 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
                                 drafted=n)
             if cancel is not None and cancel.is_set() and reason == "length":
                 reason = "stopped"
-            if after_first_round is not None:
-                after_first_round()
-                after_first_round = None  # once
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:

@@ -19,6 +19,8 @@ import dataclasses
 import os
 import queue
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import cached_property, partial
 from pathlib import Path
@@ -40,7 +42,7 @@ from .chat import ChatTemplate
 from .devices import (DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, TARGET_GENERATION_TOKENS, check_npu_weights,
                       compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
 from .plan import BlockPlan, machine_name
-from .probes import cheapest_step, fixed_block_pays, step_seconds
+from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
 from .session import BlockPool, ModelSession, open_model
 from .text import PromptTokenizer, TextStream
 
@@ -95,10 +97,11 @@ class Engine:
     blocks of speculative decoding to one size per model, so that the device does not prepare a new shape on
     every call (None: where `fixed_block_pays` measures that it wins, checked once per model and size, and
     otherwise single steps of the size `cheapest_step` measures; True / False: always / never).
-    static_shapes: give a model copies compiled for the block sizes it runs most (its single steps, and the
-    fixed block of k + 1 or DRAFT_BLOCK tokens), so that they never change a shape (None: for models under
-    STATIC_MAX_BYTES of weights; True / False: every model / none). A copy takes as long to compile as the model
-    and holds its weights again. The output is the same either way.
+    static_shapes: give a model copies compiled at load for the block sizes it runs most (its single steps, and
+    the fixed block of the default k + 1 or DRAFT_BLOCK tokens), so that they never change a shape (None: for
+    models under STATIC_MAX_BYTES of weights; True / False: every model / none). A copy takes as long to compile
+    as the model and holds its weights again: worth it for an engine that serves many requests, not for one
+    short run (`edge-specdec run` turns them off). The output is the same either way.
     batching: sessions of this engine share a block pool per model, and their short blocks (verification, draft
     steps) run together in one call when several sessions generate at once (see batching.py); checked for bit
     identity once per machine, and off where it does not hold (`batching_note` says which). batch_wait: the
@@ -121,6 +124,7 @@ class Engine:
                  threads: Optional[int] = None, static_shapes: Optional[bool] = None, batching: bool = False,
                  batch_wait: float = MAX_WAIT, draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS,
                  crowded_draft_tokens: int = CROWDED_DRAFT_TOKENS, npu_max_prompt: int = NPU_MAX_PROMPT):
+        start = time.perf_counter()
         if crowded_draft_tokens < 0:
             raise EdgeSpecdecError(f"crowded_draft_tokens must be 0 (the target alone) or more, not "
                                    f"{crowded_draft_tokens}.")
@@ -167,22 +171,27 @@ class Engine:
                                       "draft_vocab": self.draft_vocab})
         known = self.plan.values.setdefault("target/invariant", {})  # exactness per precision, from the plan
         checked_before = dict(known)
-        self.target_model = open_model(target.model_xml, self.placement.target, core=core, precision=precision,
-                                       rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
-                                       config=configs["target"], known_invariant=known, **npu["target"])
+        self.vocab_map = self.bundle.load_vocab_map()
+        with ThreadPoolExecutor(1, thread_name_prefix="load-draft") as pool:
+            # the two compiles overlap: OpenVINO releases the GIL while it compiles
+            draft_job = draft and pool.submit(
+                open_model, draft.model_xml, self.placement.draft, core=core, precision=precision,
+                rollback=kv_rollback, block_invariant=False,
+                output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
+                max_context=draft.info.get("max_position_embeddings"), config=configs["draft"], **npu["draft"])
+            self.target_model = open_model(target.model_xml, self.placement.target, core=core, precision=precision,
+                                           rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
+                                           config=configs["target"], known_invariant=known, **npu["target"])
+            self.draft_model = draft_job.result() if draft_job else None
         if known != checked_before:  # open_model checked a precision on this machine for the first time
             self.plan.save()
-        self.vocab_map = self.bundle.load_vocab_map()
-        self.draft_model = (open_model(draft.model_xml, self.placement.draft, core=core, precision=precision,
-                                       rollback=kv_rollback, block_invariant=False,
-                                       output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
-                                       max_context=draft.info.get("max_position_embeddings"), config=configs["draft"],
-                                       **npu["draft"])
-                            if draft else None)
         self.fixed_blocks = fixed_blocks
+        self._block_shapes: dict[tuple[int, bool], dict[str, int]] = {}  # see block_shapes
         self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if static_shapes is None else static_shapes
                         for role, model in (("target", target), ("draft", draft)) if model}
+        self._compile_static_copies()
         self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
+        self.load_seconds = time.perf_counter() - start  # checksums, compiles, checks: all of the load
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
         self.scheduler, self.pools, self.batching_note = None, {}, ""
         if batching:
@@ -270,14 +279,61 @@ class Engine:
         return DecodingSession(self)
 
     def measured(self, name: str, measure: Callable, *args):
-        """A measurement of this engine's models, taken once on this machine (see plan.py). Static copies still
-        compiling in the background would share the cores with it and skew it for good: it waits for them."""
-        def quietly():
-            for model in (self.target_model, self.draft_model):
-                if model is not None:
-                    model.wait_static()
-            return measure(*args)
-        return self.plan.get(name, quietly)
+        """A measurement of this engine's models, taken once on this machine (see plan.py)."""
+        return self.plan.get(name, partial(measure, *args))
+
+    def block_shapes(self, k: int, drafting: bool) -> dict[str, int]:
+        """How each model runs its short blocks in a call with draft length k (0: the target alone): the fewest
+        tokens a call feeds (`ModelSession.min_block`) per role. Short blocks are widened to k + 1 (target) or
+        DRAFT_BLOCK (draft) where that pays (`fixed_block_pays`), and the target's single steps to the cheaper of
+        2 and 3 tokens (`cheapest_step`); each measured once per machine on a scratch session (fixed_blocks=False:
+        neither). An idle draft is not measured."""
+        key = (k, drafting)
+        if key in self._block_shapes:
+            return self._block_shapes[key]
+        shapes = {}
+        for role, size, used in (("target", k + 1, True), ("draft", DRAFT_BLOCK, drafting)):
+            model = getattr(self, f"{role}_model")
+            if model is None:
+                continue
+            shapes[role] = 1
+            if not used or model.rollback_method != "paged" or self.fixed_blocks is False:
+                continue
+            if k > 0 and (self.fixed_blocks or self.measured(f"{role}/fixed_block/{size}",
+                                                             lambda: fixed_block_pays(model.session(), size))):
+                shapes[role] = size
+            elif role == "target":
+                shapes[role] = self.measured(f"{role}/step", lambda: cheapest_step(model.session()))
+        self._block_shapes[key] = shapes
+        return shapes
+
+    def _compile_static_copies(self) -> None:
+        """Give each model that takes static shapes its copies for the blocks it runs most, at load, so that no
+        request waits for a compile or shares the cores with one: its single steps, and the fixed blocks of the
+        bundle's default draft length (k + 1 tokens for the target, DRAFT_BLOCK for the draft). Other draft
+        lengths run on the dynamic model: what a request can make the engine compile is fixed here. The draft's
+        copies compile while the target's do; the target's are checked for its bits (once per machine)."""
+        if not any(self._static.values()):
+            return
+        k = DRAFT_TOKENS if self.draft_model is not None else LOOKUP_TOKENS
+        sizes: dict[str, set[int]] = {"target": set(), "draft": set()}
+        for kk, drafting in ((0, False), (k, self.draft_model is not None)):
+            for role, least in self.block_shapes(kk, drafting).items():
+                model = getattr(self, f"{role}_model")
+                if not self._static[role] or model.rollback_method != "paged" or (role == "draft" and not drafting):
+                    continue
+                step = max(1 if role == "draft" else least, 2 if model.block_invariant else 1)
+                sizes[role] |= {step, k + 1 if role == "target" else DRAFT_BLOCK} if kk else {step}
+        if not sizes["target"] and not sizes["draft"]:
+            return
+        target = self.target_model
+        name = f"target/static_invariant/{','.join(map(str, sorted(sizes['target'])))}"
+        with ThreadPoolExecutor(1, thread_name_prefix="static-draft") as pool:
+            draft_job = sizes["draft"] and pool.submit(self.draft_model.add_static, sizes["draft"])
+            target.add_static(sizes["target"],
+                              invariant=lambda: self.measured(name, lambda: is_block_invariant(target.session())))
+            if draft_job:
+                draft_job.result()
 
 
 class DecodingSession:
@@ -332,7 +388,7 @@ class DecodingSession:
             raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
                                    f"{', '.join(DRAFT_POLICIES)}.")
         entry = REGISTRY[name]
-        after_first_round = self._prepare_blocks(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
+        self._set_block_shapes(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
         rng = np.random.default_rng(config.seed)
         drafter = entry.drafter and entry.drafter(DraftRequest(self, prompt, prompt_ids, config, rng, confidence))
         if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
@@ -344,7 +400,7 @@ class DecodingSession:
         concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
-                              rng, on_text, concurrent=concurrent, cancel=cancel, after_first_round=after_first_round)
+                              rng, on_text, concurrent=concurrent, cancel=cancel)
         result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
         return result
 
@@ -361,38 +417,10 @@ class DecodingSession:
         """Iterate over the text as it is generated (see Pipeline.stream)."""
         return TextIterator(self, prompt, config, options)
 
-    def _prepare_blocks(self, k: int, drafting: bool) -> Optional[Callable[[], None]]:
-        """How each paged model runs its short blocks in this call (k: the draft length, 0 for the target alone).
-        Short blocks are widened to k + 1 (target) or DRAFT_BLOCK (draft) where that pays (`fixed_block_pays`),
-        and the target's single steps to the cheaper of 2 and 3 tokens (`cheapest_step`); each measured once per
-        model (fixed_blocks=False: neither). A model with static shapes then gets copies for its single step and
-        for blocks of k + 1 or DRAFT_BLOCK tokens, so that those calls never change a shape. An idle draft is
-        neither measured nor compiled again. The draft's copies are not needed for exactness, so they compile in
-        the background, started by the returned function after the first round: the first token does not share
-        the cores with them."""
-        engine, later = self.engine, None
-        for role, size, used in (("target", k + 1, True), ("draft", DRAFT_BLOCK, drafting)):
-            session = getattr(self, role)
-            if session is None:
-                continue
-            session.min_block = 1
-            if not used or session.rollback_method != "paged":
-                continue
-            if engine.fixed_blocks is False:
-                pass  # blocks as they come
-            elif k > 0 and (engine.fixed_blocks or engine.measured(f"{role}/fixed_block/{size}", fixed_block_pays,
-                                                                  session, size)):
-                session.min_block = size
-            elif role == "target":
-                session.min_block = engine.measured(f"{role}/step", cheapest_step, session)
-            if engine._static[role]:
-                step = max(1 if role == "draft" else session.min_block, session.least_block)
-                sizes = {step, size} if k > 0 else {step}
-                if role == "target":
-                    session.model.add_static(sizes)
-                elif not sizes <= session.static_sizes:
-                    later = partial(session.model.add_static, sizes, wait=False)
-        return later
+    def _set_block_shapes(self, k: int, drafting: bool) -> None:
+        """Each model's fewest tokens a call feeds, for a call with draft length k (see Engine.block_shapes)."""
+        for role, least in self.engine.block_shapes(k, drafting).items():
+            getattr(self, role).min_block = least
 
 
 class Pipeline(Engine):
