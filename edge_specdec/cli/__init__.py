@@ -1,4 +1,5 @@
-"""The `edge-specdec` command line: one module per subcommand (export, align, pairs, info, run, bench, serve, check)."""
+"""The `edge-specdec` command line: one module per subcommand (export, align, pairs, info, run, chat, bench, serve,
+check, docs)."""
 from __future__ import annotations
 
 import argparse
@@ -7,17 +8,19 @@ from typing import Optional, Sequence
 
 from .. import __version__
 from ..errors import EdgeSpecdecError
-from . import align, bench, check, export, info, pairs, run, serve
+from . import align, bench, chat, check, docs, export, info, pairs, run, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-specdec",
         description="Lossless speculative decoding on OpenVINO: a small draft model (of any vocabulary) proposes "
-                    "tokens, the target verifies them, and the output is exactly the target's own.")
+                    "tokens, the target verifies them, and the output is exactly the target's own.",
+        epilog="Without a bundle, run, chat, serve, check and info use the demo pair that ships with edge-specdec. "
+               "`edge-specdec COMMAND --help` for a command's options; `edge-specdec docs` for the documentation.")
     parser.add_argument("--version", action="version", version=f"edge-specdec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (export, align, pairs, bench, info, run, serve, check):
+    for command in (export, align, pairs, bench, info, run, chat, serve, check, docs):
         command.add_parser(sub)
     return parser
 

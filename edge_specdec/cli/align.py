@@ -17,7 +17,7 @@ examples:
   edge-specdec align bundles/qwen-smol --out bundles/qwen-smol-aligned --stop-after generate
   edge-specdec align bundles/qwen-smol --out bundles/qwen-smol-aligned --resume
 
-How it works (docs/align.md):
+How it works (more: edge-specdec docs align):
   1. baseline  acceptance and tokens per target pass of the bundle as it is, on the benchmark's prompts
                (held out: align never trains on them)
   2. plan      measures how fast the draft trains here, keeps time back for the last stages

@@ -1,15 +1,25 @@
-"""What the subcommands share: messages on stderr, help texts and the engine options used by more than one."""
+"""What the subcommands share: messages on stderr, help texts, the engine options used by more than one, the
+decoding options of run and chat, and the statistics line they print."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..demo import DEMO_REPETITION_PENALTY
+from ..runtime.algorithms import ALGORITHMS
 from ..runtime.devices import NPU_MAX_PROMPT, PRECISIONS
+from ..runtime.drafters import DRAFT_POLICIES
+from ..runtime.session import ROLLBACK_METHODS
 
 
 def say(message: str) -> None:
     """A message for the person at the terminal (stderr), so that stdout holds only the output."""
     print(message, file=sys.stderr, flush=True)
+
+
+def plural(count: int, noun: str, nouns: str = "") -> str:
+    """'1 round', '3 rounds': a count with its noun in the right number (nouns: an irregular plural)."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
 DRAFT_VOCAB_HELP = ("the draft computes logits only for its first N token ids and its special tokens: a smaller "
@@ -48,3 +58,85 @@ def engine_options(args: argparse.Namespace) -> dict:
     return dict(target_device=args.target_device, draft_device=args.draft_device, allow_fallback=args.allow_fallback,
                 cache_dir=args.cache_dir, threads=args.threads, precision=args.precision, draft_vocab=args.draft_vocab,
                 npu_max_prompt=args.npu_max_prompt)
+
+
+def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128) -> None:
+    """How run and chat decode: the algorithm and its drafting, sampling and stopping, and the engine's rollback
+    and concurrency (see decoding_settings)."""
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
+                   help=f"tokens to generate (default {max_new_tokens})")
+    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="see below (default auto)")
+    p.add_argument("--num-assistant-tokens", type=int, metavar="K",
+                   help="the most tokens drafted per round (the first K of the adaptive policies; default 8 with "
+                        "a draft model, 3 for prompt lookup)")
+    p.add_argument("--confidence", type=float, metavar="P",
+                   help="a draft model stops drafting after a token whose top probability is under P (default "
+                        "0.7, measured best on our real pairs; 0 drafts K tokens every round)")
+    p.add_argument("--draft-policy", default="fixed", choices=DRAFT_POLICIES,
+                   help="how K changes: fixed (the default); schedule: +2 after a fully accepted round, -1 "
+                        "otherwise; cost: the K that maximizes tokens/s from the acceptance and the draft and "
+                        "target costs measured during the run (K=0, the target alone, when drafting does not pay)")
+    p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
+    p.add_argument("--no-lookup", action="store_true",
+                   help="let the draft model draft every round (by default a round first looks for the next "
+                        "tokens in the prompt and the output, and proposes them without running the draft "
+                        "when found: text that repeats, such as code being edited, goes faster)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
+    p.add_argument("--seed", type=int, help="random seed for sampling")
+    p.add_argument("--repetition-penalty", type=float, metavar="R",
+                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off, "
+                        f"the default; the demo pair's default is {DEMO_REPETITION_PENALTY}, which keeps its tiny "
+                        "target from repeating itself)")
+    p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
+    p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
+                   help="draft the next round while the target verifies (default: on when draft and target sit "
+                        "on different devices; on one CPU each model then gets half of the cores)")
+    p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS,
+                   help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
+                        "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
+
+
+def decoding_settings(args: argparse.Namespace):
+    """The GenerationConfig (validated) and generate()'s drafting keyword arguments of add_decoding_options'
+    options; args.repetition_penalty must be resolved already (demo.run_defaults)."""
+    from ..runtime import GenerationConfig
+
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
+                              ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
+                              logprobs=getattr(args, "logprobs", None) is not None,
+                              top_logprobs=getattr(args, "logprobs", None) or 0)
+    config.validate()
+    options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
+                   draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence,
+                   lookup=not args.no_lookup)
+    return config, options
+
+
+def open_pipeline(args: argparse.Namespace, announce: bool = True):
+    """The Pipeline of args.bundle with the engine and decoding options given; announce: say on stderr what runs
+    where."""
+    from ..runtime import Pipeline
+
+    pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, **engine_options(args))
+    if announce:
+        say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
+    return pipe
+
+
+def stats_line(result) -> str:
+    """The statistics of one generation, in one line for stderr."""
+    st = result.stats.as_dict()
+    line = (f"[{result.extra['algorithm']}] {plural(st['new_tokens'], 'token')} in {st['seconds']:.2f} s = "
+            f"{st['tokens_per_s']:.1f} tokens/s; {plural(st['target_passes'], 'target pass', 'target passes')}, "
+            f"{st['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {st['acceptance']:.2f} "
+            f"({st['draft_tokens_accepted']}/{st['draft_tokens_proposed']}); time: draft {st['draft_seconds']:.2f} s, "
+            f"target {st['target_seconds']:.2f} s, loop {st['loop_seconds']:.2f} s; stop: {result.stop_reason}")
+    if result.extra.get("lookup_rounds"):
+        line += f"; {plural(result.extra['lookup_rounds'], 'round')} copied from the text by lookup"
+    if st["drafted_ahead_used"]:
+        line += f"; drafted ahead and used: {plural(st['drafted_ahead_used'], 'round')}"
+    return line

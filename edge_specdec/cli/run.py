@@ -6,13 +6,11 @@ import json
 import sys
 from typing import Optional
 
-from ..demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY, run_defaults
+from ..demo import DEMO_BUNDLE, run_defaults
 from ..benchmark import compare
 from ..errors import EdgeSpecdecError
-from ..runtime.algorithms import ALGORITHMS
-from ..runtime.drafters import DRAFT_POLICIES
-from ..runtime.session import ROLLBACK_METHODS
-from .common import add_engine_options, engine_options, say
+from .chat import chat_loop
+from .common import add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
 
 RUN_EXAMPLES = """\
 examples:
@@ -96,39 +94,16 @@ def _check_text(text: str, where: str) -> None:
         _utf8(raw, where)
 
 
-def _stats_line(result) -> str:
-    st = result.stats.as_dict()
-    line = (f"[{result.extra['algorithm']}] {st['new_tokens']} tokens in {st['seconds']:.2f} s = "
-            f"{st['tokens_per_s']:.1f} tokens/s; {st['target_passes']} target passes, "
-            f"{st['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {st['acceptance']:.2f} "
-            f"({st['draft_tokens_accepted']}/{st['draft_tokens_proposed']}); time: draft {st['draft_seconds']:.2f} s, "
-            f"target {st['target_seconds']:.2f} s, loop {st['loop_seconds']:.2f} s; stop: {result.stop_reason}")
-    if result.extra.get("lookup_rounds"):
-        line += f"; {result.extra['lookup_rounds']} rounds copied from the text by lookup"
-    return line + (f"; drafted ahead and used: {st['drafted_ahead_used']} rounds" if st["drafted_ahead_used"] else "")
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ..runtime import GenerationConfig, Pipeline
-
     args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
     prompt = _read_prompt(args)
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
-                              ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
-                              logprobs=args.logprobs is not None, top_logprobs=args.logprobs or 0)
-    config.validate()
-    pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, **engine_options(args))
-    if not args.json:
-        say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
-    options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
-                   draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence,
-                   lookup=not args.no_lookup)
+    config, options = decoding_settings(args)
+    if args.chat and prompt is None and args.compare:
+        raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "
+                               "interactive --chat session.")
+    pipe = open_pipeline(args, announce=not args.json)
     if args.chat and prompt is None:
-        if args.compare:
-            raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "
-                                   "interactive --chat session.")
-        return _chat_loop(pipe, config, options)
+        return chat_loop(pipe, config, options)
     if args.chat:
         prompt = pipe.chat_prompt([{"role": "user", "content": prompt}])
     if args.compare:
@@ -150,7 +125,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print()
         if result.logprobs is not None:
             say(_logprobs_lines(result, pipe.vocab_map.target))
-        say(_stats_line(result))
+        say(stats_line(result))
         if comparison:
             say(compare.compare_line(comparison, result.extra["algorithm"]))
     return 130 if result.stop_reason == "interrupted" else 0
@@ -165,28 +140,6 @@ def _logprobs_lines(result, pieces) -> str:
                      for lp in result.logprobs)
 
 
-def _chat_loop(pipe, config, options) -> int:
-    """An interactive conversation: each turn goes through the target's chat template."""
-    pipe.chat_prompt([{"role": "user", "content": "hi"}])  # no template: say so before the first question
-    say("chat: type a message and press Enter; an empty line or Ctrl-D ends, Ctrl-C stops a reply.")
-    messages: list[dict[str, str]] = []
-    while True:
-        try:
-            print("> ", end="", file=sys.stderr, flush=True)
-            line = sys.stdin.readline()
-        except KeyboardInterrupt:
-            line = ""
-        if not line.strip():
-            print(file=sys.stderr)
-            return 0
-        messages.append({"role": "user", "content": line.rstrip("\n")})
-        result = pipe.generate(pipe.chat_prompt(messages), config,
-                               on_text=lambda text: print(text, end="", flush=True), **options)
-        print()
-        say(_stats_line(result))
-        messages.append({"role": "assistant", "content": result.text})
-
-
 def add_parser(sub) -> None:
     """The `run` subcommand."""
     p = sub.add_parser("run", help="generate text from a bundle, with speculative decoding",
@@ -198,42 +151,10 @@ def add_parser(sub) -> None:
                         f"ships with edge-specdec, {DEMO_BUNDLE}, a 6.8M-parameter Python code model)")
     p.add_argument("--prompt", metavar="TEXT", help="the prompt; - reads it from stdin")
     p.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file")
-    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
-    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="see below (default auto)")
-    p.add_argument("--num-assistant-tokens", type=int, metavar="K",
-                   help="the most tokens drafted per round (the first K of the adaptive policies; default 8 with "
-                        "a draft model, 3 for prompt lookup)")
-    p.add_argument("--confidence", type=float, metavar="P",
-                   help="a draft model stops drafting after a token whose top probability is under P (default "
-                        "0.7, measured best on our real pairs; 0 drafts K tokens every round)")
-    p.add_argument("--draft-policy", default="fixed", choices=DRAFT_POLICIES,
-                   help="how K changes: fixed (the default); schedule: +2 after a fully accepted round, -1 "
-                        "otherwise; cost: the K that maximizes tokens/s from the acceptance and the draft and "
-                        "target costs measured during the run (K=0, the target alone, when drafting does not pay)")
-    p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
-    p.add_argument("--no-lookup", action="store_true",
-                   help="let the draft model draft every round (by default a round first looks for the next "
-                        "tokens in the prompt and the output, and proposes them without running the draft "
-                        "when found: text that repeats, such as code being edited, goes faster)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
-    p.add_argument("--seed", type=int, help="random seed for sampling")
-    p.add_argument("--repetition-penalty", type=float, metavar="R",
-                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off, "
-                        f"the default; the demo pair's default is {DEMO_REPETITION_PENALTY}, which keeps its tiny "
-                        "target from repeating itself)")
-    p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
-    p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     p.add_argument("--chat", action="store_true",
                    help="apply the target's chat template; without a prompt, an interactive conversation")
+    add_decoding_options(p)
     add_engine_options(p)
-    p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
-                   help="draft the next round while the target verifies (default: on when draft and target sit "
-                        "on different devices; on one CPU each model then gets half of the cores)")
-    p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS,
-                   help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
-                        "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
     p.add_argument("--compare", action="store_true",
                    help="then run the target alone on the same prompt and print the speedup and whether the "
                         "output is identical (each side runs once untimed first, as in the benchmark: about four "

@@ -1,0 +1,129 @@
+"""`edge-specdec chat`: a conversation with a bundle (or the packaged demo) through its chat template, and the
+conversation loop that `run --chat` uses too.
+
+On a terminal the loop shows a prompt marker, streams each answer, and takes a few commands (/reset, /exit,
+/help); from a pipe it reads one user turn per line and writes only the answers, one per turn, to stdout. Either
+way the statistics of each answer go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Optional, TextIO
+
+from ..demo import DEMO_BUNDLE, run_defaults
+from ..errors import EdgeSpecdecError
+from .common import add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
+
+CHAT_EXAMPLES = """\
+examples:
+  edge-specdec chat                                    # the demo pair (a small Python code model)
+  edge-specdec chat bundles/qwen --max-new-tokens 512 --temperature 0.7 --seed 1
+  printf 'Write a function that reverses a string.\\nNow add a docstring.\\n' | edge-specdec chat bundles/qwen
+
+On a terminal: type a message and press Enter. /reset starts a new conversation, /exit (or Ctrl-D) ends it,
+Ctrl-C stops an answer, and Ctrl-C at the prompt ends the chat. From a pipe: one user message per line (blank
+lines are skipped), and only the answers on stdout, each ended by a newline. Statistics go to stderr.
+The demo pair is a code model: your message becomes a Python comment, and its answer is the code that follows.
+"""
+
+COMMANDS = {"/reset": "start a new conversation (the system message, if any, stays)",
+            "/exit": "end the chat (also /quit, Ctrl-D)", "/help": "this list"}
+
+
+def answer(pipe, messages: list[dict[str, str]], config, options: dict, on_text: Callable[[str], None]):
+    """The assistant's answer to a conversation: the one place where the loop asks the pipeline for a turn.
+
+    Today the whole conversation is rendered with the chat template and generated from scratch (Pipeline's
+    chat_prompt and generate); a conversation object that keeps the KV cache between turns can take over here
+    without changing the loop."""
+    return pipe.generate(pipe.chat_prompt(messages), config, on_text=on_text, **options)
+
+
+def chat_loop(pipe, config, options: dict, system: Optional[str] = None, lines: Optional[TextIO] = None,
+              interactive: Optional[bool] = None, out: Optional[TextIO] = None) -> int:
+    """Hold a conversation: user turns from `lines` (stdin), answers streamed to `out` (stdout). interactive
+    (default: whether stdin and stdout are terminals) shows the prompt marker and the greeting. Returns the exit
+    status: 0 once the input ends or the user leaves."""
+    lines = sys.stdin if lines is None else lines
+    out = sys.stdout if out is None else out
+    if interactive is None:
+        interactive = lines.isatty() and out.isatty()
+    if pipe.chat_template is None:
+        raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): chat needs one. Use "
+                               "`edge-specdec run BUNDLE --prompt TEXT` to continue a text instead.")
+    start = [{"role": "system", "content": system}] if system else []
+    messages = list(start)
+    if interactive:
+        _use_readline()
+        say("chat: type a message and press Enter; /reset starts over, /exit or Ctrl-D ends, Ctrl-C stops an answer.")
+    while True:
+        line = _read_turn(lines, interactive)
+        if line is None:
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        command = text.split()[0].lower() if text.startswith("/") else None
+        if command in ("/exit", "/quit"):
+            return 0
+        if command == "/reset":
+            messages = list(start)
+            say("chat: a new conversation.")
+            continue
+        if command == "/help":
+            say("\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items()))
+            continue
+        messages.append({"role": "user", "content": line.rstrip("\r\n")})
+        result = answer(pipe, messages, config, options, lambda piece: print(piece, end="", flush=True, file=out))
+        print(file=out, flush=True)
+        say(stats_line(result))
+        messages.append({"role": "assistant", "content": result.text})  # an answer stopped by Ctrl-C stays too
+
+
+def _read_turn(lines: TextIO, interactive: bool) -> Optional[str]:
+    """The next line the user typed, or None at the end of the input (Ctrl-D) or on Ctrl-C at the prompt."""
+    try:
+        if interactive and lines is sys.stdin:
+            return input("> ")  # input(): line editing and history through readline
+        line = lines.readline()
+        return line if line else None
+    except EOFError:
+        print(file=sys.stderr)
+        return None
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return None
+    except UnicodeDecodeError as exc:
+        raise EdgeSpecdecError(f"the input is not UTF-8 text ({exc.reason}); save it as UTF-8.") from None
+
+
+def _use_readline() -> None:
+    """Line editing and history for input(), where the platform has readline."""
+    try:
+        import readline  # noqa: F401  (importing it is what turns it on)
+    except ImportError:
+        pass
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
+    config, options = decoding_settings(args)
+    pipe = open_pipeline(args)
+    return chat_loop(pipe, config, options, system=args.system)
+
+
+def add_parser(sub) -> None:
+    """The `chat` subcommand."""
+    p = sub.add_parser("chat", help="a conversation with a bundle through its chat template (default: the demo)",
+                       description="Chat with the bundle's target, speculatively decoded: each user turn is rendered "
+                                   "with the target's chat template together with the conversation so far. "
+                                   "Answers stream to stdout, statistics go to stderr.",
+                       epilog=CHAT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?",
+                   help="a bundle folder whose target has a chat template (optional; default: the demo pair that "
+                        f"ships with edge-specdec, {DEMO_BUNDLE})")
+    p.add_argument("--system", metavar="TEXT", help="a system message at the start of the conversation")
+    add_decoding_options(p, max_new_tokens=256)
+    add_engine_options(p)
+    p.set_defaults(func=_cmd_chat)
