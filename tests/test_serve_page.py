@@ -38,18 +38,26 @@ pytestmark = [
                               f"{CHROMIUM}, {CHROMEDRIVER} and selenium)"),
 ]
 
-# A ChatML template for a copy of the demo bundle, so that the page's chat mode has a model to talk to.
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
 
 # --- servers and the browser ------------------------------------------------------------------------------------
 
+def without_chat_template(bundle: Path) -> Path:
+    """A bundle made a plain text model: its target's chat template removed, from the folder and the manifest."""
+    (bundle / "target" / "chat_template.jinja").unlink()
+    manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
+    del manifest["files"]["target/chat_template.jinja"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return bundle
+
+
 @pytest.fixture(scope="module")
-def demo_server():
+def demo_server(tmp_path_factory):
+    """The demo without its chat template, so that the page is in completion mode."""
+    from edge_specdec.demo import DEMO_BUNDLE
     from edge_specdec.serve import ServerSettings
 
-    with serve_in_thread(ServerSettings()) as running:
+    bundle = without_chat_template(Path(shutil.copytree(DEMO_BUNDLE, tmp_path_factory.mktemp("page") / "demo")))
+    with serve_in_thread(ServerSettings(bundle=str(bundle))) as running:
         yield running
 
 
@@ -229,7 +237,7 @@ def count_colour(image: tuple[int, int, int, bytes], box: tuple[int, int, int, i
 # --- the tests --------------------------------------------------------------------------------------------------
 
 def test_completion_mode_shows_drafted_and_target_text(demo_server, browser, tmp_path):
-    """On the demo (no chat template) the page continues a prompt, streaming runs of text coloured by source;
+    """On a model without a chat template the page continues a prompt, streaming runs of text coloured by source;
     the text is the server's own greedy completion and the statistics line repeats the last chunk's."""
     card = get_json(demo_server.api + "/models")["data"][0]
     open_page(browser, demo_server.url)
@@ -251,6 +259,7 @@ def test_completion_mode_shows_drafted_and_target_text(demo_server, browser, tmp
     shown = "".join(s["text"] for s in spans)
     assert shown == reference["choices"][0]["text"]  # greedy decoding is deterministic: the same text
     assert browser.find_element("css selector", "#transcript .turn .prompt").get_attribute("textContent") == PROMPT
+    assert browser.find_element("id", "prompt").get_attribute("value") == ""  # sent, so cleared
 
     # The statistics: the last chunk's, checked against the spans the stream brought.
     stats = summary(browser)
@@ -358,16 +367,12 @@ def test_api_key_is_asked_for_and_kept(browser):
         assert token_spans(browser)
 
 
-def test_chat_mode(browser, tmp_path):
-    """A bundle with a chat template gets a chat: each reply is the server's greedy reply to the conversation so
-    far, the earlier replies included."""
-    from edge_specdec.demo import DEMO_BUNDLE
+def test_chat_mode(browser):
+    """A bundle with a chat template, as the demo has, gets a chat: each reply is the server's greedy reply to the
+    conversation so far, the earlier replies included."""
     from edge_specdec.serve import ServerSettings
 
-    bundle = tmp_path / "chat_bundle"
-    shutil.copytree(DEMO_BUNDLE, bundle)
-    (bundle / "target" / "chat_template.jinja").write_text(CHATML, encoding="utf-8")
-    with serve_in_thread(ServerSettings(bundle=str(bundle))) as running:
+    with serve_in_thread(ServerSettings()) as running:
         assert get_json(running.api + "/models")["data"][0]["edge_specdec"]["chat_template"] is True
         open_page(browser, running.url)
         assert browser.find_element("id", "mode").get_attribute("data-mode") == "chat"

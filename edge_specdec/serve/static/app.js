@@ -201,7 +201,7 @@ async function send(text) {
   const { turn, output } = addTurn(text);
   const transcript = $("transcript");
   transcript.scrollTop = transcript.scrollHeight;
-  if (state.chat) $("prompt").value = "";
+  $("prompt").value = "";  // sent: the box is free for the next prompt (a failed one comes back below)
 
   const controller = new AbortController();
   state.controller = controller;
@@ -261,7 +261,7 @@ async function send(text) {
   }
   if (outcome === "error") {
     turn.forEach((el) => el.classList.add("failed"));
-    if (state.chat && !$("prompt").value) $("prompt").value = text;  // the message is not lost: edit, resend
+    if (!$("prompt").value) $("prompt").value = text;  // the prompt is not lost: edit, resend
   } else if (state.chat) {  // a stopped reply stays in the conversation as far as it got
     state.history.push({ role: "user", content: text }, { role: "assistant", content: reply });
   }
