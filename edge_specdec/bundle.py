@@ -299,6 +299,25 @@ def load_bundle(path: str | Path, verify: Optional[bool] = True,
     return bundle
 
 
+def _source_shown(source: dict[str, Any]) -> str:
+    """Where a model came from, as `info` shows it: a hub id or a relative path as given, an absolute local path by
+    its name only (a path on the machine that exported the bundle means nothing on this one; --json has it)."""
+    given = str(source.get("given", "?"))
+    if source.get("kind") != "hub" and (given.startswith("/") or given[1:3] in (":\\", ":/")):
+        return given.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return given
+
+
+def _has_chat_template(folder: Path) -> bool:
+    """Whether a model folder has a chat template where runtime/chat.py looks (a file, or tokenizer_config.json)."""
+    if (folder / "chat_template.jinja").is_file():
+        return True
+    try:
+        return bool(json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def describe(bundle: Bundle) -> str:
     """A human-readable summary for `edge-specdec info`."""
     m = bundle.manifest
@@ -316,7 +335,7 @@ def describe(bundle: Bundle) -> str:
                                                                     key=lambda kv: -kv[1]))
         special = info["special_tokens"]
         lines += [
-            f"{entry.role:<8} {info['source']['given']}  ({info['source']['kind']})",
+            f"{entry.role:<8} {_source_shown(info['source'])}  ({info['source']['kind']})",
             f"         {info.get('architecture', '?')}, {info['num_parameters'] / 1e6:.1f}M parameters, "
             f"weights {w['format']}" + (f" ({settings})" if settings else ""),
             f"         stored as {stored}",
@@ -331,6 +350,9 @@ def describe(bundle: Bundle) -> str:
     elif v["relation"] == "heterogeneous":
         lines.append(f"vocab    heterogeneous: {v['intersection']} token strings in common = "
                      f"{100 * v['target_share']:.1f}% of the target's, {100 * v['draft_share']:.1f}% of the draft's")
+    lines.append("chat     " + ("the target's chat template: edge-specdec chat and /v1/chat/completions work"
+                             if _has_chat_template(bundle.target.folder) else
+                             "no chat template: the target continues text (run, /v1/completions)"))
     total = sum(r["size"] for r in m["files"].values())
     lines.append(f"files    {len(m['files'])} files, {total / 1e6:.1f} MB")
     versions = ", ".join(f"{k} {v}" for k, v in m.get("tool_versions", {}).items())

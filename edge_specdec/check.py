@@ -142,7 +142,8 @@ def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_devic
     if "draft_length" in prediction:
         k = prediction["draft_length"]
         say(f"prediction ({prediction['algorithm']}, acceptance {prediction['acceptance']:.2f} on these prompts): "
-            + (f"draft {k} tokens per round, about {prediction['predicted_speedup']:.2f}x the target alone"
+            + (f"draft {k} token{'' if k == 1 else 's'} per round, "
+               f"about {prediction['predicted_speedup']:.2f}x the target alone"
                if k else "drafting does not pay here: run the target alone (--algorithm none)"))
     ok = invariant and all(r["identical"] == r["runs"] for r in exact.values())
     return {"bundle": str(bundle), "placement": vars(engine.placement), "precision": target.precision,

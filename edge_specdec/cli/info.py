@@ -5,16 +5,18 @@ import argparse
 import json
 import sys
 
+from ..demo import DEMO_BUNDLE, is_demo
+
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from ..bundle import describe, load_bundle
 
-    bundle = load_bundle(args.bundle, verify=not args.no_verify,
+    bundle = load_bundle(args.bundle or DEMO_BUNDLE, verify=not args.no_verify,
                          progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(bundle.manifest, indent=2, ensure_ascii=False))
     else:
-        print(describe(bundle))
+        print(describe(bundle) + ("\n(the demo pair that ships with edge-specdec)" if is_demo(bundle.path) else ""))
         print("checksums verified" if not args.no_verify else "checksums not verified (--no-verify)")
     return 0
 
@@ -23,9 +25,12 @@ def add_parser(sub) -> None:
     """The `info` subcommand."""
     p = sub.add_parser("info", help="validate a bundle and show what is inside",
                        description="Validate a bundle (files present, sizes and sha256 checksums) and print a summary.",
-                       epilog="example:\n  edge-specdec info bundles/qwen-smol\n  edge-specdec info bundles/qwen-smol "
-                              "--json | jq .vocabulary", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("bundle", metavar="BUNDLE", help="a bundle folder written by `edge-specdec export`")
+                       epilog="examples:\n  edge-specdec info                      # the demo pair that ships with "
+                              "edge-specdec\n  edge-specdec info bundles/qwen-smol\n  edge-specdec info "
+                              "bundles/qwen-smol --json | jq .vocabulary",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?",
+                   help=f"a bundle folder written by `edge-specdec export` (default: the demo, {DEMO_BUNDLE})")
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks (sizes are still checked)")
     p.set_defaults(func=_cmd_info)
