@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from .bundle_manifest import check_manifest
 from .errors import BundleError
 
 FORMAT_NAME = "edge-specdec-bundle"
@@ -285,9 +286,7 @@ def load_bundle(path: str | Path, verify: Optional[bool] = True,
     """
     path = Path(path)
     manifest = read_manifest(path)
-    for key in ("target", "vocabulary", "files"):
-        if key not in manifest:
-            raise BundleError(f"{path / MANIFEST_FILE} has no {key!r} entry; {_REEXPORT}.")
+    check_manifest(manifest, str(path / MANIFEST_FILE), _REEXPORT)  # types and ranges, before anything reads them
     _check_files(path, manifest, verify, progress, cache_dir)
     bundle = Bundle(path, manifest)
     for entry in (bundle.target, bundle.draft):
