@@ -39,31 +39,6 @@ class Drafter(Protocol):
         ...
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def sync_and_feed(session: ModelSession, sequence: list[int], extra: list[int]) -> np.ndarray:
-    """Bring the session's cache to sequence + extra and return the logits from sequence[-1] on.
-
-    Rolls back to the longest prefix the cache shares with `sequence` (keeping at least the last token of
-    sequence to feed), then feeds the rest in one block. Returns len(extra) + 1 rows.
-    """
-    keep = min(common_prefix(session.tokens, sequence), len(sequence) - 1)
-    session.truncate(keep)
-    return session.feed(sequence[keep:] + extra, rows=len(extra) + 1)[-(len(extra) + 1):]
-
-
 class DraftModelDrafter:
     """A same-vocabulary draft model: k tokens one at a time, from the same distribution transform as the target.
 
@@ -85,7 +60,7 @@ class DraftModelDrafter:
                 row = penalize(row[None], self.config, sequence + drafted, [])[0]
             return row
 
-        row = sync_and_feed(self.session, sequence, [])[-1]
+        row = self.session.sync(sequence)[-1]
         steps = draft_steps(self.session, row, k, self.config, self.rng, self.confidence, shape)
         return Proposal([t for t, _ in steps], None if self.config.greedy else [q for _, q in steps])
 

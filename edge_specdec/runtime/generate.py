@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .drafters import Drafter, DraftLength, Proposal, sync_and_feed
+from .drafters import Drafter, DraftLength, Proposal
 from .sampling import GenerationConfig, TokenLogprob, token_logprobs
 from .session import ContextOverflowError, ModelSession
 from .text import Span, TextPiece, TextStream
@@ -28,6 +28,7 @@ class Stats:
     target_seconds: float = 0.0
     drafted_ahead_used: int = 0  # concurrent mode: rounds whose proposal was drafted during the previous pass
     first_token_seconds: float = 0.0  # time to the first generated token (prefill and the first round)
+    prompt_tokens_reused: int = 0  # prompt tokens whose KV the target's cache kept from the previous run
 
     def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float,
                     drafted_ahead: bool = False, start: Optional[float] = None) -> None:
@@ -97,7 +98,7 @@ class Result:
 def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConfig, stream: TextStream,
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
-             concurrent: bool = False, cancel: Optional[threading.Event] = None) -> Result:
+             concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     concurrent: while the target verifies a proposal, the drafter already drafts the next round as if every
@@ -108,6 +109,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     returns True, generation stops (stop_reason "stopped"), and so it does when `cancel` is set (checked every
     round). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
     A drafter whose model runs out of context stops drafting: the target alone finishes the run.
+    reuse_prefix: keep the part of the target's cache that the prompt starts with (a block-invariant target
+    only, where that is exact); Stats.prompt_tokens_reused counts it. False: prefill the whole prompt.
     """
     config.validate()
     if target.max_context is not None and len(prompt_ids) + config.max_new_tokens > target.max_context:
@@ -120,7 +123,12 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     pool = ThreadPoolExecutor(1, thread_name_prefix="target") if concurrent and drafter else None
     ready: Optional[Proposal] = None  # drafted during the previous target pass
     start = time.perf_counter()
-    target.reset()
+    # the target's cache keeps what it shares with the prompt (a conversation's earlier turns, a shared system
+    # prompt): exact only where a block's rows are the bits of single steps, else it starts empty
+    if reuse_prefix and target.block_invariant:
+        stats.prompt_tokens_reused = target.keep_prefix(prompt_ids)
+    else:
+        target.reset()
     target.reserve(len(prompt_ids) + config.max_new_tokens)
     try:
         while output.room and reason == "length":
@@ -163,8 +171,8 @@ def target_pass(target: ModelSession, sequence: list[int], proposal: Proposal, d
     in the pool's thread while the drafter drafts the next round as if the whole proposal and its own guess of the
     target's next token were accepted (that proposal, or None, comes back second)."""
     if pool is None or drafter is None or k == 0:
-        return sync_and_feed(target, sequence, proposal.tokens), None
-    job = pool.submit(sync_and_feed, target, sequence, proposal.tokens)
+        return target.sync(sequence, proposal.tokens), None
+    job = pool.submit(target.sync, sequence, proposal.tokens)
     ahead = propose(drafter, sequence + proposal.tokens, k + 1)
     return job.result(), ahead
 

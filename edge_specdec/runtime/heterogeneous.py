@@ -17,10 +17,10 @@ from typing import Optional
 import numpy as np
 
 from ..vocab_map import NO_TOKEN, VocabMap
-from .drafters import Proposal, common_prefix, draft_steps, sync_and_feed
+from .drafters import Proposal, draft_steps
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig, distribution
-from .session import ModelSession
+from .session import ModelSession, common_prefix
 
 RESPLIT = 2  # generated draft tokens re-tokenized together with newly accepted text
 
@@ -45,8 +45,10 @@ class DraftTextContext:
         self.ends = [0]                     # len(self.text) after each of them
         self.last_draft: list[int] = []     # the previous proposal's draft tokens
 
-    def sync(self, sequence: list[int]) -> tuple[np.ndarray, bytes]:
-        """Returns the draft's logits for the next token and the accepted bytes it could not spell (rare).
+    def sync(self, sequence: list[int]) -> tuple[Optional[np.ndarray], bytes]:
+        """Returns the draft's logits for the next token (None while the draft has no tokens at all: a prompt of
+        special tokens only, for a tokenizer that adds no BOS; the draft sits such rounds out) and the accepted
+        bytes it could not spell (rare).
 
         The sequence usually extends the previous one; when it does not (concurrent mode drafts ahead on a
         guess that may not come true), the text and the draft tokens are cut back to where they agree.
@@ -77,7 +79,7 @@ class DraftTextContext:
             self.covered += len(self.retok.bytes_of(ids)) - (len(redo) - len(pending))
             self.ids[cut:] = ids
             pending = bytes(self.text[self.covered:])
-        return sync_and_feed(self.session, self.ids, [])[-1], pending
+        return (self.session.sync(self.ids)[-1] if self.ids else None), pending
 
 
 class _TextDrafter:
@@ -128,7 +130,7 @@ class SLEMDrafter(_TextDrafter):
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         row, pending = self.ctx.sync(sequence)
-        return Proposal() if pending else self.slem_round(sequence, row, k)
+        return Proposal() if pending or row is None else self.slem_round(sequence, row, k)
 
     def slem_round(self, sequence: list[int], row: np.ndarray, k: int) -> Proposal:
         """Draft k tokens from row (the draft cache's current end) and propose their text."""
@@ -154,7 +156,7 @@ class TLIDrafter:
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         row, pending = self.ctx.sync(sequence)
-        if pending or not self.shared.any():
+        if pending or row is None or not self.shared.any():
             return Proposal()
         steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
                             shape=lambda row, drafted: np.where(self.shared, row, -np.inf),

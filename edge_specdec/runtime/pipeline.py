@@ -123,8 +123,10 @@ class Engine:
                  draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
                  threads: Optional[int] = None, static_shapes: Optional[bool] = None, batching: bool = False,
                  batch_wait: float = MAX_WAIT, draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS,
-                 crowded_draft_tokens: int = CROWDED_DRAFT_TOKENS, npu_max_prompt: int = NPU_MAX_PROMPT):
+                 crowded_draft_tokens: int = CROWDED_DRAFT_TOKENS, npu_max_prompt: int = NPU_MAX_PROMPT,
+                 prefix_reuse: bool = True):
         start = time.perf_counter()
+        self.prefix_reuse = prefix_reuse
         if crowded_draft_tokens < 0:
             raise EdgeSpecdecError(f"crowded_draft_tokens must be 0 (the target alone) or more, not "
                                    f"{crowded_draft_tokens}.")
@@ -375,6 +377,7 @@ class DecodingSession:
         prompt_ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not prompt_ids:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
+        check_token_ids(prompt_ids, self.target.vocab_size)
         name = engine.resolve_algorithm(algorithm, config)
         if num_assistant_tokens is None:
             num_assistant_tokens = LOOKUP_TOKENS if name == "prompt-lookup" else DRAFT_TOKENS
@@ -400,8 +403,10 @@ class DecodingSession:
         concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
-                              rng, on_text, concurrent=concurrent, cancel=cancel)
+                              rng, on_text, concurrent=concurrent, cancel=cancel, reuse_prefix=engine.prefix_reuse)
         result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
+        if engine.prefix_reuse and not self.target.block_invariant:
+            result.extra["prefix_reuse"] = "off: the target is not block-invariant here, so the prompt was fed whole"
         return result
 
     def _draft_cap(self) -> Optional[int]:
@@ -459,6 +464,16 @@ class Pipeline(Engine):
         """
         return TextIterator(self, prompt, config, options)
 
+
+
+def check_token_ids(ids: list[int], vocab_size: int) -> None:
+    """Prompt token ids must index the target's vocabulary: an id past it would read outside the embedding
+    table."""
+    bad = next((i for i, t in enumerate(ids) if not isinstance(t, (int, np.integer)) or not 0 <= t < vocab_size),
+               None)
+    if bad is not None:
+        raise EdgeSpecdecError(f"prompt token id {ids[bad]!r} at position {bad} is not a token of the target: ids "
+                               f"run from 0 to {vocab_size - 1}.")
 
 
 def weight_bytes(model) -> int:

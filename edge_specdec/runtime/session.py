@@ -58,6 +58,21 @@ from .probes import is_block_invariant
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 class ContextOverflowError(EdgeSpecdecError):
     """The prompt plus the tokens to generate do not fit in the model's context."""
 
@@ -182,6 +197,22 @@ class ModelSession:
             wide[:, self.output_ids] = logits
             logits = wide
         return logits
+
+    def sync(self, sequence: list[int], extra: tuple[int, ...] | list[int] = ()) -> np.ndarray:
+        """Bring the cache to sequence + extra and return the logits from sequence[-1] on (len(extra) + 1 rows).
+
+        Keeps the longest prefix the cache shares with `sequence` (short of its last token, which is fed again for
+        its logits), then feeds the rest in one block."""
+        self.keep_prefix(sequence)
+        rows = len(extra) + 1
+        return self.feed(sequence[self.length:] + list(extra), rows=rows)[-rows:]
+
+    def keep_prefix(self, tokens: list[int]) -> int:
+        """Forget all but the longest prefix of the cache that `tokens` starts with, short of the last token of
+        `tokens` (a call must feed it to get its logits). Returns how many tokens are kept."""
+        keep = min(common_prefix(self.tokens, tokens), len(tokens) - 1)
+        self.truncate(keep)
+        return keep
 
     def rollback(self, n: int) -> None:
         """Forget the last n tokens."""

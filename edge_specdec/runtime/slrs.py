@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from .drafters import Proposal, sync_and_feed
+from .drafters import Proposal
 from .heterogeneous import SLEMDrafter
 from .sampling import sample
 
@@ -48,7 +48,7 @@ class SLRSDrafter(SLEMDrafter):
         if self.config.greedy:
             return super().propose(sequence, k)
         row, pending = self.ctx.sync(sequence)
-        if pending:
+        if pending or row is None:
             return Proposal()
         base = list(self.ctx.ids)
         leaves = self._leaves(base, row)
@@ -64,7 +64,7 @@ class SLRSDrafter(SLEMDrafter):
         path, first, _ = leaves[sample(probs, self.rng)]
         drafted = list(path)
         if drafted[-1] != self.draft_eos and len(drafted) < k:
-            more_row = sync_and_feed(self.ctx.session, base + drafted, [])[-1]
+            more_row = self.ctx.session.sync(base + drafted)[-1]
             drafted += self.draft(more_row, k - len(drafted))
         self.ctx.last_draft = drafted
         first_bytes = self.target_retok.pieces.piece(first) or b""
@@ -95,7 +95,7 @@ class SLRSDrafter(SLEMDrafter):
                     nodes += 1
                     if nodes > self.max_nodes:
                         return None
-                    child = sync_and_feed(self.ctx.session, base + list(path) + [d], [])[-1]
+                    child = self.ctx.session.sync(base + list(path) + [d])[-1]
                     stack.append((path + (d,), longer, p, child))
                 else:
                     first = self.target_retok.longest_prefix(longer)
