@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ...runtime import Engine, GenerationConfig
 from .prompts import TrainPrompt, render
-from .work import WorkFolder
+from .work import WorkFolder, add_to_totals, data_totals
 
 PROGRESS_SECONDS = 15.0  # a progress line at most this often
 TARGET_TOP = 8  # the target's most likely tokens kept per position of the training text
@@ -29,14 +29,15 @@ TARGET_TOP = 8  # the target's most likely tokens kept per position of the train
 def generate_data(bundle: Path, prompts: list[TrainPrompt], work: WorkFolder, max_new_tokens: int, streams: int,
                   keep_going: Callable[[int], bool], say: Callable[[str], None], top: int = 0) -> dict[str, Any]:
     """Generate the continuations of the prompts not yet in data.jsonl; return the data's totals."""
-    records = work.read_data()
+    records, damaged = work.scan_data()
     done = {r["id"] for r in records}
     todo = [p for p in prompts if p.id not in done]
-    totals = _totals(records)
+    totals = data_totals(records)
     tokens = totals["target_tokens"]
     if records:
         say(f"generate: {len(records)} prompts ({tokens:,} target tokens) already in {work.data_file.name}, "
-            f"{len(todo)} to go")
+            f"{len(todo)} to go" + (f"; {damaged} damaged lines skipped (their prompts are among those to go)"
+                                    if damaged else ""))
     if not todo or not keep_going(totals):
         return totals
     engine = Engine(bundle, batching=streams > 1)
@@ -79,7 +80,7 @@ def generate_data(bundle: Path, prompts: list[TrainPrompt], work: WorkFolder, ma
                                         for lp in result.logprobs]
             with lock:
                 out.add(record)
-                _add(totals, record)
+                add_to_totals(totals, record)
                 count["prompts"] += 1
                 count["tokens"] += len(result.token_ids)
                 now = time.monotonic()
@@ -112,21 +113,5 @@ def generate_data(bundle: Path, prompts: list[TrainPrompt], work: WorkFolder, ma
     say(f"generate: {count['prompts']} prompts, {count['tokens'] - tokens:,} target tokens in {elapsed:.0f} s "
         f"({(count['tokens'] - tokens) / max(elapsed, 1e-9):.1f} tokens/s, {streams} streams)"
         + ("; stopped by the budget" if stop.is_set() and not pending.empty() else ""))
-    return {**_totals(work.read_data()), "seconds_this_run": elapsed}
+    return {**data_totals(work.read_data()), "seconds_this_run": elapsed}
 
-
-def _totals(records: list[dict[str, Any]]) -> dict[str, Any]:
-    totals = {"prompts": 0, "train_prompts": 0, "validation_prompts": 0, "target_tokens": 0,
-              "train_draft_tokens": 0}
-    for record in records:
-        _add(totals, record)
-    return totals
-
-
-def _add(totals: dict[str, Any], record: dict[str, Any]) -> None:
-    train = record["split"] == "train"
-    totals["prompts"] += 1
-    totals["train_prompts" if train else "validation_prompts"] += 1
-    totals["target_tokens"] += record["target_tokens"]
-    if train:
-        totals["train_draft_tokens"] += record["draft_tokens"]

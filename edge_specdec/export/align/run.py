@@ -126,6 +126,7 @@ def _run_stages(source: Bundle, out: Path, settings: AlignSettings, folder: Work
                 draft_folder: Path, draft_settings, prompts, dropped: int, hash_seconds: float, keep_work: bool,
                 stop_after: Optional[str], say: Callable[[str], None],
                 on_train_step: Optional[Callable[[int], None]]) -> Optional[Path]:
+    _reopen_generation_if_damaged(folder, say)
     for stage in STAGES:
         if folder.done(stage):
             continue
@@ -174,6 +175,19 @@ def _run_stages(source: Bundle, out: Path, settings: AlignSettings, folder: Work
     if not keep_work:
         shutil.rmtree(folder.path, ignore_errors=True)
     return out
+
+
+def _reopen_generation_if_damaged(folder: WorkFolder, say: Callable[[str], None]) -> None:
+    """Before training, data.jsonl must hold what generation wrote: when lines were damaged since, the generate stage
+    runs again, which keeps every intact record and generates the damaged ones' prompts again (as the budget
+    allows). Once training is done, what it trained on is recorded and the data is not read again."""
+    if not folder.done("generate") or folder.done("train"):
+        return
+    records, damaged = folder.scan_data()
+    if damaged:
+        say(f"generate: {damaged} damaged lines in {folder.data_file.name} are skipped ({len(records)} intact records "
+            "kept); generating their prompts again")
+        folder.record("generate", {})
 
 
 def _draft_folder(source: Bundle, override: Optional[str], work: Path) -> Path:
@@ -253,7 +267,9 @@ def _generate(source: Bundle, settings: AlignSettings, folder: WorkFolder, budge
 
 def _alignment_record(source: Bundle, settings: AlignSettings, folder: WorkFolder, draft_folder: Path,
                       dropped: int, budget: Budget) -> dict[str, Any]:
-    data, train = folder.result("generate"), folder.result("train")
+    # the data training read (an align trained before that was recorded: what generation counted)
+    train = folder.result("train")
+    data = train.get("data") or folder.result("generate")
     seconds = {stage: folder.result(stage).get("seconds_spent") for stage in STAGES if folder.done(stage)}
     return {
         "method": "sequence-level distillation: the draft fine-tuned on its target's greedy continuations, "
@@ -267,7 +283,7 @@ def _alignment_record(source: Bundle, settings: AlignSettings, folder: WorkFolde
                     "sha256": folder.state["fixed"]["prompts_sha256"], "held_out_dropped": dropped},
         "data": {k: data.get(k) for k in ("prompts", "train_prompts", "validation_prompts", "target_tokens",
                                           "train_draft_tokens")} | {"max_new_tokens": settings.max_new_tokens},
-        "training": {k: v for k, v in train.items() if k not in ("done", "seconds_spent")},
+        "training": {k: v for k, v in train.items() if k not in ("done", "seconds_spent", "data")},
         "evaluation": {"prompts": "the benchmark's held-out prompts (edge_specdec/benchmark/prompts.json), none of "
                                   "them trained on",
                        "before": _without_done(folder.result("baseline")),

@@ -44,9 +44,12 @@ from ...errors import ExportError
 from ...runtime.retokenize import Retokenizer
 from ...runtime.text import PromptTokenizer
 from ...vocab_map import NO_TOKEN, VocabMap
-from .work import WorkFolder
+from .work import WorkFolder, data_totals
 
 CHECKPOINT = "checkpoint.pt"
+# the training state a checkpoint carries (see train_draft)
+STATE_KEYS = ("step", "planned", "epoch", "position", "order", "best_loss", "best_step", "initial_loss", "since_best",
+              "history", "train_tokens", "seconds")
 PROGRESS_SECONDS = 60.0  # a progress line at least this often between validations
 CHECKPOINT_SECONDS = 120.0  # a checkpoint of the whole draft with its optimizer is a few GB: not at every validation
 PRECISIONS = ("fp32", "bf16")  # training arithmetic; the plan takes the faster on this machine
@@ -326,7 +329,11 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
     start_time = time.monotonic()
     model, k, trainable = load_draft(source, settings.train_layers)
     max_len = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
-    train, validation = make_examples(work.read_data(), bundle, max_len)
+    records, damaged = work.scan_data()
+    if damaged:
+        say(f"train: {damaged} damaged lines in {work.data_file.name} skipped; training on its {len(records)} intact "
+            "records")
+    train, validation = make_examples(records, bundle, max_len)
     if not train:
         raise ExportError("align has no training text: generation produced nothing for the training split. "
                           "Give more --minutes, or more prompts with --prompts.")
@@ -343,11 +350,11 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
     ckpt_path = work.train_dir / CHECKPOINT
     layers_total = len(decoder_layers(model))
     if ckpt_path.is_file():
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        _set_trainable(model, ckpt["trainable"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        state = ckpt["state"]
-        best_state = ckpt["best_state"] if ckpt["best_state"] is not None else _trainable(model, names)
+        state, best_state = load_checkpoint(ckpt_path, model, optimizer, names)
+        if len(state["order"] or ()) != len(train):  # the data changed since (damaged lines generated again)
+            say(f"train: {len(train)} training sequences now against {len(state['order'])} at the checkpoint: the "
+                "epoch goes on in a new order")
+            state["order"], state["position"] = None, 0
         say(f"train: resuming at step {state['step']}/{state['planned']} (best validation loss "
             f"{state['best_loss']:.4f} at step {state['best_step']})")
     else:
@@ -462,7 +469,8 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
     save_draft(model, source, work.draft_hf)
     say(f"train: stopped by {stop_reason} at step {state['step']}; kept the weights of step {state['best_step']} "
         f"(validation loss {state['initial_loss']:.4f} -> {state['best_loss']:.4f})")
-    return {"steps": state["step"], "planned_steps": state["planned"], "best_step": state["best_step"],
+    return {"data": data_totals(records),  # what this training read of data.jsonl: the manifest's counts
+            "steps": state["step"], "planned_steps": state["planned"], "best_step": state["best_step"],
             "stopped_by": stop_reason, "epochs": round(state["train_tokens"] / sum(len(e.ids) for e in train), 3),
             "train_sequences": len(train), "validation_sequences": min(len(validation), VALIDATION_MAX),
             "train_draft_tokens": sum(len(e.ids) for e in train), "trained_tokens": state["train_tokens"],
@@ -473,6 +481,27 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
             "history": state["history"], "layers_trained": k, "layers": layers_total,
             "trainable_parameters": trainable, "precision": precision, "settings": settings.to_record(),
             "seconds": round(time.monotonic() - start_time, 1)}
+
+
+def load_checkpoint(path: Path, model, optimizer, names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restore the weights and the optimizer from the checkpoint; (the training state, the best weights so far).
+    A checkpoint that cannot be read whole (a crash or a full disk while it was written, or damage since) is one
+    line that says how to go on, not torch's traceback."""
+    torch, _ = import_torch()
+    try:
+        ckpt = torch.load(path, weights_only=False)
+        _set_trainable(model, ckpt["trainable"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        state = ckpt["state"]
+        missing = [key for key in STATE_KEYS if key not in state]
+        if missing:
+            raise KeyError(f"its training state has no {missing[0]!r}")
+        best_state = ckpt["best_state"] if ckpt["best_state"] is not None else _trainable(model, names)
+    except Exception as exc:  # noqa: BLE001 - whatever torch or pickle raise for a damaged file
+        reason = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise ExportError(f"train: the checkpoint {path} is damaged ({type(exc).__name__}: {reason}): delete it and "
+                          "run again with --resume to train from the start (the generated text is kept).") from None
+    return state, best_state
 
 
 def _trainable(model, names: list[str]) -> dict[str, Any]:

@@ -9,7 +9,9 @@
     WORK/bundle/        the aligned bundle before it is moved to --out
 
 state.json is rewritten atomically (a temporary file, then a rename); data.jsonl only grows, one whole line per
-prompt, and a line cut short by a crash is dropped when the file is read again.
+prompt. A line that is not a whole record (cut short by a crash, or damaged since) is skipped and counted when the
+file is read, never deleted with what follows it: every intact record is kept, and the prompts of the damaged ones
+are generated again.
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from ...errors import ExportError
+
+# What a record of data.jsonl holds (see generate.py), each with its type: a line without them is damaged.
+RECORD_FIELDS = {"id": (str, int), "split": str, "prompt": str, "completion": str, "stop_reason": str,
+                 "target_tokens": int, "draft_tokens": int}
 
 STATE_FILE = "state.json"
 DATA_FILE = "data.jsonl"
@@ -71,13 +77,23 @@ class WorkFolder:
             self.save()
             return
         if not state_path.is_file():
+            if self.data_file.is_file() and self.data_file.stat().st_size:  # its state.json was removed: start the
+                self.state = {"fixed": fixed, "stages": {}, "spent_seconds": 0.0}  # stages again, keep the text
+                self.save()
+                return
             raise ExportError(f"--resume: there is no earlier align to resume in {self.path} (no {STATE_FILE}). "
                               "Run without --resume to start one (or pass the --work folder it used).")
         try:
             self.state = json.loads(state_path.read_text(encoding="utf-8"))
+            if not isinstance(self.state, dict) or not isinstance(self.state.get("stages"), dict):
+                raise ValueError("not the state of an align")
         except (OSError, ValueError) as exc:
-            raise ExportError(f"--resume: {state_path} cannot be read ({exc}); remove {self.path} and start "
-                              "over.") from None
+            records, _ = self.scan_data()
+            reason = (str(exc).splitlines() or [""])[0][:120]
+            raise ExportError(f"--resume: {state_path} is damaged ({reason}), so which stages are done is unknown. "
+                              f"The generated text is not lost ({len(records)} records in {self.data_file.name}): "
+                              f"delete {state_path} alone and run the same command with --resume; the stages run "
+                              "again and generation keeps the prompts already there.") from None
         changed = [key for key in FIXED_SETTINGS if self.state.get("fixed", {}).get(key) != fixed.get(key)]
         if changed:
             raise ExportError(f"--resume: the work in {self.path} was made with other settings "
@@ -124,33 +140,66 @@ class WorkFolder:
 
     # --- the generated data -------------------------------------------------------------------------------------
     def read_data(self) -> list[dict[str, Any]]:
-        """Every complete record of data.jsonl; a last line cut short (a crash mid-write) is cut off the file."""
+        """Every intact record of data.jsonl (see scan_data)."""
+        return self.scan_data()[0]
+
+    def scan_data(self) -> tuple[list[dict[str, Any]], int]:
+        """(every intact record of data.jsonl, the number of damaged lines skipped). A line is damaged when it is
+        not a JSON object with the fields of a record (RECORD_FIELDS); a later record of a prompt already read is
+        left out. The file is only read: nothing in it is deleted."""
         if not self.data_file.is_file():
-            return []
-        raw = self.data_file.read_bytes()
-        records, good = [], 0
-        for line in raw.splitlines(keepends=True):
-            if not line.endswith(b"\n"):
-                break
+            return [], 0
+        records, seen, damaged = [], set(), 0
+        for line in self.data_file.read_bytes().splitlines():
+            if not line.strip():
+                continue
             try:
-                records.append(json.loads(line))
-            except ValueError:
-                break
-            good += len(line)
-        if good < len(raw):
-            with open(self.data_file, "r+b") as f:
-                f.truncate(good)
-        return records
+                record = json.loads(line)
+            except ValueError:  # also a line that is not UTF-8
+                record = None
+            if not is_record(record):
+                damaged += 1
+            elif record["id"] not in seen:
+                seen.add(record["id"])
+                records.append(record)
+        return records, damaged
 
     def appender(self) -> "DataAppender":
         return DataAppender(self.data_file)
+
+
+def is_record(record: Any) -> bool:
+    return isinstance(record, dict) and all(isinstance(record.get(k), t) and not isinstance(record.get(k), bool)
+                                            for k, t in RECORD_FIELDS.items())
+
+
+def data_totals(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the records hold: prompts by split, the target's tokens, the draft tokens of the training split."""
+    totals = {"prompts": 0, "train_prompts": 0, "validation_prompts": 0, "target_tokens": 0,
+              "train_draft_tokens": 0}
+    for record in records:
+        add_to_totals(totals, record)
+    return totals
+
+
+def add_to_totals(totals: dict[str, Any], record: dict[str, Any]) -> None:
+    train = record["split"] == "train"
+    totals["prompts"] += 1
+    totals["train_prompts" if train else "validation_prompts"] += 1
+    totals["target_tokens"] += record["target_tokens"]
+    if train:
+        totals["train_draft_tokens"] += record["draft_tokens"]
 
 
 class DataAppender:
     """Appends one whole line per record and flushes it, so that a stop loses at most the records in flight."""
 
     def __init__(self, path: Path):
+        # a last line without its newline (a crash mid-write) stays as it is: the next record starts a line of its own
+        ends_a_line = not path.is_file() or path.stat().st_size == 0 or _last_byte(path) == b"\n"
         self.file = open(path, "a", encoding="utf-8")
+        if not ends_a_line:
+            self.file.write("\n")
 
     def add(self, record: dict[str, Any]) -> None:
         self.file.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -158,6 +207,12 @@ class DataAppender:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
 
 
 class Budget:
