@@ -99,8 +99,9 @@ def test_pyproject_has_an_spdx_license_and_project_urls():
 @pytest.mark.slow
 def test_the_wheel_builds_without_warnings_and_carries_the_docs_and_the_chat_template(tmp_path):
     """python -m build on a copy of the sources (the checkout stays untouched), with this environment's
-    setuptools: no deprecation warning, and the wheel has docs/*.md as package data, the demo's chat template and
-    the project URLs."""
+    setuptools, as CI builds: the sdist, then the wheel from the sdist (so MANIFEST.in must carry docs/). No
+    deprecation warning, and the wheel has docs/*.md as package data, the demo's chat template and the project
+    URLs."""
     pytest.importorskip("build")
     source = tmp_path / "source"
     source.mkdir()
@@ -109,7 +110,7 @@ def test_the_wheel_builds_without_warnings_and_carries_the_docs_and_the_chat_tem
     shutil.copytree(REPO / "docs", source / "docs")
     shutil.copytree(PACKAGE, source / "edge_specdec", ignore=shutil.ignore_patterns("__pycache__", "data"))
     shutil.copytree(PACKAGE / "data", source / "edge_specdec" / "data", ignore=shutil.ignore_patterns("docs"))
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir",
                            str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Deprecat" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
