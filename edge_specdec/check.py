@@ -132,7 +132,8 @@ def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_devic
                           **predict(drafted[name]["acceptance"], draft_step, target_s)}
         costs["draft_step_ms_by_device"] = draft_steps(engine, engine_options.get("cache_dir"),
                                                        costs["draft_step_ms"])
-    say("costs: target " + ", ".join(f"{n} tokens {ms:.1f} ms" for n, ms in costs["target_blocks_ms"].items())
+    say("costs: target " + ", ".join(f"{n} token{'' if int(n) == 1 else 's'} {ms:.1f} ms"
+                                     for n, ms in costs["target_blocks_ms"].items())
         + (f"; draft step {costs['draft_step_ms']:.1f} ms" if "draft_step_ms" in costs else ""))
     if "draft_step_ms_by_device" in costs:
         steps = costs["draft_step_ms_by_device"]
