@@ -17,7 +17,7 @@ import statistics
 import threading
 import time
 
-from edge_specdec.benchmark.runner import load_prompt_set
+from edge_specdec.benchmark.prompt_set import load_prompt_set
 from edge_specdec.runtime import Engine, GenerationConfig
 
 SETTINGS = {"crowded0": (2, 0), "crowded1": (2, 1), "crowded2": (2, 2), "alone-only": (1, 0), "always": (None, 0)}

@@ -16,7 +16,7 @@ import argparse
 import statistics
 import time
 
-from edge_specdec.benchmark.runner import load_prompt_set, render_prompts
+from edge_specdec.benchmark.prompt_set import load_prompt_set, render_prompts
 from edge_specdec.runtime.pipeline import Pipeline
 from edge_specdec.runtime.sampling import GenerationConfig
 

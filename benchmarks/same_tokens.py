@@ -5,7 +5,7 @@ to show that two versions of the runtime write the same tokens.
 """
 import json, sys
 from edge_specdec.runtime import Pipeline, GenerationConfig
-from edge_specdec.benchmark.runner import load_prompt_set
+from edge_specdec.benchmark.prompt_set import load_prompt_set
 pipe = Pipeline(sys.argv[1])
 prompts = load_prompt_set()
 out = {}

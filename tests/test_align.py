@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from edge_specdec.benchmark.prompt_file import read_prompt_file
-from edge_specdec.benchmark.runner import PROMPTS_FILE
+from edge_specdec.benchmark.prompt_set import PROMPTS_FILE
 from edge_specdec.bundle import load_bundle
 from edge_specdec.cli import main
 from edge_specdec.export.align import AlignSettings, TrainSettings, align_bundle

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from edge_specdec.benchmark import load_prompt_set, run_benchmark, runner
+from edge_specdec.benchmark import load_prompt_set, prompt_set, run_benchmark, runner
 from edge_specdec.benchmark.setups import adaptive_policies, candidate_specs, select_specs
 from edge_specdec.cli import main
 from edge_specdec.errors import EdgeSpecdecError
@@ -216,7 +216,7 @@ def test_chat_template_formats_every_prompt(bundle_dir, tmp_path):
     (bundle / "target" / "chat_template.jinja").write_text(
         "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>\n{% endfor %}<assistant>")
     pipe = Pipeline(bundle)
-    prompts, how = runner.render_prompts(pipe, load_prompt_set(), ["translation"])
+    prompts, how = prompt_set.render_prompts(pipe, load_prompt_set(), ["translation"])
     assert how == "the target's chat template" and len(prompts) == len(load_prompt_set()["translation"])
     for p in prompts:
         assert p.text.startswith("<user>Translate") and p.text.endswith("<assistant>")

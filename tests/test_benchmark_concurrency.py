@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from edge_specdec.benchmark import concurrency
-from edge_specdec.benchmark.concurrency import (CLIENT_SETUPS, ClientPrompt, Request, Round, Row,
-                                                build_clients_report, pick_prompt_items, run_clients_benchmark,
-                                                select_client_setups)
-from edge_specdec.benchmark.runner import load_prompt_set
+from edge_specdec.benchmark.client_report import render_clients_markdown
+from edge_specdec.benchmark.client_setups import CLIENT_SETUPS, ClientPrompt, Request, Round, Row, select_client_setups
+from edge_specdec.benchmark.client_summary import build_clients_report
+from edge_specdec.benchmark.concurrency import run_clients_benchmark
+from edge_specdec.benchmark.prompt_set import load_prompt_set, pick_prompt_items
 from edge_specdec.cli import main
 from edge_specdec.errors import EdgeSpecdecError
 
@@ -127,12 +127,12 @@ def test_summary_ratios_identity_and_goals_from_known_rounds():
     # the goals at 4 clients: 2.5x one after another (met), identical (not), TPOT <= 2x alone (not), GenAI (none)
     assert [g["met"] for g in report["goals"]] == [True, False, False, None]
     assert report["goals"][0]["value"] == pytest.approx(2.5) and report["goals"][2]["value"] == 2.5
-    md = concurrency.render_clients_markdown({**report, "machine": {"cpu": "x", "cores": 2, "platform": "p",
-                                                                  "python": "3", "date": "d"},
-                                              "settings": {**report["settings"], "prompt_format": "raw",
-                                                           "categories": ["cat"], "batching": True,
-                                                           "algorithms": {"auto": "slem"}, "precision": "dq",
-                                                           "placement": "CPU"}})
+    md = render_clients_markdown({**report, "machine": {"cpu": "x", "cores": 2, "platform": "p",
+                                                        "python": "3", "date": "d"},
+                                  "settings": {**report["settings"], "prompt_format": "raw",
+                                               "categories": ["cat"], "batching": True,
+                                               "algorithms": {"auto": "slem"}, "precision": "dq",
+                                               "placement": "CPU"}})
     assert "**NO**, 1 of 4 differ" in md and "NOT identical: ours-spec with 4 clients on d" in md
     assert "## 1 client\n" in md and "## 4 clients\n" in md
     assert "## Goals at 4 clients" in md and "2.50x" in md

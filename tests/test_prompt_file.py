@@ -65,7 +65,7 @@ def test_json_lines_keep_the_text_exactly(tmp_path):
 
 
 def test_the_shipped_prompt_set_reads_as_its_categories():
-    from edge_specdec.benchmark.runner import PROMPTS_FILE
+    from edge_specdec.benchmark.prompt_set import PROMPTS_FILE
     shipped = json.loads(PROMPTS_FILE.read_text(encoding="utf-8"))["categories"]
     assert read_prompt_file(PROMPTS_FILE) == shipped
     assert load_prompt_set() == shipped   # the bench's loader reads it through the same reader

@@ -35,7 +35,8 @@ costs ~1.6x one token, so K=3 beat K=5; GenAI's default CPU properties (u8 KV ca
 are faster but not exact for speculation (blocks and single steps differ by 0.2-0.4 in the logits), which is
 why --genai-ours exists: GenAI with exactly our properties, the loop-against-loop comparison.
 """
-from .runner import CATEGORIES, DEFAULT_KS, load_prompt_set, run_benchmark
+from .prompt_set import CATEGORIES, load_prompt_set
+from .runner import DEFAULT_KS, run_benchmark
 from .setups import ENGINES, candidate_specs
 
 __all__ = ["CATEGORIES", "DEFAULT_KS", "ENGINES", "candidate_specs", "load_prompt_set", "run_benchmark"]

@@ -1,14 +1,15 @@
-"""Summaries of a benchmark run: report.json, report.md and speedup.png."""
+"""The rows benchmark's report: its figures per row (report.json), report.md and speedup.png."""
 from __future__ import annotations
 
-import json
-import math
-import statistics
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..errors import EdgeSpecdecError
-from .setups import ENGINE_TITLES, Prompt, Setup
+from .machine import machine_section
+from .markdown import cell, problems_section, prompt_source_lines, table
+from .prompt_set import Prompt
+from .report_files import pyplot, save_chart, write_report_files
+from .setups import ENGINE_TITLES, Setup
+from .stats import first_difference, median, rounded, spread
 
 MIB = 1024 * 1024
 
@@ -35,42 +36,6 @@ DEFINITIONS = """\
 """
 
 
-def _median(xs) -> Optional[float]:
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return float(statistics.median(xs)) if xs else None
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    pos = (len(xs) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def _spread(xs: list[float]) -> Optional[dict[str, float]]:
-    if not xs:
-        return None
-    return {"median": float(statistics.median(xs)), "p25": _quantile(xs, 0.25), "p75": _quantile(xs, 0.75),
-            "min": min(xs), "max": max(xs), "n": len(xs)}
-
-
-def _round(value, digits=3):
-    if isinstance(value, float):
-        return None if math.isnan(value) else round(value, digits)
-    if isinstance(value, dict):
-        return {k: _round(v, digits) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_round(v, digits) for v in value]
-    return value
-
-
-def _first_difference(a, b) -> int:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
-
-
 def _paired_ratios(setup: Setup, base: Setup, keys=None) -> list[float]:
     return [run.tokens_per_s / base.runs[key].tokens_per_s for key, run in setup.runs.items()
             if key in base.runs and base.runs[key].tokens_per_s > 0 and (keys is None or key[0] in keys)]
@@ -92,7 +57,7 @@ def _identity(setup: Setup, base: Optional[Setup]) -> tuple[Optional[bool], list
         compared += 1
         a, b = (run.token_ids, ref.token_ids) if by_ids else (run.text, ref.text)
         if a != b:
-            d = _first_difference(a, b)
+            d = first_difference(a, b)
             mismatches.append({"prompt": key, "repeat": rep, "first_difference": d, "length": len(a),
                                "reference_length": len(b), "got": repr(a[d:d + 8] if by_ids else a[d:d + 40]),
                                "reference": repr(b[d:d + 8] if by_ids else b[d:d + 40])})
@@ -114,9 +79,9 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
         "concurrent": spec.concurrent,
         "runs": len(runs), "failed_runs": len(setup.failures), "failures": setup.failures[:20],
         "new_tokens_total": sum(r.new_tokens for r in runs),
-        "tokens_per_s": _spread(tps),
-        "speedup": _median(ratios), "speedup_spread": _spread(ratios),
-        "ttft_ms": _median(r.ttft_ms for r in runs), "tpot_ms": _median(r.tpot_ms for r in runs),
+        "tokens_per_s": spread(tps),
+        "speedup": median(ratios), "speedup_spread": spread(ratios),
+        "ttft_ms": median(r.ttft_ms for r in runs), "tpot_ms": median(r.tpot_ms for r in runs),
         "identical": identical, "identity_checked_runs": compared, "mismatches": mismatches[:20],
         "mismatched_runs": len(mismatches),
     }
@@ -147,10 +112,10 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
         keys = {p.key for p in prompts if p.category == category}
         cat_runs = [r for (key, _), r in setup.runs.items() if key in keys]
         row["per_category"][category] = {
-            "tokens_per_s": _median(r.tokens_per_s for r in cat_runs),
-            "speedup": _median(_paired_ratios(setup, base, keys)) if base is not None else None}
-    row["per_prompt_tokens_per_s"] = {p.key: _median(r.tokens_per_s for (key, _), r in setup.runs.items()
-                                                     if key == p.key) for p in prompts}
+            "tokens_per_s": median(r.tokens_per_s for r in cat_runs),
+            "speedup": median(_paired_ratios(setup, base, keys)) if base is not None else None}
+    row["per_prompt_tokens_per_s"] = {p.key: median(r.tokens_per_s for (key, _), r in setup.runs.items()
+                                                    if key == p.key) for p in prompts}
     return row
 
 
@@ -164,7 +129,7 @@ def ours_vs_genai(setups: dict[str, Setup], ks: list[int], default_algorithm: st
         return name in setups and bool(setups[name].runs)
 
     def median_tps(name: str) -> Optional[float]:
-        return _median(r.tokens_per_s for r in setups[name].runs.values())
+        return median(r.tokens_per_s for r in setups[name].runs.values())
 
     pairs = []
     for engine in ("genai", "genai-ours"):
@@ -178,7 +143,7 @@ def ours_vs_genai(setups: dict[str, Setup], ks: list[int], default_algorithm: st
             if ran(ours) and ran(peer):
                 pairs.append({"ours": ours, "genai": peer, "genai_fastest": peer == fastest,
                               "ours_tokens_per_s": median_tps(ours), "genai_tokens_per_s": median_tps(peer),
-                              "ratio": _median(_paired_ratios(setups[ours], setups[peer]))})
+                              "ratio": median(_paired_ratios(setups[ours], setups[peer]))})
     return pairs
 
 
@@ -201,14 +166,10 @@ def build_report(setups: list[Setup], prompts: list[Prompt], settings: dict, mac
         "ours_vs_genai": ours_vs_genai(by_name, settings["ks"], settings.get("default_algorithm") or "standard"),
         "not_identical": [r["setup"] for r in rows if r["identical"] is False],
     }
-    return _round(report, 4)
+    return rounded(report, 4)
 
 
 # --- Markdown ---------------------------------------------------------------------------------------------------
-
-def _f(value, spec: str = ".2f", suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
-
 
 def _identity_cell(row: dict) -> str:
     if row["setup"] == row["baseline"]:  # the reference itself: its repeats are compared with its first run
@@ -221,22 +182,6 @@ def _identity_cell(row: dict) -> str:
     if row["identical"]:
         return f"yes ({row['identity_checked_runs']} runs)" if row["identity_checked_runs"] else "yes"
     return f"**NO** ({row['mismatched_runs']} of {row['identity_checked_runs']} runs)"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def prompt_source_lines(settings: dict) -> list[str]:
-    """The report's line on a --prompts file (its path, sha256 and size), followed by a blank line; none for the
-    shipped prompt set. Both bench reports use it."""
-    source = settings.get("prompts_file")
-    if not source:
-        return []
-    return [f"Prompts from `{source['path']}` (--prompts; sha256 {source['sha256']}): {source['prompts']} "
-            f"prompt{'' if source['prompts'] == 1 else 's'} in "
-            + ", ".join(f"{category} ({n})" for category, n in source["categories"].items()) + ".", ""]
 
 
 def render_markdown(report: dict) -> str:
@@ -261,52 +206,52 @@ def render_markdown(report: dict) -> str:
         lines += ["**Interrupted**: the figures cover only the runs done before Ctrl-C.", ""]
 
     lines += ["## Speed", ""]
-    lines += _table(
+    lines += table(
         ["setup", "runs", "tok/s median", "tok/s IQR", "tok/s min-max", "speedup vs its target alone", "TTFT ms",
          "TPOT ms", "acceptance", "tokens / target pass", "identical to its target alone"],
         [[r["setup"], str(r["runs"]) + (f" ({r['failed_runs']} failed)" if r["failed_runs"] else ""),
-          _f((r["tokens_per_s"] or {}).get("median")),
+          cell((r["tokens_per_s"] or {}).get("median")),
           f"{r['tokens_per_s']['p25']:.2f}-{r['tokens_per_s']['p75']:.2f}" if r["tokens_per_s"] else "-",
           f"{r['tokens_per_s']['min']:.2f}-{r['tokens_per_s']['max']:.2f}" if r["tokens_per_s"] else "-",
-          "baseline" if r["setup"] == r["baseline"] else _f(r["speedup"], ".2f", "x"),
-          _f(r["ttft_ms"], ".1f"), _f(r["tpot_ms"], ".1f"), _f(r["acceptance"], ".3f"),
-          _f(r["mean_tokens_per_target_pass"]), _identity_cell(r)] for r in rows])
+          "baseline" if r["setup"] == r["baseline"] else cell(r["speedup"], ".2f", "x"),
+          cell(r["ttft_ms"], ".1f"), cell(r["tpot_ms"], ".1f"), cell(r["acceptance"], ".3f"),
+          cell(r["mean_tokens_per_target_pass"]), _identity_cell(r)] for r in rows])
 
     lines += ["", "## Memory and time split", "",
               "Peak RSS is that of the whole process (every model loaded for every row); growth is the peak during a "
               "run minus the RSS when the run started. Time split: our Pipeline's clocks, summed over the timed runs.",
               ""]
-    lines += _table(
+    lines += table(
         ["setup", "peak RSS MiB (whole process)", "RSS growth in a run MiB", "draft s", "target s", "loop s",
          "target ms / pass", "draft ms / drafted token", "drafted tokens / round"],
-        [[r["setup"], _f(r["peak_rss_mib"], ".0f"), _f(r["peak_rss_growth_mib"], ".1f"),
-          *((_f(r["time_split_seconds"]["draft"]), _f(r["time_split_seconds"]["target"]),
-             _f(r["time_split_seconds"]["loop"])) if r["time_split_seconds"] else ("-", "-", "-")),
-          _f(r.get("target_ms_per_pass"), ".1f"), _f(r.get("draft_ms_per_drafted_token"), ".1f"),
-          _f(r.get("mean_drafted_per_round"))] for r in rows])
+        [[r["setup"], cell(r["peak_rss_mib"], ".0f"), cell(r["peak_rss_growth_mib"], ".1f"),
+          *((cell(r["time_split_seconds"]["draft"]), cell(r["time_split_seconds"]["target"]),
+             cell(r["time_split_seconds"]["loop"])) if r["time_split_seconds"] else ("-", "-", "-")),
+          cell(r.get("target_ms_per_pass"), ".1f"), cell(r.get("draft_ms_per_drafted_token"), ".1f"),
+          cell(r.get("mean_drafted_per_round"))] for r in rows])
 
     categories = s["categories"]
     lines += ["", "## Speedup over the target alone of the same engine, per prompt category", "",
               "Target-alone rows show their median tok/s.", ""]
-    table = []
+    per_category = []
     for r in rows:
         if r["setup"] == r["baseline"]:
-            cells = [_f(r["per_category"][c]["tokens_per_s"], ".1f", " tok/s") for c in categories]
-            cells.append(_f((r["tokens_per_s"] or {}).get("median"), ".1f", " tok/s"))
+            cells = [cell(r["per_category"][c]["tokens_per_s"], ".1f", " tok/s") for c in categories]
+            cells.append(cell((r["tokens_per_s"] or {}).get("median"), ".1f", " tok/s"))
         else:
-            cells = [_f(r["per_category"][c]["speedup"], ".2f", "x") for c in categories]
-            cells.append(_f(r["speedup"], ".2f", "x"))
-        table.append([r["setup"], *cells])
-    lines += _table(["setup", *categories, "all"], table)
+            cells = [cell(r["per_category"][c]["speedup"], ".2f", "x") for c in categories]
+            cells.append(cell(r["speedup"], ".2f", "x"))
+        per_category.append([r["setup"], *cells])
+    lines += table(["setup", *categories, "all"], per_category)
 
     if report["ours_vs_genai"]:
         lines += ["", "## Ours against OpenVINO GenAI", "",
                   "ratio: median over (prompt, repeat) of tok/s ours / tok/s GenAI, paired runs. \"fastest\": "
                   "GenAI's fastest speculative row in this run.", ""]
-        lines += _table(["ours", "GenAI", "ours tok/s", "GenAI tok/s", "ratio"],
-                        [[p["ours"], p["genai"] + (" (fastest)" if p.get("genai_fastest") else ""),
-                          _f(p["ours_tokens_per_s"]), _f(p["genai_tokens_per_s"]),
-                          _f(p["ratio"], ".2f", "x")] for p in report["ours_vs_genai"]])
+        lines += table(["ours", "GenAI", "ours tok/s", "GenAI tok/s", "ratio"],
+                       [[p["ours"], p["genai"] + (" (fastest)" if p.get("genai_fastest") else ""),
+                         cell(p["ours_tokens_per_s"]), cell(p["genai_tokens_per_s"]),
+                         cell(p["ratio"], ".2f", "x")] for p in report["ours_vs_genai"]])
 
     problems = []
     for r in rows:
@@ -317,27 +262,13 @@ def render_markdown(report: dict) -> str:
         for fail in r["failures"]:
             problems.append(f"- failed: {r['setup']} on {fail['prompt']} (repeat {fail['repeat'] + 1}): "
                             f"{fail['error']}")
-    for skip in report["skipped"]:
-        problems.append(f"- skipped: {skip['setup']}: {skip['reason']}")
-    for note in report["notes"]:
-        problems.append(f"- note: {note}")
-    if problems:
-        lines += ["", "## Failures, mismatches, skipped rows, notes", "", *problems]
+    lines += problems_section(problems, report)
 
     engines = list(dict.fromkeys(r["engine"] for r in rows))
     lines += ["", "## Setups", ""] + [f"- `{r['setup']}`: {r['description']}" for r in rows]
     lines += ["- engines: " + "; ".join(f"{e} = {ENGINE_TITLES[e]}" for e in engines)]
     lines += ["", "## Definitions", "", DEFINITIONS.rstrip()]
-    versions = ", ".join(f"{k} {m[k]}" for k in ("openvino", "openvino_genai", "transformers", "torch", "edge_specdec")
-                         if k in m)
-    load = ""
-    if "load_average_at_start" in m:
-        load = (f"; load average {'/'.join(map(str, m['load_average_at_start']))} at the start"
-                + (f", {'/'.join(map(str, m['load_average_at_end']))} at the end"
-                   if "load_average_at_end" in m else ""))
-    lines += ["", "## Machine", "",
-              f"{m['cpu']}, {m['cores']} cores" + (f" ({m['cores_usable']} usable)" if "cores_usable" in m else "")
-              + f"; {m['platform']}; Python {m['python']}; {versions}; {m['date']}{load}.", ""]
+    lines += machine_section(m)
     return "\n".join(lines)
 
 
@@ -345,10 +276,7 @@ def render_markdown(report: dict) -> str:
 
 def plot_speedups(report: dict, path: Path) -> None:
     """Grouped bars: per prompt category (and all), one bar per row, its speedup over its engine's target alone."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = [r for r in report["setups"] if r["setup"] != r["baseline"] and r["runs"]]
     groups = list(report["settings"]["categories"]) + ["all"]
     width = 0.8 / max(1, len(rows))
@@ -366,36 +294,10 @@ def plot_speedups(report: dict, path: Path) -> None:
     ax.set_title(f"{Path(s['bundle']).name}: {s['max_new_tokens']} tokens, greedy, {s['repeats']} repeat(s)")
     if rows:
         ax.legend(fontsize="small", ncol=min(4, len(rows)), loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_chart(fig, path)
 
 
-def write_report(report: dict, out_dir: Path, plot: bool = True, say: Callable[[str], None] = print,
-                 render: Optional[Callable[[dict], str]] = None, chart: Optional[Callable[[dict, Path], None]] = None,
-                 chart_name: str = "speedup.png") -> dict[str, str]:
-    """report.json, report.md (render; default render_markdown) and, with matplotlib, the chart (chart; default
-    plot_speedups) in out_dir."""
-    render, chart = render or render_markdown, chart or plot_speedups
-    files = {}
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "report.json"
-        path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        files["json"] = str(path)
-        path = out_dir / "report.md"
-        path.write_text(render(report), encoding="utf-8")
-        files["markdown"] = str(path)
-    except OSError as exc:
-        raise EdgeSpecdecError(f"cannot write the report to {out_dir}: {exc.strerror or exc}.") from None
-    if plot:
-        try:
-            import matplotlib  # noqa: F401 - only to know whether it is there
-        except ImportError:
-            say(f"matplotlib is not installed (pip install 'edge-specdec[bench]'): no {chart_name}")
-        else:
-            path = out_dir / chart_name
-            chart(report, path)
-            files["plot"] = str(path)
-    say("wrote " + ", ".join(files.values()))
-    return files
+def write_report(report: dict, out_dir: Path, plot: bool = True,
+                 say: Callable[[str], None] = print) -> dict[str, str]:
+    """report.json, report.md and, with matplotlib, speedup.png in out_dir."""
+    return write_report_files(report, out_dir, render_markdown, plot_speedups, "speedup.png", plot, say)

@@ -1,10 +1,8 @@
-"""Load the rows, run them interleaved, and hand the measurements to the report."""
+"""The rows benchmark: load the rows, run them interleaved, and hand the measurements to the report."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import os
-import platform
 import re
 import sys
 import threading
@@ -13,55 +11,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ..errors import EdgeSpecdecError
-from .prompt_file import describe_prompt_file, read_prompt_file
-from .setups import (ENGINES, Prompt, Run, Setup, Spec, candidate_specs, genai_runner, hf_runner, load_genai,
-                     load_hf, ours_runner, select_specs)
+from .genai_draft import load_genai_draft
+from .interleave import run_interleaved
+from .machine import machine_info, note_load_at_end
+from .prompt_set import Prompt, load_prompt_set, pick_categories, prompt_source, render_prompts
+from .setups import (Run, Setup, Spec, candidate_specs, genai_runner, hf_runner, load_genai, load_hf, ours_runner,
+                     select_specs)
 
-PROMPTS_FILE = Path(__file__).with_name("prompts.json")
 DEFAULT_KS = (3, 5)
-
-
-# --- prompts ----------------------------------------------------------------------------------------------------
-
-def load_prompt_set(path: Union[str, Path, None] = None) -> dict[str, list[dict[str, str]]]:
-    """{category: [{"id", "text"}, ...]} from the shipped prompts.json, or from a user's prompt file (--prompts:
-    plain text, JSON lines or the prompts.json shape; see prompt_file.py), through the one reader of both."""
-    return read_prompt_file(path if path else PROMPTS_FILE)
-
-
-def prompt_source(path: Union[str, Path, None], prompt_set: dict) -> Optional[dict[str, Any]]:
-    """The report's record of where the prompts came from: None for the shipped set, else the file's path,
-    sha256 and prompt counts."""
-    return describe_prompt_file(path, prompt_set) if path else None
-
-
-CATEGORIES = tuple(load_prompt_set())
-
-
-def pick_categories(prompt_set: dict, categories: Optional[Sequence[str]]) -> list[str]:
-    if not categories:
-        return list(prompt_set)
-    unknown = [c for c in categories if c not in prompt_set]
-    if unknown:
-        raise EdgeSpecdecError(f"unknown prompt categor{'ies' if len(unknown) > 1 else 'y'} "
-                               f"{', '.join(map(repr, unknown))}: choose from {', '.join(prompt_set)}.")
-    return list(dict.fromkeys(categories))
-
-
-def render_prompts(pipe, prompt_set: dict, categories: list[str]) -> tuple[list[Prompt], str]:
-    """Every prompt in the target's chat template when it has one (else the raw text), for every engine."""
-    template = pipe.chat_template
-    prompts = []
-    for category in categories:
-        for item in prompt_set[category]:
-            messages = [{"role": "user", "content": item["text"]}]
-            if template is not None:
-                prompts.append(Prompt(item["id"], category, messages, template.render(messages),
-                                      pipe.chat_prompt(messages)))
-            else:
-                prompts.append(Prompt(item["id"], category, messages, item["text"], item["text"]))
-    return prompts, ("the target's chat template" if template is not None
-                     else "raw text: the target has no chat template")
 
 
 # --- memory -----------------------------------------------------------------------------------------------------
@@ -106,44 +63,7 @@ class RssSampler:
         self._stop.set()
 
 
-# --- machine ----------------------------------------------------------------------------------------------------
-
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import openvino
-
-    info = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "openvino": openvino.__version__,
-            "date": _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")}
-    try:
-        info["cores_usable"] = len(os.sched_getaffinity(0))
-    except AttributeError:
-        pass
-    try:
-        info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        pass
-    from .. import __version__
-    info["edge_specdec"] = __version__
-    for name, module in (("openvino_genai", "openvino_genai"), ("transformers", "transformers"), ("torch", "torch")):
-        if module in sys.modules:
-            info[name] = getattr(sys.modules[module], "__version__", "?")
-    return info
-
-
 # --- the run ----------------------------------------------------------------------------------------------------
-
-def _fmt_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
 
 def same_target(bundle, other) -> bool:
     """Whether two bundles hold the same target weights (by the checksums in their manifests; the IR's XML is not
@@ -151,44 +71,6 @@ def same_target(bundle, other) -> bool:
     def weights(b) -> Optional[str]:
         return ((b.manifest.get("files") or {}).get("target/openvino_model.bin") or {}).get("sha256")
     return weights(bundle) is not None and weights(bundle) == weights(other)
-
-
-def check_genai_draft(bundle, other) -> None:
-    """--genai-draft (both benchmarks) must be a bundle of the same target (the same weights and tokenizer files,
-    by the manifests' checksums) whose draft shares that target's vocabulary."""
-    if other.draft is None or other.vocabulary["relation"] != "identical":
-        relation = "no draft" if other.draft is None else f"vocabulary relation {other.vocabulary['relation']!r}"
-        raise EdgeSpecdecError(f"--genai-draft {other.path}: its draft must share its target's vocabulary (GenAI's "
-                               f"speculative decoding needs that), but that bundle has {relation}. Give a bundle "
-                               f"exported with a same-vocabulary draft, e.g. Qwen2.5-Coder-0.5B for a Qwen2.5 "
-                               f"target.")
-    ours, theirs = bundle.manifest.get("files", {}), other.manifest.get("files", {})
-    # the .xml files hold generated node names that differ from one export to the next; the .bin files hold the
-    # weights and the tokenizer's constants
-    for name in ("target/openvino_model.bin", "target/openvino_tokenizer.bin", "target/openvino_detokenizer.bin"):
-        a, b = ours.get(name, {}).get("sha256"), theirs.get(name, {}).get("sha256")
-        if a is None or a != b:
-            what = "weights" if "model" in name else "tokenizer"
-            raise EdgeSpecdecError(
-                f"--genai-draft {other.path} has another target than {bundle.path}: its target's {what} "
-                f"({name}) differ{'' if a and b else ' or are not in a manifest'} "
-                f"(sha256 {str(b)[:12]} vs {str(a)[:12]}). Give a bundle exported from the same target with the "
-                f"same weight settings, whose draft has that target's vocabulary.")
-
-
-def load_genai_draft(bundle, genai_draft: Union[str, Path, None], genai_on: bool):
-    """--genai-draft for either benchmark: None when not given, else that bundle, checked by check_genai_draft;
-    refused when GenAI's rows are left out."""
-    if genai_draft is None:
-        return None
-    from ..bundle import load_bundle
-
-    if not genai_on:
-        raise EdgeSpecdecError("--genai-draft is for GenAI's speculative rows, and --no-genai leaves GenAI out: "
-                               "drop one of them.")
-    other = load_bundle(genai_draft, verify=False)
-    check_genai_draft(bundle, other)
-    return other
 
 
 def other_draft_spec(spec: Spec, label: str, path) -> Spec:
@@ -294,51 +176,19 @@ def _progress_line(run: Run) -> str:
     return line
 
 
-def run_interleaved(setups: list[Setup], prompts: list[Prompt], repeats: int, say: Callable[[str], None],
-                    sampler: RssSampler) -> bool:
-    """One uncounted warm-up per row, then for each (repeat, prompt) every row back to back, the order rotated
-    each time so that every row goes first equally often and drift in machine speed hits all rows alike.
-    Returns False if interrupted (Ctrl-C): what ran so far is kept."""
-    width = max(len(s.name) for s in setups)
+def run_rows(setups: list[Setup], prompts: list[Prompt], repeats: int, say: Callable[[str], None],
+             sampler: RssSampler) -> bool:
+    """One uncounted warm-up per row on the first prompt, then for each (repeat, prompt) every row back to back,
+    the order rotated each time (interleave.py). Returns False if interrupted (Ctrl-C): what ran so far is kept."""
+    def keep(s: Setup, prompt: Prompt, repeat: int, run: Run) -> None:
+        s.runs[(prompt.key, repeat)] = run
+
+    def fail(s: Setup, prompt: Prompt, repeat: int, error: str) -> None:
+        s.failures.append({"prompt": prompt.key, "repeat": repeat, "error": error})
     say(f"warm-up: one uncounted run per setup on {prompts[0].key}")
-    try:
-        for s in setups:
-            try:
-                run = _timed(s, prompts[0], sampler)
-                say(f"  warm-up {s.name:<{width}} {_progress_line(run)}")
-            except Exception as exc:  # noqa: BLE001 - the timed runs will record it
-                say(f"  warm-up {s.name:<{width}} FAILED: {type(exc).__name__}: {str(exc)[:160]}")
-    except KeyboardInterrupt:
-        return False
-    total, done, start = repeats * len(prompts) * len(setups), 0, time.perf_counter()
-    rotation = 0
-    try:
-        for rep in range(repeats):
-            for prompt in prompts:
-                shift = rotation % len(setups)
-                rotation += 1
-                for s in setups[shift:] + setups[:shift]:
-                    done += 1
-                    elapsed = time.perf_counter() - start
-                    head = (f"[{done:{len(str(total))}d}/{total}] rep {rep + 1}/{repeats} {prompt.key:<32} "
-                            f"{s.name:<{width}}")
-                    try:
-                        run = _timed(s, prompt, sampler)
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - a row that fails on one prompt must not end the run
-                        error = f"{type(exc).__name__}: {str(exc)[:200]}"
-                        s.failures.append({"prompt": prompt.key, "repeat": rep, "error": error})
-                        say(f"{head} FAILED: {error}")
-                        continue
-                    s.runs[(prompt.key, rep)] = run
-                    eta = elapsed / (done - 1) * (total - done + 1) if done > 1 else None
-                    say(f"{head} {_progress_line(run)}" + (f"  eta {_fmt_duration(eta)}" if eta is not None else ""))
-    except KeyboardInterrupt:
-        say("interrupted: reporting the runs done so far")
-        return False
-    say(f"timed runs took {_fmt_duration(time.perf_counter() - start)}")
-    return True
+    return run_interleaved(setups, prompts, repeats, say, name=lambda s: s.name, label=lambda p: f"{p.key:<32} ",
+                           run=lambda s, p, repeat: _timed(s, p, sampler), show=_progress_line, keep=keep,
+                           fail=fail, warm_ups=prompts[:1])
 
 
 def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = None, max_new_tokens: int = 64,
@@ -424,13 +274,10 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
     machine = machine_info()  # after loading, so that the peers' versions are known
     sampler = RssSampler()
     try:
-        complete = run_interleaved(loaded, prompts, repeats, say, sampler)
+        complete = run_rows(loaded, prompts, repeats, say, sampler)
     finally:
         sampler.close()
-    try:
-        machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        pass
+    note_load_at_end(machine)
     settings = {"bundle": str(b.path), "relation": relation, "max_new_tokens": max_new_tokens, "repeats": repeats,
                 "ks": ks, "categories": chosen_categories, "precision": precision, "kv_rollback": kv_rollback,
                 "draft_output_ids": None if pipe.draft is None or pipe.draft.output_ids is None
@@ -447,4 +294,4 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
     return result
 
 
-__all__ = ["CATEGORIES", "ENGINES", "load_prompt_set", "run_benchmark"]
+__all__ = ["DEFAULT_KS", "run_benchmark"]

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import EdgeSpecdecError
+from .prompt_set import Prompt
 
 ENGINES = ("ours", "genai", "genai-ours", "hf")
 ENGINE_TITLES = {"ours": "edge-specdec", "genai": "OpenVINO GenAI (its default CPU properties)",
@@ -62,20 +63,6 @@ class Spec:
     @property
     def baseline(self) -> str:
         return f"{self.engine}-none"
-
-
-@dataclass
-class Prompt:
-    """One prompt, ready for every engine."""
-    id: str
-    category: str
-    messages: list[dict[str, str]]
-    text: str  # what the peers get: the chat-rendered text, or the raw prompt
-    ours: Any  # what our Pipeline gets: token ids from pipe.chat_prompt, or the raw text
-
-    @property
-    def key(self) -> str:
-        return f"{self.category}/{self.id}"
 
 
 @dataclass

@@ -23,7 +23,8 @@ def _typed(spelled: list[str]) -> str:
 
 def _cmd_bench_clients(args: argparse.Namespace) -> int:
     """--clients: N clients at once, ours against one after another and GenAI's continuous batching."""
-    from ..benchmark.concurrency import render_clients_markdown, run_clients_benchmark
+    from ..benchmark.client_report import render_clients_markdown
+    from ..benchmark.concurrency import run_clients_benchmark
     from ..errors import EdgeSpecdecError
 
     # the options of the rows benchmark that mean nothing here: refuse them rather than ignore them

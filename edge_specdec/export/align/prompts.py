@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ...benchmark.prompt_file import read_prompt_file
-from ...benchmark.runner import PROMPTS_FILE, render_prompts
+from ...benchmark.prompt_set import PROMPTS_FILE, render_prompts
 from ...errors import ExportError
 from ...runtime.text import decode
 
@@ -72,7 +72,7 @@ def render(engine, text: str) -> tuple[str, Union[list[int], str]]:
 
 
 def held_out_prompts(engine, count: Optional[int]):
-    """The benchmark's prompts rendered for this engine (benchmark.setups.Prompt), all of them or the first
+    """The benchmark's prompts rendered for this engine (benchmark.prompt_set.Prompt), all of them or the first
     `count` taken round-robin over the categories."""
     prompt_set = read_prompt_file(PROMPTS_FILE)
     prompts, _ = render_prompts(engine, prompt_set, list(prompt_set))
