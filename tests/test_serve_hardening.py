@@ -124,7 +124,8 @@ def test_lone_surrogates_are_400(server, body, param):
 
 
 def test_a_body_nested_5000_deep_is_400(server):
-    for body in (b"[" * 5000 + b"]" * 5000, b'{"prompt": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001):
+    for body in (b"[" * 5000 + b"]" * 5000, b'{"prompt": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001,
+                 b'{"prompt": "x", "logit_bias": ' + b"[" * 950 + b"]" * 950 + b"}"):
         status, _, answer = post_json(server, body)
         assert status == 400 and "nests too deeply" in answer["error"]["message"], answer
     still_serves(server)

@@ -28,6 +28,7 @@ MAX_STOP_STRINGS = 4  # as OpenAI
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "length": "length", "stopped": "stop",
                   "interrupted": "stop"}
 CHAT_ROLES = {"system", "user", "assistant", "developer"}
+MAX_JSON_DEPTH = 64  # a request body nests 4 levels (messages[i].content[j].text); JSON schemas a few more
 
 
 class RequestError(EdgeSpecdecError):
@@ -262,14 +263,17 @@ def decode_json(body: bytes) -> Any:
     """A request body as JSON, refused with a RequestError when it is not JSON as RFC 8259 defines it (Python's
     parser also takes NaN and Infinity, and reads 1e400 as inf), nests past what the parser can follow, or holds a
     string with a lone surrogate ("\\ud800": not text; the tokenizer fails on it, and so would the answer)."""
+    too_deep = RequestError(f"the request body nests too deeply to be read (at most {MAX_JSON_DEPTH} levels).")
     try:
         value = json.loads(body, parse_constant=_not_json_number, parse_float=_finite_float)
     except RequestError:
         raise
     except RecursionError:
-        raise RequestError("the request body nests too deeply to be read.") from None
+        raise too_deep from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}.") from None
+    if json_depth(value) > MAX_JSON_DEPTH:  # what the parser took, later code (a repr in a message) may not
+        raise too_deep
     where = lone_surrogate(value)
     if where:
         field_name = None if where.startswith(("a field name", "the request body")) else re.split(r"[.\[]", where)[0]
@@ -287,6 +291,17 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise RequestError(f"the number {text[:40]} in the request body is out of range: send finite numbers.")
     return value
+
+
+def json_depth(value: Any) -> int:
+    """How deep a decoded JSON value nests (a scalar 0, [] 1, [[1]] 2), walked with a stack, not recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def lone_surrogate(value: Any) -> Optional[str]:
