@@ -124,6 +124,6 @@ def add_parser(sub) -> None:
                    help="a bundle folder whose target has a chat template (optional; default: the demo pair that "
                         f"ships with edge-specdec, {DEMO_BUNDLE})")
     p.add_argument("--system", metavar="TEXT", help="a system message at the start of the conversation")
-    add_decoding_options(p, max_new_tokens=256)
+    add_decoding_options(p, max_new_tokens=256, algorithm_help="default auto; `edge-specdec run --help` explains each")
     add_engine_options(p)
     p.set_defaults(func=_cmd_chat)

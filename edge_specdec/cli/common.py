@@ -60,12 +60,13 @@ def engine_options(args: argparse.Namespace) -> dict:
                 npu_max_prompt=args.npu_max_prompt)
 
 
-def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128) -> None:
+def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
+                         algorithm_help: str = "see below (default auto)") -> None:
     """How run and chat decode: the algorithm and its drafting, sampling and stopping, and the engine's rollback
     and concurrency (see decoding_settings)."""
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
                    help=f"tokens to generate (default {max_new_tokens})")
-    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="see below (default auto)")
+    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help=algorithm_help)
     p.add_argument("--num-assistant-tokens", type=int, metavar="K",
                    help="the most tokens drafted per round (the first K of the adaptive policies; default 8 with "
                         "a draft model, 3 for prompt lookup)")
