@@ -77,7 +77,7 @@ def _utf8(data: bytes, where: str) -> str:
         return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as exc:
         raise EdgeSpecdecError(f"{where} is not UTF-8 text: byte {exc.start} (0x{data[exc.start]:02x}) "
-                               f"{exc.reason}; save it as UTF-8.") from None
+                               f"{exc.reason}: give UTF-8 text.") from None
 
 
 def _check_text(text: str, where: str) -> None:
