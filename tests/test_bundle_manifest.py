@@ -4,6 +4,7 @@ values used as they are."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -26,8 +27,13 @@ def bundle(pristine, tmp_path):
     """A fresh copy of the demo bundle whose manifest a test may damage (files hard-linked: only the manifest is
     rewritten)."""
     path = tmp_path / "demo"
-    shutil.copytree(pristine, path, copy_function=lambda src, dst: shutil.copy2(src, dst)
-                    if src.endswith("manifest.json") else __import__("os").link(src, dst))
+
+    def link_or_copy(src: str, dst: str) -> None:
+        if src.endswith("manifest.json"):
+            shutil.copy2(src, dst)
+        else:
+            os.link(src, dst)
+    shutil.copytree(pristine, path, copy_function=link_or_copy)
     return path
 
 
