@@ -1,7 +1,8 @@
 """The runtime: loads a bundle and decodes with OpenVINO, openvino-tokenizers and numpy only."""
 from .algorithms import ALGORITHMS
+from .conversation import Conversation
 from .generate import Result, Stats
 from .pipeline import DecodingSession, Engine, Pipeline
 from .sampling import GenerationConfig
 
-__all__ = ["ALGORITHMS", "DecodingSession", "Engine", "GenerationConfig", "Pipeline", "Result", "Stats"]
+__all__ = ["ALGORITHMS", "Conversation", "DecodingSession", "Engine", "GenerationConfig", "Pipeline", "Result", "Stats"]

@@ -30,6 +30,7 @@ import numpy as np
 import openvino as ov
 
 from ..bundle import Bundle, load_bundle
+from ..demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY, is_demo
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
 from .algorithms import ALGORITHMS, REGISTRY, DraftRequest
@@ -39,6 +40,7 @@ from .generate import Result, generate
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate
+from .conversation import Conversation
 from .devices import (DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, TARGET_GENERATION_TOKENS, check_npu_weights,
                       compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
 from .plan import BlockPlan, machine_name
@@ -75,6 +77,11 @@ CROWDED_DRAFT_TOKENS = 0
 
 class Engine:
     """A loaded bundle: the target (and draft) compiled on their devices once, shared by every session.
+
+    bundle: a bundle folder (or a loaded Bundle); None: the demo pair that ships inside the package, whose
+    default GenerationConfig carries the repetition penalty `edge-specdec run` gives it (see demo.py).
+    prefix_reuse: a session keeps its KV caches between runs and reuses what they share with the next prompt
+    (exact where the target is block-invariant; see generate()); False prefills every prompt whole.
 
     target_device / draft_device: CPU, GPU, GPU.N, NPU or AUTO (the design's choice: the draft on an integrated
     GPU or the NPU, the target on the CPU or a discrete GPU). An absent device is an error unless
@@ -116,7 +123,8 @@ class Engine:
     output exact: the target decides every token.
     """
 
-    def __init__(self, bundle: Union[str, Path, Bundle], target_device: str = "AUTO", draft_device: str = "AUTO",
+    def __init__(self, bundle: Union[str, Path, Bundle, None] = None, target_device: str = "AUTO",
+                 draft_device: str = "AUTO",
                  verify: Optional[bool] = None, precision: str = "dq", kv_rollback: Optional[str] = None,
                  allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
                  concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
@@ -135,8 +143,12 @@ class Engine:
         if self.draft_vocab < 0:
             raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
                                    f"not {draft_vocab}.")
+        if bundle is None:  # the demo pair that ships inside the package, with the defaults `run` gives it
+            bundle = DEMO_BUNDLE
         self.bundle = (bundle if isinstance(bundle, Bundle)
                        else load_bundle(bundle, verify=verify, cache_dir=cache_dir))
+        self.default_config = GenerationConfig(
+            repetition_penalty=DEMO_REPETITION_PENALTY if is_demo(self.bundle.path) else 1.0)
         self.core = core = core or ov.Core()
         target, draft = self.bundle.target, self.bundle.draft
         if threads is not None and threads < 1:
@@ -280,6 +292,11 @@ class Engine:
         """A new decoding session on this engine: its own KV caches, the compiled models shared."""
         return DecodingSession(self)
 
+    def start_chat(self, system: Optional[str] = None) -> Conversation:
+        """A conversation on a session of its own: messages rendered with the chat template, the KV caches kept
+        from turn to turn (see conversation.py)."""
+        return Conversation(self, self.session(), system)
+
     def measured(self, name: str, measure: Callable, *args):
         """A measurement of this engine's models, taken once on this machine (see plan.py)."""
         return self.plan.get(name, partial(measure, *args))
@@ -371,7 +388,7 @@ class DecodingSession:
         models' weight sizes instead of the clock (see `weight_prices`).
         """
         engine = self.engine
-        config = config or GenerationConfig()
+        config = config or engine.default_config
         if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
             config = dataclasses.replace(config, eos_token_ids=engine.bundle.target.eos_token_ids)
         prompt_ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)

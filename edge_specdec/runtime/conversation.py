@@ -1,0 +1,135 @@
+"""A conversation on one decoding session: its messages, rendered with the bundle's chat template, its KV caches
+kept from turn to turn.
+
+    from edge_specdec import Pipeline
+    pipe = Pipeline("bundles/qwen")
+    chat = pipe.start_chat(system="You are a terse assistant.")
+    print(chat.ask("Write a function that reverses a string.").text)
+    result = chat.ask("Now add a docstring.")          # prefills only the new turn
+    print(result.text, result.stats.prompt_tokens_reused)
+
+Each turn's prompt is the token ids the model already has (the earlier prompts and the answers exactly as they
+were generated) followed by the tokens of the text the template adds after them, so that a template whose
+rendering would tokenize an answer otherwise costs nothing. Where the template rewrites earlier text (trims an
+answer, drops a part of it), the turn's prompt is the template's whole rendering tokenized afresh, and the cache
+keeps what that shares with it. Either way the session reuses its cache (see `DecodingSession.generate`), and a
+turn writes exactly what a fresh session writes on the same prompt.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Callable, Optional
+
+from ..errors import EdgeSpecdecError
+from .generate import Result
+from .sampling import GenerationConfig
+
+if TYPE_CHECKING:
+    from .pipeline import DecodingSession, Engine
+
+
+class Conversation:
+    """Messages and the token ids the session's cache was built from. `ask` adds a user turn and answers it;
+    `add` appends any message (a tool result, an assistant message written elsewhere); `reset` starts over with
+    the system message. Not for two threads at once (a lock serializes its turns)."""
+
+    def __init__(self, engine: "Engine", session: "DecodingSession", system: Optional[str] = None):
+        if engine.chat_template is None:
+            raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): a conversation needs "
+                                   "one. Generate from a plain prompt instead.")
+        self.engine, self.session = engine, session
+        self.system = system
+        self.messages: list[dict[str, str]] = []
+        self.ids: list[int] = []  # the conversation as the model saw it: the last prompt and its answer's tokens
+        self._special_text = _special_texts(engine)
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """A new conversation: only the system message (if any) stays."""
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.ids = []
+
+    def add(self, role: str, content: str) -> None:
+        """Append a message without generating (its text reaches the model with the next turn)."""
+        self.messages.append({"role": role, "content": content})
+
+    def ask(self, text: str, config: Optional[GenerationConfig] = None,
+            on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result:
+        """Add a user message and generate the assistant's answer, which joins the messages. Options as for
+        DecodingSession.generate; `result.stats.prompt_tokens_reused` counts the prompt tokens whose KV the
+        session kept from the turns before."""
+        with self._lock:
+            self.add("user", text)
+            return self._answer(config, on_text, options)
+
+    def answer(self, config: Optional[GenerationConfig] = None,
+               on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result:
+        """Generate the assistant's answer to the messages as they stand (after `add`)."""
+        with self._lock:
+            return self._answer(config, on_text, options)
+
+    def _answer(self, config, on_text, options) -> Result:
+        prompt = self.prompt_ids()
+        result = self.session.generate(prompt, config, on_text=on_text, **options)
+        self.messages.append({"role": "assistant", "content": result.text})
+        self.ids = prompt + self._tokens_of(result)
+        return result
+
+    def prompt_ids(self) -> list[int]:
+        """The next turn's prompt: the ids the model has seen, then the tokens of the text the template adds after
+        their text; the template's whole rendering when it does not start with that text."""
+        rendered = self.engine.chat_template.render(self.messages)
+        seen = self._text_of(self.ids)
+        if self.ids and rendered.startswith(seen):
+            return self.ids + self._encode_more(rendered[len(seen):])
+        return self.engine.chat_prompt(self.messages)
+
+    def _tokens_of(self, result: Result) -> list[int]:
+        """The answer's tokens whose text the answer's text starts with: a final EOS goes (the template writes it
+        after the answer), and so do tokens past a stop string's cut."""
+        tokens = list(result.token_ids)
+        while tokens and not result.text.startswith(self._text_of(tokens)):
+            tokens.pop()
+        return tokens
+
+    def _text_of(self, ids: list[int]) -> str:
+        """The text of token ids with special tokens spelled as the template writes them."""
+        pieces = self.engine.vocab_map.target
+        out, run = [], bytearray()
+        for token in ids:
+            piece = pieces.piece(token)
+            if piece is None:
+                out.append(run.decode("utf-8", "replace"))
+                run = bytearray()
+                out.append(self._special_text.get(token, ""))
+            else:
+                run += piece
+        out.append(run.decode("utf-8", "replace"))
+        return "".join(out)
+
+    def _encode_more(self, text: str) -> list[int]:
+        """The tokens of text that continues a prompt (no BOS of their own)."""
+        if not text:
+            return []
+        ids = self.engine.tokenizer.encode(text)
+        bos = self.engine.bundle.target.special_tokens.get("bos_token_id")
+        if bos is not None and ids[:1] == [bos] and not text.startswith(self._special_text.get(bos, "\0")):
+            ids = ids[1:]
+        return ids
+
+
+def _special_texts(engine: "Engine") -> dict[int, str]:
+    """Special token id -> the text that spells it in a template (tokenizer.json's added tokens, else the bundle's
+    BOS and EOS)."""
+    special = engine.bundle.target.special_tokens
+    texts = {special[f"{name}_token_id"]: special[f"{name}_token"] for name in ("bos", "eos")
+             if isinstance(special.get(f"{name}_token_id"), int) and isinstance(special.get(f"{name}_token"), str)}
+    path = engine.bundle.target.folder / "tokenizer.json"
+    try:
+        added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
+    except (OSError, ValueError):
+        added = []
+    texts.update({t["id"]: t["content"] for t in added if isinstance(t.get("id"), int) and t.get("content")})
+    return texts
