@@ -26,8 +26,12 @@ examples:
   # a pair from the catalog (edge-specdec pairs), written to bundles/NAME
   edge-specdec export --pair qwen-coder-1.5b+smollm2-135m
 
-SRC is a local Hugging Face folder (config.json, weights, tokenizer.json), a hub id (ORG/NAME, needs the
-hub to be reachable) or a .gguf file. The bundle is written atomically: an interrupted export leaves
+  # OpenVINO IR folders (optimum-cli's output, OpenVINO's published models): weights kept as they are, no torch
+  edge-specdec export --target ./qwen-1.5b-int4-ov --draft ./smollm2-int8-ov --out bundles/ir
+
+SRC is a local Hugging Face folder (config.json, weights, tokenizer.json), an OpenVINO IR folder
+(openvino_model.xml/.bin of a stateful LLM, tokenizer.json), a hub id of either (ORG/NAME, needs the hub
+to be reachable) or a .gguf file. The bundle is written atomically: an interrupted export leaves
 nothing behind, and --force replaces an existing bundle only once the new one is complete.
 """
 
@@ -48,12 +52,22 @@ def _add_weight_options(parser: argparse.ArgumentParser, role: str, default: str
                        help="layers the group size does not divide: adjust (default), ignore or error")
 
 
+DEFAULT_FORMATS = {"target": "int4", "draft": "int8"}  # as export_bundle's defaults, when other options are given
+
+
 def _weights(args: argparse.Namespace, role: str):
+    """The role's weight settings, or None when neither the command line nor the pair gives any: the export then
+    takes its default (int4 target, int8 draft) for a model it converts, and an IR source keeps its own weights."""
     from ..export.convert import WeightSettings
 
     get = lambda name: getattr(args, f"{role}_{name}")  # noqa: E731
-    return WeightSettings(format=get("weights"), group_size=get("group_size"), ratio=get("ratio"), sym=get("sym"),
-                          awq=get("awq"), scale_estimation=get("scale_estimation"), dataset=get("dataset"),
+    if get("weights") is None and not any(get(name) not in (None, False) for name in (
+            "group_size", "ratio", "sym", "awq", "scale_estimation", "dataset")) \
+            and get("group_size_fallback") == "adjust" and not (role == "draft" and args.draft_preset):
+        return None
+    return WeightSettings(format=get("weights") or DEFAULT_FORMATS[role], group_size=get("group_size"),
+                          ratio=get("ratio"), sym=get("sym"), awq=get("awq"),
+                          scale_estimation=get("scale_estimation"), dataset=get("dataset"),
                           group_size_fallback=get("group_size_fallback"),
                           preset=args.draft_preset if role == "draft" else None)
 
@@ -67,11 +81,9 @@ def _apply_preset(args: argparse.Namespace) -> None:
             setattr(args, f"draft_{name}", value)
 
 
-DEFAULT_WEIGHTS = {"target": "int4", "draft": "int8"}
-
-
 def _apply_pair(args: argparse.Namespace) -> None:
-    """--pair NAME fills in what the command line leaves out; explicit options win."""
+    """--pair NAME fills in what the command line leaves out; explicit options win. A weight format that neither
+    gives stays None: the export's default (int4 target, int8 draft), or an IR source's own weights."""
     pair = {}
     if args.pair:
         from ..catalog import get_pair
@@ -81,7 +93,7 @@ def _apply_pair(args: argparse.Namespace) -> None:
         args.out = args.out or f"bundles/{args.pair}"
     for role in ("target", "draft"):
         if getattr(args, f"{role}_weights") is None:
-            setattr(args, f"{role}_weights", pair.get(f"{role}_weights", DEFAULT_WEIGHTS[role]))
+            setattr(args, f"{role}_weights", pair.get(f"{role}_weights"))
     if not args.target or not args.out:
         raise EdgeSpecdecError("export needs --target SRC and --out DIR, or --pair NAME (see `edge-specdec pairs`).")
 
@@ -99,8 +111,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
                                draft_weights=_weights(args, "draft"), force=args.force,
                                allow_larger_draft=args.allow_larger_draft, progress=progress)
         for role, info in summary.items():
+            kept = " kept as they are (an OpenVINO IR)" if info["source_kind"] == "openvino-ir" else ""
             print(f"{role}: {info['source']['given']}: {info['model_type']} ({', '.join(info['architectures'])}), "
-                  f"{info['num_parameters'] / 1e6:.1f}M parameters, tokenizer {info['tokenizer']}: ok")
+                  f"{info['num_parameters'] / 1e6:.1f}M parameters, weights {info['weights']}{kept}, "
+                  f"tokenizer {info['tokenizer']}: ok")
         return 0
     export_bundle(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
                   draft_weights=_weights(args, "draft"), force=args.force,
@@ -117,7 +131,8 @@ def add_parser(sub) -> None:
                        epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", metavar="NAME", help="a known pair from the catalog (`edge-specdec pairs`); "
                    "--target, --draft, --out and the weight options override its entries")
-    p.add_argument("--target", metavar="SRC", help="the model whose output you want")
+    p.add_argument("--target", metavar="SRC", help="the model whose output you want: a Hugging Face folder, an "
+                   "OpenVINO IR folder, a hub id of either, or a .gguf file")
     p.add_argument("--draft", metavar="SRC", help="the small model that drafts (omit for a target-only bundle)")
     p.add_argument("--out", metavar="DIR", help="the bundle folder to write (with --pair: bundles/NAME)")
     p.add_argument("--force", action="store_true", help="replace an existing bundle at --out")

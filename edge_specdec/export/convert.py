@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import sys
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -124,21 +125,26 @@ def import_optimum():
 
 
 @contextlib.contextmanager
-def quiet_libraries():
-    """Silence the tracer warnings and info tables of torch/transformers/nncf during conversion."""
+def quiet_libraries(transformers_too: bool = True):
+    """Silence the tracer warnings and info tables of torch/transformers/nncf during conversion.
+
+    transformers_too=False leaves transformers alone (not imported) unless something imported it already: an export
+    of OpenVINO IR sources alone imports neither transformers nor the torch it brings."""
     loggers = [logging.getLogger(name) for name in ("nncf", "transformers", "optimum", "openvino")]
     levels = [lg.level for lg in loggers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for lg in loggers:
             lg.setLevel(logging.ERROR)
-        try:
-            import transformers
-            verbosity = transformers.logging.get_verbosity()
-            transformers.logging.set_verbosity_error()
-            transformers.logging.disable_progress_bar()
-        except ImportError:  # pragma: no cover
-            verbosity = None
+        verbosity = None
+        if transformers_too or "transformers" in sys.modules:
+            try:
+                import transformers
+                verbosity = transformers.logging.get_verbosity()
+                transformers.logging.set_verbosity_error()
+                transformers.logging.disable_progress_bar()
+            except ImportError:  # pragma: no cover
+                pass
         try:
             yield
         finally:
@@ -191,12 +197,14 @@ def export_model(source: Path, out: Path, settings: WeightSettings, scratch: Pat
     return weight_statistics(out / "openvino_model.xml")
 
 
-def weight_statistics(model_xml: Path) -> dict[str, Any]:
-    """How many weight elements the IR stores in each element type (e.g. u4 / u8 / f16 / f32)."""
+def weight_statistics(model_xml: Path, model: Any = None) -> dict[str, Any]:
+    """How many weight elements the IR stores in each element type (e.g. u4 / u8 / f16 / f32).
+
+    model: the IR already read from model_xml, if the caller has it (it is read otherwise)."""
     import openvino as ov
 
     counts: dict[str, int] = {}
-    for op in ov.Core().read_model(model_xml).get_ops():
+    for op in (model if model is not None else ov.Core().read_model(model_xml)).get_ops():
         if op.get_type_name() != "Constant":
             continue
         etype = op.get_output_element_type(0).get_type_name()

@@ -1,7 +1,8 @@
-"""Where a model comes from: a local Hugging Face folder, a hub id, or a local .gguf file.
+"""Where a model comes from: a local Hugging Face folder, an OpenVINO IR folder, a hub id of either, or a .gguf file.
 
-resolve_source() turns any of them into a local Hugging Face folder (config, weights, tokenizer.json),
-downloading or converting into a scratch folder when needed, and says what it was given.
+resolve_source() turns any of them into a local folder (a Hugging Face folder with config, weights and
+tokenizer.json, or an OpenVINO IR folder with openvino_model.xml/.bin), downloading or converting into a scratch
+folder when needed, and says what it was given and what it is (source_kind).
 """
 from __future__ import annotations
 
@@ -15,16 +16,50 @@ from typing import Any, Callable, Optional
 from ..errors import SourceError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+IR_MODEL_XML = "openvino_model.xml"
+SOURCE_KIND_IR = "openvino-ir"
+# What a hub repository of an OpenVINO IR holds that the bundle needs (not its other IRs or weights).
+_IR_HUB_FILES = ["openvino_model.*", "openvino_tokenizer.*", "openvino_detokenizer.*", "*.json", "*.jinja", "*.txt",
+                 "*.model"]
 
 
 @dataclass(frozen=True)
 class ResolvedSource:
     given: str      # what the user passed
-    kind: str       # "local", "hub" or "gguf"
-    folder: Path    # a local Hugging Face folder
+    kind: str       # where it came from: "local", "hub" or "gguf"
+    folder: Path    # a local Hugging Face folder, or an OpenVINO IR folder when source_kind is "openvino-ir"
+    source_kind: str = "huggingface"  # what the folder holds: "huggingface", "gguf" or "openvino-ir"
+
+    @property
+    def is_ir(self) -> bool:
+        return self.source_kind == SOURCE_KIND_IR
 
     def describe(self) -> dict[str, Any]:
         return {"given": self.given, "kind": self.kind}
+
+
+def is_ir_folder(path: Path) -> bool:
+    """A folder holding openvino_model.xml: an OpenVINO IR source (checked by ir_source.inspect_ir_folder)."""
+    return path.is_dir() and (path / IR_MODEL_XML).is_file()
+
+
+def is_ir_source(src: str) -> bool:
+    """Whether a source as the user gave it is an OpenVINO IR: a local IR folder, or a hub id (not a local folder)
+    of a repository with openvino_model.xml at its root. Asking the hub fetches that file alone (the one the checks
+    read first anyway); a hub that does not answer leaves the source to the Hugging Face route, which says why."""
+    path = Path(src).expanduser()
+    if path.exists():
+        return is_ir_folder(path)
+    return _HUB_ID.match(src) is not None and not src.startswith((".", "/", "~")) and _hub_ir_xml(src) is not None
+
+
+def _hub_ir_xml(repo_id: str) -> Optional[Path]:
+    """openvino_model.xml of a hub repository (downloaded, or from the local hub cache), or None."""
+    try:
+        from huggingface_hub import hf_hub_download
+        return Path(hf_hub_download(repo_id, IR_MODEL_XML))
+    except Exception:  # no such file, an unknown repo, offline, no huggingface_hub: not an IR repository to us
+        return None
 
 
 def resolve_source(src: str, scratch: Path, role: str, progress: Callable[[str], None]) -> ResolvedSource:
@@ -32,14 +67,19 @@ def resolve_source(src: str, scratch: Path, role: str, progress: Callable[[str],
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise SourceError(f"--{role} {src}: no such .gguf file. Check the path.")
-        return ResolvedSource(src, "gguf", _from_gguf(path, scratch / f"{role}-from-gguf", progress))
+        return ResolvedSource(src, "gguf", _from_gguf(path, scratch / f"{role}-from-gguf", progress), "gguf")
+    if is_ir_folder(path):
+        return ResolvedSource(src, "local", path, SOURCE_KIND_IR)
     if path.is_dir():
         check_hf_folder(path, role)
         return ResolvedSource(src, "local", path)
     if path.exists():
         raise SourceError(f"--{role} {src}: a file, but not a .gguf file. Pass a Hugging Face model folder "
-                          "(with config.json), a hub id such as Qwen/Qwen2.5-Coder-1.5B-Instruct, or a .gguf file.")
+                          "(with config.json), an OpenVINO IR folder (with openvino_model.xml), a hub id such as "
+                          "Qwen/Qwen2.5-Coder-1.5B-Instruct, or a .gguf file.")
     if _HUB_ID.match(src) and not src.startswith((".", "/", "~")):
+        if _hub_ir_xml(src) is not None:
+            return ResolvedSource(src, "hub", _from_hub(src, role, progress, _IR_HUB_FILES), SOURCE_KIND_IR)
         return ResolvedSource(src, "hub", _from_hub(src, role, progress))
     raise SourceError(f"--{role} {src}: no such folder or file, and not a hub id of the form ORG/NAME. "
                       "Check the path, or pass a hub id such as Qwen/Qwen2.5-Coder-1.5B-Instruct.")
@@ -57,7 +97,9 @@ def check_hf_folder(folder: Path, role: str) -> None:
                           "Load the tokenizer with transformers and save_pretrained() it into the folder.")
 
 
-def _from_hub(repo_id: str, role: str, progress: Callable[[str], None]) -> Path:
+def _from_hub(repo_id: str, role: str, progress: Callable[[str], None],
+              ir_files: Optional[list[str]] = None) -> Path:
+    """The hub repository's files the export needs (ir_files: the patterns of an IR repository's), downloaded."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:  # pragma: no cover - huggingface_hub comes with the export extra
@@ -65,14 +107,15 @@ def _from_hub(repo_id: str, role: str, progress: Callable[[str], None]) -> Path:
                           "install the export extra: pip install 'edge-specdec[export]'.") from None
     progress(f"downloading {repo_id} from the Hugging Face hub")
     try:
-        folder = Path(snapshot_download(repo_id, allow_patterns=[
+        folder = Path(snapshot_download(repo_id, allow_patterns=ir_files or [
             "*.json", "*.safetensors", "*.jinja", "*.model", "*.txt", "tokenizer*"]))
     except Exception as exc:  # network errors, unknown repos, gated repos: all end here
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SourceError(f"--{role} {repo_id}: could not download it from the Hugging Face hub ({reason}). "
                           "If this machine is offline, download the model folder on a machine that is online "
                           "and pass its local path instead.") from None
-    check_hf_folder(folder, role)
+    if ir_files is None:
+        check_hf_folder(folder, role)
     return folder
 
 
