@@ -68,7 +68,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                f"tokens) or more.")
     options = dict(engine_options(args),
                    draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions,
-                   crowded_draft_tokens=args.crowded_draft_tokens)
+                   crowded_draft_tokens=args.crowded_draft_tokens, prefix_reuse=args.prefix_reuse)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
                               batching=args.batching, host=args.host, allowed_hosts=args.allowed_host or [],
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
@@ -115,6 +115,11 @@ def add_parser(sub) -> None:
                         f"(default {CROWDED_DRAFT_TOKENS}: their rounds verify the target's own tokens together, "
                         f"which pays most when the draft shares the target's CPU; try 1 with the draft on an "
                         f"iGPU or the NPU)")
+    p.add_argument("--prefix-reuse", action=argparse.BooleanOptionalAction, default=True,
+                   help="each slot keeps its KV caches between requests; a request goes to the free slot whose cache "
+                        "shares the longest prefix with its prompt (a conversation's earlier turns, a shared system "
+                        "prompt) and prefills only the rest, exactly (default on; --no-prefix-reuse prefills every "
+                        "prompt whole)")
     p.add_argument("--queue", type=int, default=16, metavar="M",
                    help="requests that may wait for a slot; more get 429 with Retry-After (default 16)")
     p.add_argument("--api-key", metavar="KEY",

@@ -35,6 +35,7 @@ from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine
 from ..runtime.sampling import GenerationConfig
+from ..runtime.session import common_prefix
 from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
 from .protocol import ParsedRequest, RequestError, Responder, decode_json, error_body, parse_request
@@ -203,7 +204,8 @@ class Server:
                                                                    parsed.config)
         except EdgeSpecdecError as exc:
             raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
-        session = await acquire_slot(request, self.slots)
+        session = await acquire_slot(request, self.slots,
+                                     affinity=lambda slot: common_prefix(slot.target.tokens, prompt_ids))
         if session is None:
             self.metrics.count("requests_total", endpoint=kind, outcome="cancelled")
             return Response(status_code=499)
@@ -260,6 +262,9 @@ class Server:
         cancelled = result.stop_reason in ("stopped", "interrupted")
         count("requests_total", endpoint=job.request.kind, outcome="cancelled" if cancelled else "ok")
         count("prompt_tokens_total", len(job.prompt_ids))
+        count("prompt_tokens_reused_total", stats.prompt_tokens_reused)
+        count("prompt_tokens_prefilled_total", len(job.prompt_ids) - stats.prompt_tokens_reused)
+        count("slot_prefix_hits_total", int(stats.prompt_tokens_reused > 0))
         count("generation_tokens_total", stats.new_tokens)
         count("draft_tokens_proposed_total", stats.draft_tokens_proposed)
         count("draft_tokens_accepted_total", stats.draft_tokens_accepted)
@@ -365,10 +370,12 @@ async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> Non
     cancel.set()
 
 
-async def acquire_slot(request: Request, slots: SlotPool) -> Optional[DecodingSession]:
-    """A slot for this request, or None if its client disconnects while it waits. If this task is cancelled
-    meanwhile (Ray Serve cancels the request of a client that left), a slot handed over just then goes back."""
-    task = asyncio.ensure_future(slots.acquire())
+async def acquire_slot(request: Request, slots: SlotPool,
+                       affinity: Optional[Callable[[DecodingSession], int]] = None) -> Optional[DecodingSession]:
+    """A slot for this request (the free one its affinity prefers, see SlotPool), or None if its client
+    disconnects while it waits. If this task is cancelled meanwhile (Ray Serve cancels the request of a client that
+    left), a slot handed over just then goes back."""
+    task = asyncio.ensure_future(slots.acquire(affinity))
     left = asyncio.create_task(cancel_on_disconnect(request, threading.Event()))
     try:
         await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)

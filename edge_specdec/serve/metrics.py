@@ -30,6 +30,9 @@ class Metrics:
         "requests_total": "requests answered, by endpoint and outcome (ok, cancelled, rejected = queue full, "
                           "client_error, server_error)",
         "prompt_tokens_total": "prompt tokens of completed requests",
+        "prompt_tokens_reused_total": "prompt tokens whose KV a slot kept from its earlier requests (not prefilled)",
+        "prompt_tokens_prefilled_total": "prompt tokens the target prefilled",
+        "slot_prefix_hits_total": "requests whose slot's cache shared a prefix with their prompt",
         "generation_tokens_total": "tokens generated",
         "draft_tokens_proposed_total": "tokens the drafter proposed to the target",
         "draft_tokens_accepted_total": "proposed tokens the target accepted",

@@ -405,14 +405,17 @@ class Responder:
 
 
 def usage(prompt_tokens: int, result: Result) -> dict:
+    """OpenAI's usage object; cached_tokens: the prompt tokens whose KV the slot kept from earlier requests."""
     completion = len(result.token_ids)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": result.stats.prompt_tokens_reused}}
 
 
 def run_summary(result: Result) -> dict:
     """The run's speculative statistics: what the draft proposed, what the target accepted, its passes."""
     stats = result.stats.as_dict()
     keep = ("draft_tokens_proposed", "draft_tokens_accepted", "target_passes", "mean_tokens_per_target_pass",
-            "acceptance", "tokens_per_s", "first_token_seconds", "time_per_output_token_ms", "seconds")
+            "acceptance", "tokens_per_s", "first_token_seconds", "time_per_output_token_ms", "seconds",
+            "prompt_tokens_reused")
     return {"algorithm": result.extra.get("algorithm"), "exact": result.exact, "stop_reason": result.stop_reason,
             **{k: stats[k] for k in keep}}

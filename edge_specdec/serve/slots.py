@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Generic, TypeVar
+from typing import Callable, Generic, Optional, TypeVar
 
 from .protocol import RequestError
 
@@ -23,7 +23,10 @@ class QueueFull(RequestError):
 
 
 class SlotPool(Generic[Slot]):
-    """Hands out slots first come, first served; at most `queue` requests wait, the next one gets QueueFull."""
+    """Hands out slots first come, first served; at most `queue` requests wait, the next one gets QueueFull.
+
+    Among free slots a request gets the one whose cache shares the most with its prompt (`affinity`, llama-server's
+    slot similarity), else the one free the longest, whose cache is the least likely to be wanted again."""
 
     def __init__(self, slots: list[Slot], queue: int):
         self.size, self.queue_limit = len(slots), queue
@@ -38,9 +41,12 @@ class SlotPool(Generic[Slot]):
     def depth(self) -> int:
         return len(self.waiting)
 
-    async def acquire(self) -> Slot:
+    async def acquire(self, affinity: Optional[Callable[[Slot], int]] = None) -> Slot:
+        """A slot: at once if one is free (the best by affinity(slot), e.g. the prompt tokens its cache holds),
+        else the next one released, in the order the requests came."""
         if self.free and not self.waiting:
-            return self.free.pop()
+            best = max(range(len(self.free)), key=lambda i: (affinity(self.free[i]) if affinity else 0, -i))
+            return self.free.pop(best)
         if len(self.waiting) >= self.queue_limit:
             raise QueueFull(self.size, self.queue_limit)
         ticket = asyncio.get_running_loop().create_future()
