@@ -19,7 +19,7 @@ import numpy as np
 from ..vocab_map import NO_TOKEN, VocabMap
 from .drafters import Proposal, draft_steps
 from .retokenize import Retokenizer
-from .sampling import GenerationConfig, distribution
+from .sampling import GenerationConfig, distribution, penalize
 from .session import ModelSession, common_prefix
 
 RESPLIT = 2  # generated draft tokens re-tokenized together with newly accepted text
@@ -82,6 +82,16 @@ class DraftTextContext:
         return (self.session.sync(self.ids)[-1] if self.ids else None), pending
 
 
+def penalize_draft(row: np.ndarray, config: GenerationConfig, context: DraftTextContext,
+                   drafted: list[int]) -> np.ndarray:
+    """The repetition penalty on a draft's logits, over the draft's tokens for the text so far and this round's:
+    the target penalizes what its own tokens repeat, so an unpenalized draft keeps proposing what the target now
+    avoids. Proposals only: any proposal leaves the output the target's own."""
+    if config.repetition_penalty == 1.0:
+        return row
+    return penalize(row[None], config, context.ids + list(drafted), [])[0]
+
+
 class _TextDrafter:
     """Shared by SLEM and SLRS: draft k tokens, turn their text into target tokens.
 
@@ -104,6 +114,11 @@ class _TextDrafter:
         """The draft's logits with its special tokens other than EOS removed (never drafted)."""
         return np.where(self.special, -np.inf, row)
 
+    def next_logits(self, row: np.ndarray, drafted: list[int]) -> np.ndarray:
+        """The logits a drafted token is picked from: no special tokens but EOS, and the request's repetition
+        penalty over the draft's own view of the text (see `penalize_draft`)."""
+        return penalize_draft(self.without_specials(row), self.config, self.ctx, drafted)
+
     def draft_distribution(self, row: np.ndarray) -> np.ndarray:
         """q over the draft vocabulary when sampling: the config's transform of `without_specials(row)`."""
         return distribution(self.without_specials(row), self.config)
@@ -111,7 +126,7 @@ class _TextDrafter:
     def draft(self, row: np.ndarray, k: int) -> list[int]:
         """k draft tokens from the cache's current end (fewer if EOS comes first)."""
         steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
-                            shape=lambda row, drafted: self.without_specials(row),
+                            shape=self.next_logits,
                             ends=lambda token: token == self.draft_eos)
         return [token for token, _ in steps]
 
@@ -159,7 +174,8 @@ class TLIDrafter:
         if pending or row is None or not self.shared.any():
             return Proposal()
         steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
-                            shape=lambda row, drafted: np.where(self.shared, row, -np.inf),
+                            shape=lambda row, drafted: penalize_draft(np.where(self.shared, row, -np.inf),
+                                                                      self.config, self.ctx, drafted),
                             ends=lambda token: not self.ctx.retok.pieces.has_text[token])  # EOS ends the draft
         self.ctx.last_draft = [token for token, _ in steps]
         return Proposal([int(self.d2t[token]) for token, _ in steps],
