@@ -105,6 +105,29 @@ def test_ir_pair_exported_without_torch(ir_pair):
     assert imports == {"attempts": [], "imported": []}
 
 
+# The export extra's packages made unimportable, as on a device with the runtime alone (pip install edge-specdec).
+_EXPORT_WITH_THE_RUNTIME_ALONE = """
+import sys
+for name in ("torch", "transformers", "optimum", "nncf", "tokenizers", "huggingface_hub", "gguf", "accelerate"):
+    sys.modules[name] = None
+from edge_specdec.cli import main
+sys.exit(main(["export", "--target", sys.argv[1], "--draft", sys.argv[2], "--out", sys.argv[3]]))
+"""
+
+
+@pytest.mark.slow
+def test_ir_pair_exports_with_the_runtime_install_alone(ir_dir, tmp_path):
+    """IR folders with converted tokenizers need nothing of the export extra; without the tokenizers library their
+    tokenizer IRs are taken as they are, and the export says so."""
+    out = tmp_path / "bundle"
+    done = subprocess.run([sys.executable, "-c", _EXPORT_WITH_THE_RUNTIME_ALONE, str(ir_dir(TARGET)),
+                           str(ir_dir(DRAFT)), str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "taken as they are, not compared with its tokenizer.json" in done.stderr
+    bundle = load_bundle(out, verify=True)
+    assert bundle.target.info["source_kind"] == bundle.draft.info["source_kind"] == "openvino-ir"
+
+
 @pytest.mark.slow
 def test_ir_bundle_records_and_copies_the_weights(ir_pair, ir_dir, model_dir, bundle_dir):
     out, _, draft_source = ir_pair
