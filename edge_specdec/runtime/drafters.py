@@ -166,6 +166,51 @@ class LookupFirst:
 DRAFT_POLICIES = ("fixed", "schedule", "cost")
 
 
+class DraftingGuard:
+    """Keeps a run at least as fast as the target alone: it measures, as the run goes, the tokens per second of
+    its drafting rounds and of rounds of the target alone, and runs the target alone while drafting loses.
+
+    After `warmup` drafting rounds (the first round, which carries the prompt, is not counted) the target alone
+    runs `probe` rounds, so both rates are measured; the faster mode then runs, and the other is measured again
+    every `recheck` rounds (`probe` rounds for the target alone, twice as many for drafting, whose rounds vary
+    more). Rates decay, so a machine whose load changes is followed. The output never depends on it: the target
+    alone is exact, and a greedy run writes the same tokens either way; runs that must reproduce a seeded sample
+    do not use it (their rounds would depend on the clock)."""
+
+    def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8):
+        self.warmup, self.probe, self.recheck, self.decay = warmup, probe, recheck, decay
+        self.rates = {True: [0.0, 0.0], False: [0.0, 0.0]}  # drafting? -> decayed [tokens, seconds]
+        self.mode, self.left = True, warmup + 1  # the mode that runs, and its rounds until the next switch
+        self.probing = False
+        self.alone_rounds = 0  # rounds this guard ran the target alone
+
+    def drafting(self) -> bool:
+        """Whether the round that starts now drafts."""
+        return self.mode
+
+    def update(self, drafted: bool, tokens: int, seconds: float, first: bool = False) -> None:
+        """One round: whether it drafted, the tokens it added and its seconds (draft and target)."""
+        self.alone_rounds += not drafted
+        if not first:
+            rate = self.rates[drafted]
+            rate[0], rate[1] = self.decay * rate[0] + tokens, self.decay * rate[1] + seconds
+        self.left -= 1
+        if self.left > 0:
+            return
+        if self.probing:  # a probe ends: keep whichever mode is faster
+            self.probing, self.mode = False, self._faster()
+            self.left = self.recheck
+        else:  # measure the other mode again
+            self.probing, self.mode = True, not self.mode
+            self.left = self.probe * (2 if self.mode else 1)
+
+    def _faster(self) -> bool:
+        (dt, ds), (at, as_) = self.rates[True], self.rates[False]
+        if not ds or not as_:
+            return True
+        return dt / ds >= at / as_
+
+
 class DraftLength:
     """How many tokens to draft next round.
 
@@ -179,11 +224,12 @@ class DraftLength:
 
     def __init__(self, k: int = 5, policy: str = "fixed", k_max: int = 12,
                  prices: Optional[tuple[float, float, float]] = None,
-                 cap: Optional[Callable[[], Optional[int]]] = None):
+                 cap: Optional[Callable[[], Optional[int]]] = None, guard: Optional[DraftingGuard] = None):
         if policy not in DRAFT_POLICIES:
             raise ValueError(f"unknown draft policy {policy!r}: choose one of {', '.join(DRAFT_POLICIES)}")
         self.k = self.k0 = k
         self.cap = cap  # cap(): the most tokens the round that starts now may draft (None: no cap)
+        self.guard = guard  # runs the target alone while drafting loses to it (see DraftingGuard)
         self.policy, self.k_max = policy, k_max
         # prices: (draft seconds per token, target seconds for one token, extra target seconds per token), used
         # instead of the rounds' clocks, so that the lengths follow the acceptance alone (a seeded sampled run
@@ -196,10 +242,17 @@ class DraftLength:
 
     def round_k(self) -> int:
         """The draft length for the round that starts now: k, or less while cap() says so (0: the target alone)."""
+        if self.guard is not None and not self.guard.drafting():
+            return 0
         most = self.cap() if self.cap is not None else None
         return self.k if most is None else min(self.k, most)
 
-    def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+    def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0,
+               drafted: bool = True, first: bool = False) -> None:
+        """One round's outcome: accepted of proposed tokens, its clocks, whether it drafted (k > 0) and whether
+        it was the run's first (whose target pass carries the prompt)."""
+        if self.guard is not None:
+            self.guard.update(drafted, accepted + 1, draft_seconds + target_seconds, first)
         if self.prices:
             draft_token, target_one, per_token = self.prices
             draft_seconds, target_seconds = draft_token * proposed, target_one + per_token * proposed

@@ -29,6 +29,7 @@ class Stats:
     drafted_ahead_used: int = 0  # concurrent mode: rounds whose proposal was drafted during the previous pass
     first_token_seconds: float = 0.0  # time to the first generated token (prefill and the first round)
     prompt_tokens_reused: int = 0  # prompt tokens whose KV the target's cache kept from the previous run
+    rounds_drafting_paused: int = 0  # rounds the target ran alone because drafting lost to it (DraftingGuard)
 
     def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float,
                     drafted_ahead: bool = False, start: Optional[float] = None) -> None:
@@ -148,7 +149,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             taken = proposal.tokens[:n] + [nxt]
             ready = ahead.after_first() if ahead and n == len(proposal.tokens) and ahead.tokens[:1] == [nxt] else None
             if draft_length:
-                draft_length.update(n, len(proposal.tokens), t1 - t0, t2 - t1)
+                draft_length.update(n, len(proposal.tokens), t1 - t0, t2 - t1, drafted=k > 0,
+                                    first=stats.rounds == 0)
             stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1, bool(ready and ready.tokens), start)
             reason = output.add(taken, seq, token_logprobs(decided, taken, config) if config.wants_logprobs else None,
                                 drafted=n)
@@ -160,6 +162,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         if pool:
             pool.shutdown(wait=True)
     stats.new_tokens = len(output.tokens)
+    if draft_length is not None and draft_length.guard is not None:
+        stats.rounds_drafting_paused = draft_length.guard.alone_rounds
     stats.seconds = time.perf_counter() - start
     return Result(output.finish(reason), output.tokens, stats, reason, exact=exact,
                   logprobs=output.logprobs if config.wants_logprobs else None)

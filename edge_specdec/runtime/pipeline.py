@@ -35,7 +35,7 @@ from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
 from .algorithms import ALGORITHMS, REGISTRY, DraftRequest
 from .batching import MAX_WAIT, Scheduler, batch_invariant
-from .drafters import DRAFT_POLICIES, DraftLength, LookupFirst
+from .drafters import DRAFT_POLICIES, DraftingGuard, DraftLength, LookupFirst
 from .generate import Result, generate
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
@@ -373,7 +373,7 @@ class DecodingSession:
                  algorithm: str = "auto", num_assistant_tokens: Optional[int] = None, draft_policy: str = "fixed",
                  confidence: Optional[float] = None, lookup: Optional[bool] = None,
                  on_text: Optional[Callable[[str], Optional[bool]]] = None,
-                 cancel: Optional[threading.Event] = None) -> Result:
+                 cancel: Optional[threading.Event] = None, guard: Optional[bool] = None) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
         num_assistant_tokens: the most tokens drafted per round (the first length, for the adaptive policies;
@@ -386,6 +386,9 @@ class DecodingSession:
         stops generation, and so does setting `cancel` (checked every round, from any thread).
         A seeded sampled run reproduces with every policy: the cost policy then prices its rounds from the
         models' weight sizes instead of the clock (see `weight_prices`).
+        guard: run the target alone while drafting loses to it on this machine, measured as the run goes
+        (DraftingGuard; Stats.rounds_drafting_paused counts those rounds). None: for algorithm "auto" unless the
+        run is seeded sampling. The output is the same either way.
         """
         engine = self.engine
         config = config or engine.default_config
@@ -414,9 +417,14 @@ class DecodingSession:
         if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
             drafter = LookupFirst(drafter)
         seeded = config.seed is not None and not config.greedy
+        if guard is None:  # the default algorithm never runs slower than the target alone (see DraftingGuard)
+            guard = algorithm == "auto" and not seeded and name != "none"
+        elif guard and seeded:
+            raise EdgeSpecdecError("guard=True would make a seeded sampled run depend on the clock, so that it "
+                                   "would not reproduce: leave it off for seeded runs.")
         length = DraftLength(num_assistant_tokens, draft_policy,
                              prices=engine.weight_prices(name) if seeded and draft_policy == "cost" else None,
-                             cap=None if seeded else self._draft_cap)
+                             cap=None if seeded else self._draft_cap, guard=DraftingGuard() if guard else None)
         concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,

@@ -416,6 +416,6 @@ def run_summary(result: Result) -> dict:
     stats = result.stats.as_dict()
     keep = ("draft_tokens_proposed", "draft_tokens_accepted", "target_passes", "mean_tokens_per_target_pass",
             "acceptance", "tokens_per_s", "first_token_seconds", "time_per_output_token_ms", "seconds",
-            "prompt_tokens_reused")
+            "prompt_tokens_reused", "rounds_drafting_paused")
     return {"algorithm": result.extra.get("algorithm"), "exact": result.exact, "stop_reason": result.stop_reason,
             **{k: stats[k] for k in keep}}

@@ -1,0 +1,60 @@
+"""The drafting guard: a run never slower than the target alone, measured as it runs; the output untouched."""
+from __future__ import annotations
+
+import pytest
+
+from edge_specdec.errors import EdgeSpecdecError
+from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime.drafters import DraftingGuard
+from support import OTHER_VOCAB
+
+
+def simulate(guard: DraftingGuard, rounds: int, drafting=(3, 0.25), alone=(1, 0.1)) -> list[bool]:
+    """Rounds on a made-up machine: (tokens, seconds) per drafting round and per round of the target alone."""
+    modes = []
+    for i in range(rounds):
+        mode = guard.drafting()
+        tokens, seconds = drafting if mode else alone
+        guard.update(mode, tokens, seconds, first=i == 0)
+        modes.append(mode)
+    return modes
+
+
+def test_drafting_that_loses_is_paused_and_retried_now_and_then():
+    modes = simulate(DraftingGuard(), 200, drafting=(2, 0.3), alone=(1, 0.1))  # 6.7 against 10 tokens/s
+    assert all(modes[:5]) and not any(modes[5:7])  # warm-up rounds (the first too), then the probe
+    assert sum(modes[7:]) <= 4 * (200 // 32 + 1)  # drafting again only in its re-checks
+    assert not modes[-1] or not modes[-5]
+
+
+def test_drafting_that_wins_keeps_drafting_bar_the_probes():
+    modes = simulate(DraftingGuard(), 200, drafting=(3, 0.2), alone=(1, 0.1))  # 15 against 10 tokens/s
+    assert sum(not m for m in modes) <= 2 * (200 // 32 + 1)
+    assert modes[-1]
+
+
+def test_a_machine_whose_load_changes_is_followed():
+    guard = DraftingGuard()
+    first = simulate(guard, 100, drafting=(3, 0.2), alone=(1, 0.1))
+    later = simulate(guard, 200, drafting=(3, 0.6), alone=(1, 0.1))  # the draft slows down (a busy machine)
+    assert first[-1] and sum(later[-100:]) <= 4 * (100 // 32 + 1)
+
+
+def test_the_guard_leaves_the_output_alone_and_says_how_often_it_paused(bundle_dir, monkeypatch):
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
+    alone = pipe.generate("def f(x):", config, algorithm="none")
+    # a guard that finds drafting always slower: it pauses after its warm-up, the output is the same
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)
+    guarded = pipe.generate("def f(x):", config)
+    assert guarded.token_ids == alone.token_ids and guarded.stats.rounds_drafting_paused > 0
+    explicit = pipe.generate("def f(x):", config, algorithm="slem")  # an algorithm asked for by name: no guard
+    assert explicit.stats.rounds_drafting_paused == 0 and explicit.token_ids == alone.token_ids
+
+
+def test_a_seeded_sampled_run_is_not_guarded(bundle_dir):
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=8, temperature=0.8, seed=1)
+    assert pipe.generate("def f(x):", config).stats.rounds_drafting_paused == 0
+    with pytest.raises(EdgeSpecdecError, match="reproduce"):
+        pipe.generate("def f(x):", config, guard=True)
