@@ -31,15 +31,6 @@ COMMANDS = {"/reset": "start a new conversation (the system message, if any, sta
             "/exit": "end the chat (also /quit, Ctrl-D)", "/help": "this list"}
 
 
-def answer(pipe, messages: list[dict[str, str]], config, options: dict, on_text: Callable[[str], None]):
-    """The assistant's answer to a conversation: the one place where the loop asks the pipeline for a turn.
-
-    Today the whole conversation is rendered with the chat template and generated from scratch (Pipeline's
-    chat_prompt and generate); a conversation object that keeps the KV cache between turns can take over here
-    without changing the loop."""
-    return pipe.generate(pipe.chat_prompt(messages), config, on_text=on_text, **options)
-
-
 def chat_loop(pipe, config, options: dict, system: Optional[str] = None, lines: Optional[TextIO] = None,
               interactive: Optional[bool] = None, out: Optional[TextIO] = None) -> int:
     """Hold a conversation: user turns from `lines` (stdin), answers streamed to `out` (stdout). interactive
@@ -52,8 +43,7 @@ def chat_loop(pipe, config, options: dict, system: Optional[str] = None, lines: 
     if pipe.chat_template is None:
         raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): chat needs one. Use "
                                "`edge-specdec run BUNDLE --prompt TEXT` to continue a text instead.")
-    start = [{"role": "system", "content": system}] if system else []
-    messages = list(start)
+    chat = pipe.start_chat(system)  # the conversation keeps the KV caches between turns
     if interactive:
         _use_readline()
         say("chat: type a message and press Enter; /reset starts over, /exit or Ctrl-D ends, Ctrl-C stops an answer.")
@@ -68,17 +58,16 @@ def chat_loop(pipe, config, options: dict, system: Optional[str] = None, lines: 
         if command in ("/exit", "/quit"):
             return 0
         if command == "/reset":
-            messages = list(start)
+            chat.reset()
             say("chat: a new conversation.")
             continue
         if command == "/help":
             say("\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items()))
             continue
-        messages.append({"role": "user", "content": line.rstrip("\r\n")})
-        result = answer(pipe, messages, config, options, lambda piece: print(piece, end="", flush=True, file=out))
+        result = chat.ask(line.rstrip("\r\n"), config,  # an answer stopped by Ctrl-C stays in the conversation
+                          on_text=lambda piece: print(piece, end="", flush=True, file=out), **options)
         print(file=out, flush=True)
         say(stats_line(result))
-        messages.append({"role": "assistant", "content": result.text})  # an answer stopped by Ctrl-C stays too
 
 
 def _read_turn(lines: TextIO, interactive: bool) -> Optional[str]:

@@ -122,9 +122,14 @@ def open_pipeline(args: argparse.Namespace, announce: bool = True):
     where."""
     from ..runtime import Pipeline
 
-    pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, **engine_options(args))
+    if announce:  # one progress line: what loads, then how long it took
+        print(f"edge-specdec: loading {args.bundle} ...", end="", file=sys.stderr, flush=True)
+    # no static copies: they pay back their compile over many requests (serve), not over one run or a chat
+    pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, static_shapes=False,
+                    **engine_options(args))
     if announce:
-        say(f"edge-specdec: {pipe.placement.describe()}" + ("; draft runs concurrently" if pipe.concurrent else ""))
+        say(f" {pipe.load_seconds:.1f} s; {pipe.placement.describe()}"
+            + ("; draft runs concurrently" if pipe.concurrent else ""))
     return pipe
 
 
@@ -140,4 +145,9 @@ def stats_line(result) -> str:
         line += f"; {plural(result.extra['lookup_rounds'], 'round')} copied from the text by lookup"
     if st["drafted_ahead_used"]:
         line += f"; drafted ahead and used: {plural(st['drafted_ahead_used'], 'round')}"
+    if st["rounds_drafting_paused"]:
+        line += (f"; drafting paused for {plural(st['rounds_drafting_paused'], 'round')} (slower than the target "
+                 f"alone on this machine, measured as it ran)")
+    if st["prompt_tokens_reused"]:
+        line += f"; {plural(st['prompt_tokens_reused'], 'prompt token')} reused from the cache"
     return line

@@ -118,7 +118,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         pieces = pipe.vocab_map.target
         print(json.dumps({**result.to_dict(lambda t: (pieces.piece(t) or b"").decode("utf-8", "replace")),
-                          "placement": vars(pipe.placement),
+                          "placement": vars(pipe.placement), "load_seconds": round(pipe.load_seconds, 3),
                           **({"compare": comparison} if comparison else {})},
                          ensure_ascii=False))
     else:
