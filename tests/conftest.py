@@ -78,9 +78,3 @@ def bundle_dir(workdir, model_dir):
                                        draft_weights=WeightSettings(draft_format))
         return cache[key]
     return get
-
-
-def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every file below folder with its size and mtime: to prove that a failed command changed nothing."""
-    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))} if folder.exists() else {}

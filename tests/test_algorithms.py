@@ -7,8 +7,7 @@ from edge_specdec.cli import build_parser
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.algorithms import ALGORITHMS, REGISTRY, benchmark_algorithms
-
-HETERO = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
+from support import OTHER_VOCAB
 
 
 def test_the_cli_offers_exactly_the_registry():
@@ -25,7 +24,7 @@ def test_benchmark_rows_serve_their_relation(relation):
 
 
 def test_each_algorithm_runs_where_it_serves_and_reports_its_drafters_statistics(bundle_dir):
-    pipe = Pipeline(bundle_dir(*HETERO))
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
     config = GenerationConfig(max_new_tokens=8, ignore_eos=True, temperature=0.7, top_k=5, seed=3)
     for name, entry in REGISTRY.items():
         if "heterogeneous" not in entry.relations:

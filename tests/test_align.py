@@ -16,7 +16,7 @@ from edge_specdec.bundle import load_bundle
 from edge_specdec.cli import main
 from edge_specdec.export.align import AlignSettings, TrainSettings, align_bundle
 from edge_specdec.runtime import Engine, GenerationConfig
-from conftest import tree_state
+from support import tree_state
 
 # The target of the tiny pairs and a draft that knows nothing of it: random weights, another tokenizer style
 # (U+2581 BPE against byte-level BPE), another architecture. Its acceptance starts near zero.

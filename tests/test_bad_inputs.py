@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tree_state
 from edge_specdec.bundle import MANIFEST_VERSION, load_bundle
 from edge_specdec.errors import BundleError, ExportError, SourceError
 from edge_specdec.export import WeightSettings, export_bundle
+from support import tree_state
 
 TARGET, DRAFT = "qwen2-bytelevel", "qwen2-bytelevel-small"
 

@@ -10,9 +10,8 @@ import sys
 import pytest
 
 from edge_specdec.cli import main
+from support import SAME_VOCAB
 
-# the same tiny bundle as tests/test_benchmark.py, so that a whole run exports it once
-SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
 
 # a user's workload: two categories, one of them with a prompt over several lines and a numbered id
 WORKLOAD = [{"text": "The printer on floor 3 says PC LOAD LETTER. What now?", "category": "support", "id": "printer"},

@@ -13,9 +13,8 @@ from edge_specdec.benchmark import load_prompt_set, prompt_set, run_benchmark, r
 from edge_specdec.benchmark.setups import adaptive_policies, candidate_specs, select_specs
 from edge_specdec.cli import main
 from edge_specdec.errors import EdgeSpecdecError
+from support import OTHER_VOCAB, SAME_VOCAB
 
-SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
-OTHER_VOCAB = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
 HAS_GENAI = importlib.util.find_spec("openvino_genai") is not None
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 SPEC_BENCH_CATEGORIES = {"code_generation", "code_editing", "chat", "summarization", "question_answering", "math",

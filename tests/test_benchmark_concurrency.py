@@ -17,10 +17,8 @@ from edge_specdec.benchmark.concurrency import run_clients_benchmark
 from edge_specdec.benchmark.prompt_set import load_prompt_set, pick_prompt_items
 from edge_specdec.cli import main
 from edge_specdec.errors import EdgeSpecdecError
+from support import OTHER_VOCAB, SAME_VOCAB
 
-# the same tiny bundles as tests/test_benchmark.py, so that a whole run exports them once
-SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
-OTHER_VOCAB = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
 HAS_GENAI = importlib.util.find_spec("openvino_genai") is not None
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 OURS = ["ours-none-sequential", "ours-spec-sequential", "ours-none", "ours-spec"]

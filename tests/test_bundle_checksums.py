@@ -19,8 +19,8 @@ import pytest
 import edge_specdec.bundle as bundle_mod
 from edge_specdec.bundle import load_bundle
 from edge_specdec.errors import BundleError
+from support import SAME_VOCAB
 
-SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
 WEIGHTS = "target/openvino_model.bin"
 HOUR_NS = 3600 * 10**9
 

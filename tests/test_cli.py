@@ -2,17 +2,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import tree_state
 from edge_specdec.cli import main
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edge_specdec.cli", *args], capture_output=True, text=True)
+from support import run_cli, tree_state
 
 
 def test_help_teaches_by_example():

@@ -12,10 +12,8 @@ from edge_specdec.runtime.pipeline import draft_output_ids
 from edge_specdec.runtime.session import open_session
 from edge_specdec.vocab_map import TokenBytes
 from hostile_text import HOSTILE_STRINGS
-from test_runtime import ALPHA, N_SAMPLES, SAME_VOCAB, SAMPLING, first_tokens, homogeneity_pvalue
-from test_user_facing import run_cli
+from support import ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, first_tokens, homogeneity_pvalue, run_cli
 
-HETERO = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
 KEEP = 150  # of the tiny tokenizers' 500-700 ids
 PROMPTS = [s for s in HOSTILE_STRINGS if s.strip()][:12] + ["def fib(n):\n    return n", "a b a b a b"]
 
@@ -54,7 +52,7 @@ def cut_pipe(bundle_dir):
 
 @pytest.fixture(scope="module")
 def cut_hetero(bundle_dir):
-    return Pipeline(bundle_dir(*HETERO), draft_vocab=KEEP)
+    return Pipeline(bundle_dir(*OTHER_VOCAB), draft_vocab=KEEP)
 
 
 def test_greedy_stays_lossless_and_the_draft_proposes_only_kept_ids(cut_pipe, monkeypatch):
@@ -100,5 +98,5 @@ def test_sampling_stays_lossless(request, which, algorithm):
 def test_negative_draft_vocab_is_a_clear_error(bundle_dir):
     with pytest.raises(EdgeSpecdecError, match="draft_vocab must be 0"):
         Pipeline(bundle_dir(*SAME_VOCAB), draft_vocab=-1)
-    proc = run_cli(str(bundle_dir(*SAME_VOCAB)), "--prompt", "hi", "--draft-vocab", "-3")
+    proc = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "hi", "--draft-vocab", "-3")
     assert proc.returncode == 1 and "draft_vocab must be 0" in proc.stderr and "Traceback" not in proc.stderr

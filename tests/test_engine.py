@@ -9,9 +9,8 @@ import pytest
 
 import edge_specdec.runtime.session as session_module
 from edge_specdec.runtime import DecodingSession, Engine, GenerationConfig, Pipeline
+from support import OTHER_VOCAB, SAME_VOCAB
 
-SAME = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
-HETERO = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
 PROMPTS = ["def f(x):", "class A:\n    def", "import os\n", "for i in range(", "x = [1, 2,", "# a comment\n"]
 
 
@@ -19,7 +18,7 @@ def logprob_bits(result) -> list:
     return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
 
 
-@pytest.mark.parametrize("pair,algorithm", [(SAME, "standard"), (HETERO, "slem")])
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
 def test_sessions_decode_in_parallel_threads_exactly_as_one_after_another(bundle_dir, pair, algorithm):
     engine = Engine(bundle_dir(*pair), static_shapes=True)
     config = GenerationConfig(max_new_tokens=24, ignore_eos=True, logprobs=True)
@@ -49,7 +48,7 @@ def test_sessions_decode_in_parallel_threads_exactly_as_one_after_another(bundle
 
 
 def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypatch):
-    engine = Engine(bundle_dir(*SAME), static_shapes=True)
+    engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
     engine.session().generate("def f(", GenerationConfig(max_new_tokens=8), algorithm="standard")  # static copies
     engine.draft_model.wait_static()
     assert engine.draft_model.static  # the draft's, compiled in the background
@@ -76,22 +75,22 @@ def test_the_block_plan_is_remembered_for_the_next_process(bundle_dir, tmp_path,
     monkeypatch.setattr(pipeline_module, "cheapest_step", lambda s: probes.append(1) or step(s))
     config = GenerationConfig(max_new_tokens=12, ignore_eos=True)
 
-    first = Engine(bundle_dir(*SAME), cache_dir=tmp_path, static_shapes=False)
+    first = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, static_shapes=False)
     expected = first.session().generate("def f(", config, algorithm="none")
     assert checks and probes and first.plan.path.is_file()
     checks.clear(), probes.clear()
 
-    second = Engine(bundle_dir(*SAME), cache_dir=tmp_path, static_shapes=False)
+    second = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, static_shapes=False)
     assert second.plan.loaded and second.target_model.block_invariant
     assert second.session().generate("def f(", config, algorithm="none").token_ids == expected.token_ids
     assert not checks and not probes  # nothing measured again
 
-    other = Engine(bundle_dir(*SAME), cache_dir=tmp_path, static_shapes=False, precision="f32")
+    other = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, static_shapes=False, precision="f32")
     assert other.plan.path != first.plan.path and checks
 
 
 def test_pipeline_is_an_engine_with_a_session_of_its_own(bundle_dir):
-    pipe = Pipeline(bundle_dir(*SAME))
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB))
     config = GenerationConfig(max_new_tokens=10, ignore_eos=True)
     own = pipe.generate("def f(", config, algorithm="standard")
     assert pipe.session().generate("def f(", config, algorithm="standard").token_ids == own.token_ids
@@ -101,7 +100,7 @@ def test_pipeline_is_an_engine_with_a_session_of_its_own(bundle_dir):
 
 def test_a_measurement_waits_for_static_copies_compiling_in_the_background(bundle_dir):
     """A timing taken while a copy compiles on the same cores would be skewed, and the plan keeps it for good."""
-    engine = Engine(bundle_dir(*SAME))
+    engine = Engine(bundle_dir(*SAME_VOCAB))
     done = threading.Event()
     compiling = threading.Thread(target=lambda: (threading.Event().wait(0.3), done.set()))
     engine.draft_model._pending.append(compiling)
@@ -113,7 +112,7 @@ def test_a_measurement_waits_for_static_copies_compiling_in_the_background(bundl
 def test_static_copies_are_checked_once_not_on_every_call(bundle_dir, monkeypatch):
     """A small target's copies are compiled and checked for invariance on the first call that needs them; later
     calls of the same sizes neither compile nor check again."""
-    engine = Engine(bundle_dir(*SAME), static_shapes=True)
+    engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
     session = engine.session()
     config = GenerationConfig(max_new_tokens=6, ignore_eos=True)
     session.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)

@@ -17,9 +17,8 @@ from edge_specdec.runtime.sampling import distribution, penalize, sample, token_
 from edge_specdec.runtime.session import ModelSession
 from edge_specdec.runtime.verify import verify
 from hostile_text import HOSTILE_STRINGS
+from support import OTHER_VOCAB, SAME_VOCAB
 
-SAME = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
-HETERO = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
 PADDED = ("qwen2-bytelevel", "qwen2-bytelevel-padded", "int8", "int8")
 SAME_RUNS = [("standard", {}), ("standard", {"num_assistant_tokens": 3, "confidence": 0.0, "lookup": False}),
              ("prompt-lookup", {"num_assistant_tokens": 2})]
@@ -107,7 +106,7 @@ def tie_config(penalty: float, **kwargs) -> GenerationConfig:
 
 def test_a_lone_token_into_an_empty_cache_gets_the_block_rows(pipes):
     """The first token of a one-token prompt is computed on the block path: bit-identical to row 0 of a block."""
-    session = pipes(SAME, precision="dq").target
+    session = pipes(SAME_VOCAB, precision="dq").target
     assert session.block_invariant
     for token in (5, 77, 301):
         session.reset()
@@ -123,7 +122,7 @@ def test_a_lone_token_into_an_empty_cache_gets_the_block_rows(pipes):
 
 @pytest.mark.parametrize("precision", ["dq", "f32"])
 def test_one_token_prompts_at_a_tie_are_exact(pipes, precision):
-    pipe = pipes(SAME, precision=precision)
+    pipe = pipes(SAME_VOCAB, precision=precision)
     for prompt, penalty in tied_one_token_prompts(pipe, 4):
         config = GenerationConfig(max_new_tokens=6, ignore_eos=True, repetition_penalty=penalty)
         base = pipe.generate(prompt, config, algorithm="none")
@@ -134,13 +133,14 @@ def test_one_token_prompts_at_a_tie_are_exact(pipes, precision):
 # --- the tie-point check over every path ------------------------------------------------------------------------
 
 PATHS = [
-    (SAME, {"precision": "dq"}), (SAME, {"precision": "f32"}),
-    (SAME, {"precision": "dq", "concurrent": True}), (SAME, {"precision": "f32", "concurrent": True}),
-    (SAME, {"precision": "dq", "static_shapes": True, "fixed_blocks": True}),
-    (SAME, {"precision": "dq", "static_shapes": False, "fixed_blocks": False}),
-    (SAME, {"kv_rollback": "masked"}),
-    (HETERO, {"precision": "dq"}), (HETERO, {"precision": "f32"}), (HETERO, {"precision": "dq", "concurrent": True}),
-    (HETERO, {"kv_rollback": "masked"}),
+    (SAME_VOCAB, {"precision": "dq"}), (SAME_VOCAB, {"precision": "f32"}),
+    (SAME_VOCAB, {"precision": "dq", "concurrent": True}), (SAME_VOCAB, {"precision": "f32", "concurrent": True}),
+    (SAME_VOCAB, {"precision": "dq", "static_shapes": True, "fixed_blocks": True}),
+    (SAME_VOCAB, {"precision": "dq", "static_shapes": False, "fixed_blocks": False}),
+    (SAME_VOCAB, {"kv_rollback": "masked"}),
+    (OTHER_VOCAB, {"precision": "dq"}), (OTHER_VOCAB, {"precision": "f32"}),
+    (OTHER_VOCAB, {"precision": "dq", "concurrent": True}),
+    (OTHER_VOCAB, {"kv_rollback": "masked"}),
 ]
 
 
@@ -150,7 +150,7 @@ def test_every_path_is_exact_at_tie_points(pipes, pair, options):
     """One-token and hostile prompts, each at a penalty that ties its first token: every algorithm gives the
     target alone's token ids and logprob bits (a masked session says it is not exact instead)."""
     pipe = pipes(pair, **options)
-    runs = SAME_RUNS if pair == SAME else HETERO_RUNS
+    runs = SAME_RUNS if pair == SAME_VOCAB else HETERO_RUNS
     prompts = [ids for ids, _ in tied_one_token_prompts(pipe, 2)]
     for text in HOSTILE_STRINGS + ["def fib(n):\n    return fib(n - 1) + fib(n - 2)", "a b a b a b a b"]:
         ids = pipe.tokenizer.encode(text)
@@ -168,7 +168,7 @@ def test_every_path_is_exact_at_tie_points(pipes, pair, options):
 
 def test_the_tie_point_check_catches_a_lone_feed(bundle_dir, monkeypatch):
     """A session that feeds lone tokens (the defect the check exists for) fails the tie-point check."""
-    pipe = Pipeline(bundle_dir(*SAME), precision="dq", static_shapes=False, fixed_blocks=False)
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB), precision="dq", static_shapes=False, fixed_blocks=False)
     prompts = [ids for ids, _ in tied_one_token_prompts(pipe, 2)]
     monkeypatch.setattr(ModelSession, "least_block", property(lambda self: 1))
     with pytest.raises(AssertionError):
@@ -179,7 +179,7 @@ def test_the_tie_point_check_catches_a_lone_feed(bundle_dir, monkeypatch):
 # --- masked rollback says it is not exact (defect 2) ------------------------------------------------------------
 
 def test_masked_rollback_reports_that_it_is_not_exact(pipes):
-    masked, paged = pipes(SAME, kv_rollback="masked"), pipes(SAME, precision="dq")
+    masked, paged = pipes(SAME_VOCAB, kv_rollback="masked"), pipes(SAME_VOCAB, precision="dq")
     config = GenerationConfig(max_new_tokens=8, ignore_eos=True)
     assert not masked.generate("def f(x):", config, algorithm="standard").exact
     assert masked.generate("def f(x):", config, algorithm="none").exact  # the target alone is its own reference
@@ -189,7 +189,7 @@ def test_masked_rollback_reports_that_it_is_not_exact(pipes):
 def test_cli_warns_once_when_a_run_is_not_exact(bundle_dir):
     import subprocess
     import sys
-    args = [sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME)), "--prompt", "def f(",
+    args = [sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "def f(",
             "--max-new-tokens", "6", "--algorithm", "standard"]
     masked = subprocess.run(args + ["--kv-rollback", "masked"], capture_output=True, text=True, timeout=300)
     paged = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -200,13 +200,13 @@ def test_cli_warns_once_when_a_run_is_not_exact(bundle_dir):
 
 # --- the draft's context never fails a run (defect 3) -----------------------------------------------------------
 
-@pytest.mark.parametrize("pair,algorithm", [(SAME, "standard"), (HETERO, "slem"), (HETERO, "tli")])
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem"), (OTHER_VOCAB, "tli")])
 def test_a_draft_out_of_context_finishes_with_the_target_alone(pipes, pair, algorithm, monkeypatch):
     """A prompt that leaves the draft almost no room (its context far shorter than the target's, or its tokenizer
     spelling the text with more tokens) completes, drafting concurrently, identical to the target alone."""
     pipe = pipes(pair, precision="dq", concurrent=True)
     prompt = "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n" * 2
-    draft_ids = pipe.draft_retokenizer.encode(prompt) if pair == HETERO else pipe.tokenizer.encode(prompt)
+    draft_ids = pipe.draft_retokenizer.encode(prompt) if pair == OTHER_VOCAB else pipe.tokenizer.encode(prompt)
     monkeypatch.setattr(pipe.draft, "max_context", len(draft_ids) + 6)
     config = GenerationConfig(max_new_tokens=40, ignore_eos=True, logprobs=True)
     base = pipe.generate(prompt, config, algorithm="none")
@@ -241,8 +241,8 @@ def test_draft_rows_are_fitted_to_the_target_width():
 
 # --- streamed text equals the result's text (defect 5) ----------------------------------------------------------
 
-@pytest.mark.parametrize("pair,algorithm", [(SAME, "none"), (SAME, "standard"), (SAME, "prompt-lookup"),
-                                            (HETERO, "slem"), (HETERO, "tli")])
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "none"), (SAME_VOCAB, "standard"),
+                                            (SAME_VOCAB, "prompt-lookup"), (OTHER_VOCAB, "slem"), (OTHER_VOCAB, "tli")])
 def test_streamed_text_never_shows_a_stop_string(pipes, pair, algorithm):
     pipe = pipes(pair, precision="dq")
     config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
@@ -280,8 +280,8 @@ def check_pieces(pieces, result) -> None:
 # --- a seed reproduces a sampled run whatever the policy and the clock (defect 6) ---------------------------------
 
 @pytest.mark.parametrize("policy", ["fixed", "schedule", "cost"])
-@pytest.mark.parametrize("pair,algorithm", [(SAME, "standard"), (SAME, "prompt-lookup"), (HETERO, "tli"),
-                                            (HETERO, "slrs")])
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (SAME_VOCAB, "prompt-lookup"),
+                                            (OTHER_VOCAB, "tli"), (OTHER_VOCAB, "slrs")])
 def test_a_seed_reproduces_a_sampled_run_on_an_erratic_clock(pipes, pair, algorithm, policy, monkeypatch):
     pipe = pipes(pair, precision="dq")
     clock = itertools.accumulate(np.random.default_rng(7).lognormal(-5.0, 2.0, 100_000))
@@ -314,7 +314,7 @@ def test_priced_cost_policy_follows_the_acceptance_not_the_clock(pipes, monkeypa
     monkeypatch.setattr("edge_specdec.runtime.pipeline.DraftLength",
                         lambda *args, prices=None, **kwargs: seen.append(prices)
                         or drafters.DraftLength(*args, prices=prices, **kwargs))
-    pipe = pipes(SAME, precision="dq")
+    pipe = pipes(SAME_VOCAB, precision="dq")
     for seed, temperature in ((42, 1.0), (None, 1.0), (42, 0.0)):
         pipe.generate("x", GenerationConfig(max_new_tokens=3, temperature=temperature, seed=seed), draft_policy="cost")
     assert seen[0] is not None and 0 < seen[0][0] < 1 and seen[1:] == [None, None]
@@ -331,7 +331,7 @@ def forced_logprobs(pipe: Pipeline, prompt_ids: list[int], tokens: list[int], co
     return token_logprobs(penalize(rows, config, prompt_ids, tokens), tokens, config)
 
 
-@pytest.mark.parametrize("pair,algorithm", [(SAME, "standard"), (HETERO, "tli"), (HETERO, "slem")])
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli"), (OTHER_VOCAB, "slem")])
 def test_sampled_runs_compute_every_position_with_the_target_alones_bits(pipes, pair, algorithm):
     """Positions after rollbacks, with the penalty: each sampled token's logprob equals, bit for bit, the target's
     logprob of it computed in one block from scratch; with the verifier's rule (tested alone below) that is the
@@ -361,8 +361,8 @@ def test_logprobs_through_the_cli_json(bundle_dir):
     import json
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME)), "--prompt", "def f(",
-                          "--max-new-tokens", "5", "--ignore-eos", "--logprobs", "3", "--json"],
+    out = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)), "--prompt",
+                          "def f(", "--max-new-tokens", "5", "--ignore-eos", "--logprobs", "3", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -376,7 +376,7 @@ def test_logprobs_through_the_cli_json(bundle_dir):
 def test_top_logprobs_out_of_range_is_a_clear_error(pipes):
     from edge_specdec.errors import EdgeSpecdecError
     with pytest.raises(EdgeSpecdecError, match="top_logprobs"):
-        pipes(SAME, precision="dq").generate("x", GenerationConfig(top_logprobs=21))
+        pipes(SAME_VOCAB, precision="dq").generate("x", GenerationConfig(top_logprobs=21))
 
 
 # --- verify() alone, over 100,000 draws --------------------------------------------------------------------------
@@ -433,7 +433,7 @@ def test_verify_alone_outputs_the_target_distribution(with_q):
 
 @pytest.mark.parametrize("where", ["target", "draft"])
 def test_ctrl_c_mid_round_then_the_next_call_is_exact(pipes, where, monkeypatch):
-    pipe = pipes(SAME, precision="dq")
+    pipe = pipes(SAME_VOCAB, precision="dq")
     config = GenerationConfig(max_new_tokens=30, ignore_eos=True, logprobs=True)
     session = getattr(pipe, where)
     feed, calls = session.feed, itertools.count()
@@ -455,7 +455,7 @@ def test_ctrl_c_mid_round_then_the_next_call_is_exact(pipes, where, monkeypatch)
 
 @pytest.mark.parametrize("iterated", [True, False])
 def test_an_abandoned_stream_stops_within_a_round(pipes, iterated, monkeypatch):
-    pipe = pipes(SAME, precision="dq")
+    pipe = pipes(SAME_VOCAB, precision="dq")
     feeds = itertools.count()
     feed = pipe.target.feed
     monkeypatch.setattr(pipe.target, "feed", lambda tokens, rows=None: (next(feeds), feed(tokens, rows))[1])

@@ -10,19 +10,7 @@ from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.pipeline import DRAFT_BLOCK
 from edge_specdec.runtime.probes import cheapest_step, fixed_block_pays
 from edge_specdec.runtime.session import open_session
-from test_runtime import HETERO_INT8, PROMPTS, SAME_VOCAB, load_target_xml
-
-
-def spy_block_sizes(session, monkeypatch) -> list[int]:
-    """The number of tokens of every call the session makes to the device from now on."""
-    sizes: list[int] = []
-    infer = session._infer
-
-    def recording(tokens, rows):
-        sizes.append(len(tokens))
-        return infer(tokens, rows)
-    monkeypatch.setattr(session, "_infer", recording)
-    return sizes
+from support import EXACTNESS_PROMPTS, OTHER_VOCAB, SAME_VOCAB, load_target_xml, spy_block_sizes
 
 
 @pytest.mark.parametrize("min_block", [3, 5, 9])
@@ -69,7 +57,7 @@ def test_fixed_block_pays_measures_without_changing_the_session(bundle_dir):
 
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
-    return {(vocab, fixed): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else HETERO_INT8)),
+    return {(vocab, fixed): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else OTHER_VOCAB)),
                                      fixed_blocks=fixed, static_shapes=False)
             for vocab in ("same", "hetero") for fixed in (True, False)}
 
@@ -81,7 +69,7 @@ def test_greedy_stays_lossless_with_and_without_fixed_blocks(pipes, algorithm, m
     k = 4
     target_sizes = spy_block_sizes(fixed.target, monkeypatch)
     draft_sizes = spy_block_sizes(fixed.draft, monkeypatch)
-    for prompt in PROMPTS:
+    for prompt in EXACTNESS_PROMPTS:
         config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
         base = loose.generate(prompt, config, algorithm="none")
         del target_sizes[:], draft_sizes[:]

@@ -9,7 +9,7 @@ from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime import heterogeneous
 from edge_specdec.runtime.retokenize import complete_utf8
 from hostile_text import HOSTILE_STRINGS
-from test_runtime import ALPHA, N_SAMPLES, first_tokens, homogeneity_pvalue
+from support import ALPHA, N_SAMPLES, OTHER_VOCAB, first_tokens, homogeneity_pvalue
 
 # every ordered pair of the three tokenizer styles: (target, draft); the target is the larger model
 STYLE_PAIRS = [("qwen2-bytelevel", "llama-metaspace"), ("qwen2-bytelevel", "gpt2-prefixspace"),
@@ -108,13 +108,12 @@ def test_complete_utf8():
     assert complete_utf8("é".encode()) == 2 and complete_utf8(b"\xc3") == 0
 
 
-HETERO = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
 SLRS_SAMPLING = {"temperature": 1.0, "top_k": 3}
 
 
 @pytest.fixture(scope="module")
 def hetero(bundle_dir):
-    return Pipeline(bundle_dir(*HETERO))
+    return Pipeline(bundle_dir(*OTHER_VOCAB))
 
 
 @pytest.mark.parametrize("algorithm,sampling", [("tli", {"temperature": 0.3, "top_k": 40, "top_p": 0.95}),

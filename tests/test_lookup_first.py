@@ -10,7 +10,7 @@ import pytest
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import LookupFirst, Proposal
 from hostile_text import HOSTILE_STRINGS
-from test_runtime import ALPHA, HETERO_INT8, N_SAMPLES, SAME_VOCAB, SAMPLING, homogeneity_pvalue
+from support import ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, homogeneity_pvalue
 
 REPEATING = ["def f(x):\n    return x\n" * 3 + "def f(x):\n", "a b a b a b a b",
              "def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):\n",
@@ -61,7 +61,7 @@ def test_a_shorter_match_copies_fewer_tokens():
 
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
-    return {"standard": Pipeline(bundle_dir(*SAME_VOCAB)), "hetero": Pipeline(bundle_dir(*HETERO_INT8))}
+    return {"standard": Pipeline(bundle_dir(*SAME_VOCAB)), "hetero": Pipeline(bundle_dir(*OTHER_VOCAB))}
 
 
 @pytest.mark.parametrize("algorithm", ["standard", "slem", "tli", "slrs"])

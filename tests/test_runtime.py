@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -15,10 +14,8 @@ from edge_specdec.runtime.probes import is_block_invariant
 from edge_specdec.runtime.session import ContextOverflowError, open_session
 from edge_specdec.runtime.text import TextStream
 from edge_specdec.vocab_map import TokenBytes
-from hostile_text import HOSTILE_STRINGS
-
-SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
-HETERO_INT8 = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
+from support import (ALPHA, EXACTNESS_PROMPTS, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, first_tokens,
+                     homogeneity_pvalue, load_target_xml)
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +90,6 @@ def test_a_lone_token_takes_another_kernel_path(bundle_dir):
     assert not is_block_invariant(session)
 
 
-def load_target_xml(bundle_dir):
-    from edge_specdec.bundle import load_bundle
-    return load_bundle(bundle_dir(*SAME_VOCAB)).target.model_xml
-
-
-PROMPTS = [s for s in HOSTILE_STRINGS if s.strip()] + ["def fib(n):\n    if n < 2:\n        return n\n",
-                                                      "a b a b a b a b", "The quick brown fox"]
-
-
 @pytest.mark.parametrize("algorithm,k,policy", [("standard", 1, "fixed"), ("standard", 3, "fixed"),
                                                 ("standard", 6, "fixed"), ("standard", 2, "schedule"),
                                                 ("standard", 3, "cost"), ("prompt-lookup", 4, "fixed"),
@@ -110,7 +98,7 @@ PROMPTS = [s for s in HOSTILE_STRINGS if s.strip()] + ["def fib(n):\n    if n < 
 def test_greedy_is_lossless(request, rollback, algorithm, k, policy):
     pipe = request.getfixturevalue("pipe" if rollback == "paged" else "masked_pipe")
     assert pipe.target.rollback_method == rollback and pipe.draft.rollback_method == rollback
-    for prompt in PROMPTS:
+    for prompt in EXACTNESS_PROMPTS:
         config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
         base = pipe.generate(prompt, config, algorithm="none")
         spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, draft_policy=policy,
@@ -119,33 +107,6 @@ def test_greedy_is_lossless(request, rollback, algorithm, k, policy):
         assert spec.text == base.text
         assert spec.stats.new_tokens == 24 and spec.stats.target_passes <= base.stats.target_passes
     assert base.stats.target_passes == 24 and base.stats.draft_tokens_proposed == 0
-
-
-def first_tokens(pipe, algorithm, seeds, config_kwargs, n_tokens=2, confidence=0.0):
-    out = Counter()
-    for seed in seeds:
-        config = GenerationConfig(max_new_tokens=n_tokens, seed=seed, ignore_eos=True, **config_kwargs)
-        result = pipe.generate("def f", config, algorithm=algorithm, num_assistant_tokens=3, confidence=confidence)
-        out[tuple(result.token_ids)] += 1
-    return out
-
-
-def homogeneity_pvalue(a: Counter, b: Counter) -> float:
-    """Chi-square test that two samples come from one distribution (rare outcomes pooled)."""
-    from scipy.stats import chi2_contingency
-
-    keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
-    common = [k for k in keys if a[k] + b[k] >= 10]
-    table = [[a[k] for k in common] + [sum(a[k] for k in keys if k not in common)],
-             [b[k] for k in common] + [sum(b[k] for k in keys if k not in common)]]
-    if table[0][-1] + table[1][-1] == 0:
-        table = [row[:-1] for row in table]
-    return chi2_contingency(np.array(table)).pvalue
-
-
-SAMPLING = {"temperature": 0.3, "top_k": 40, "top_p": 0.95}
-N_SAMPLES = 600
-ALPHA = 1e-3  # false-alarm rate of each distribution test
 
 
 def test_sampling_is_lossless(pipe):
@@ -262,7 +223,7 @@ def test_generate_leaves_the_callers_config_alone(pipe):
 
 @pytest.mark.parametrize("algorithm", ["standard", "prompt-lookup"])
 def test_repetition_penalty_is_lossless(pipe, algorithm):
-    for prompt in PROMPTS[:8]:
+    for prompt in EXACTNESS_PROMPTS[:8]:
         config = GenerationConfig(max_new_tokens=20, ignore_eos=True, repetition_penalty=1.3)
         base = pipe.generate(prompt, config, algorithm="none")
         spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0)
@@ -333,7 +294,7 @@ def test_unsure_reads_the_top_probability():
 @pytest.mark.parametrize("algorithm", ["standard", "slem", "tli"])
 def test_confidence_bounds_the_draft_length(bundle_dir, algorithm):
     """A threshold no random tiny draft reaches: one token per round; 0: the full K (the last round may be shorter)."""
-    pipe = Pipeline(bundle_dir(*(SAME_VOCAB if algorithm == "standard" else HETERO_INT8)))
+    pipe = Pipeline(bundle_dir(*(SAME_VOCAB if algorithm == "standard" else OTHER_VOCAB)))
     config = GenerationConfig(max_new_tokens=16, ignore_eos=True)
     sure = pipe.generate("def fib(n):", config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.999)
     full = pipe.generate("def fib(n):", config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0)
@@ -349,9 +310,9 @@ def test_greedy_is_lossless_when_drafting_stops_anywhere(bundle_dir, algorithm, 
 
     coin = np.random.default_rng(5)  # every drafter stops through drafters.draft_steps
     monkeypatch.setattr(drafters, "unsure", lambda row, q, confidence: bool(coin.random() < 0.4))
-    pipe = Pipeline(bundle_dir(*(SAME_VOCAB if algorithm == "standard" else HETERO_INT8)))
+    pipe = Pipeline(bundle_dir(*(SAME_VOCAB if algorithm == "standard" else OTHER_VOCAB)))
     lengths = set()
-    for prompt in PROMPTS:
+    for prompt in EXACTNESS_PROMPTS:
         config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
         base = pipe.generate(prompt, config, algorithm="none")
         spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=5)

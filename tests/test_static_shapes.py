@@ -8,8 +8,7 @@ from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime import session as session_module
 from edge_specdec.runtime.pipeline import DRAFT_BLOCK
 from edge_specdec.runtime.session import open_session
-from test_fixed_blocks import spy_block_sizes
-from test_runtime import HETERO_INT8, PROMPTS, SAME_VOCAB, load_target_xml
+from support import EXACTNESS_PROMPTS, OTHER_VOCAB, SAME_VOCAB, load_target_xml, spy_block_sizes
 
 
 def test_static_copies_give_the_bits_of_the_dynamic_model(bundle_dir):
@@ -53,7 +52,7 @@ def test_a_masked_session_has_no_static_copies(bundle_dir):
 def pipes(bundle_dir):
     """The tiny test models are small, so they get static copies by default; fixed blocks are forced so that
     the sizes do not depend on a measurement."""
-    return {(vocab, static): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else HETERO_INT8)),
+    return {(vocab, static): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else OTHER_VOCAB)),
                                       static_shapes=None if static else False, fixed_blocks=True)
             for vocab in ("same", "hetero") for static in (True, False)}
 
@@ -64,11 +63,11 @@ def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch)
     shaped, plain = pipes[vocab, True], pipes[vocab, False]
     k = 4
     config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
-    shaped.generate(PROMPTS[0], config, algorithm=algorithm, num_assistant_tokens=k)  # compiles the copies
+    shaped.generate(EXACTNESS_PROMPTS[0], config, algorithm=algorithm, num_assistant_tokens=k)  # compiles the copies
     shaped.draft_model.wait_static()  # the draft's compile in the background
     target_sizes = spy_block_sizes(shaped.target, monkeypatch)
     draft_sizes = spy_block_sizes(shaped.draft, monkeypatch)
-    for prompt in PROMPTS:
+    for prompt in EXACTNESS_PROMPTS:
         base = plain.generate(prompt, config, algorithm="none")
         del target_sizes[:], draft_sizes[:]
         spec = shaped.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
@@ -95,7 +94,7 @@ def test_the_target_alone_steps_on_a_copy_and_compiles_no_draft_copies(bundle_di
 def test_without_fixed_blocks_the_copies_serve_single_steps_and_full_blocks(bundle_dir, pipes):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=False)
     config = GenerationConfig(max_new_tokens=16, ignore_eos=True)
-    for prompt in PROMPTS[:4]:
+    for prompt in EXACTNESS_PROMPTS[:4]:
         base = pipes["same", False].generate(prompt, config, algorithm="none")
         assert pipe.generate(prompt, config, algorithm="standard", num_assistant_tokens=4).token_ids == base.token_ids
     pipe.draft_model.wait_static()

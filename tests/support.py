@@ -1,0 +1,91 @@
+"""What several test modules share: the tiny bundles' specs, the prompts of the exactness checks, the sampling
+test, the command line in a subprocess, and spies on sessions and folders.
+
+Fixtures are in conftest.py, hostile text in hostile_text.py, starting `edge-specdec serve` in serve_helpers.py.
+Test modules import from these, never from one another.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from hostile_text import HOSTILE_STRINGS
+
+# bundle_dir(*SPEC): (target, draft, target weights, draft weights), models from conftest.MODELS
+SAME_VOCAB = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")  # a draft with the target's tokenizer
+OTHER_VOCAB = ("qwen2-bytelevel", "llama-metaspace", "int8", "int8")  # a draft with another tokenizer
+
+# the prompts the exactness checks decode: every non-blank hostile string, code, repetition, plain prose
+EXACTNESS_PROMPTS = [s for s in HOSTILE_STRINGS if s.strip()] + [
+    "def fib(n):\n    if n < 2:\n        return n\n", "a b a b a b a b", "The quick brown fox"]
+
+
+def load_target_xml(bundle_dir) -> Path:
+    """The target model's IR in the SAME_VOCAB bundle."""
+    from edge_specdec.bundle import load_bundle
+    return load_bundle(bundle_dir(*SAME_VOCAB)).target.model_xml
+
+
+# --- the sampling test: do two samplers draw from one distribution? ---------------------------------------------
+
+SAMPLING = {"temperature": 0.3, "top_k": 40, "top_p": 0.95}
+N_SAMPLES = 600
+ALPHA = 1e-3  # false-alarm rate of each distribution test
+
+
+def first_tokens(pipe, algorithm, seeds, config_kwargs, n_tokens=2, confidence=0.0) -> Counter:
+    """How often each sequence of the first n_tokens came out, one seeded generation per seed."""
+    from edge_specdec.runtime import GenerationConfig
+
+    out = Counter()
+    for seed in seeds:
+        config = GenerationConfig(max_new_tokens=n_tokens, seed=seed, ignore_eos=True, **config_kwargs)
+        result = pipe.generate("def f", config, algorithm=algorithm, num_assistant_tokens=3, confidence=confidence)
+        out[tuple(result.token_ids)] += 1
+    return out
+
+
+def homogeneity_pvalue(a: Counter, b: Counter) -> float:
+    """Chi-square test that two samples come from one distribution (rare outcomes pooled)."""
+    from scipy.stats import chi2_contingency
+
+    keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
+    common = [k for k in keys if a[k] + b[k] >= 10]
+    table = [[a[k] for k in common] + [sum(a[k] for k in keys if k not in common)],
+             [b[k] for k in common] + [sum(b[k] for k in keys if k not in common)]]
+    if table[0][-1] + table[1][-1] == 0:
+        table = [row[:-1] for row in table]
+    return chi2_contingency(np.array(table)).pvalue
+
+
+# --- the command line, spies ------------------------------------------------------------------------------------
+
+def run_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """`edge-specdec ARGS` in a subprocess, the compiled-model cache off, its output captured as text; kwargs go to
+    subprocess.run (input=..., timeout=...)."""
+    env = {**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off"}
+    return subprocess.run([sys.executable, "-m", "edge_specdec.cli", *args], capture_output=True, text=True,
+                          env=env, **kwargs)
+
+
+def spy_block_sizes(session, monkeypatch) -> list[int]:
+    """The number of tokens of every call the session makes to the device from now on."""
+    sizes: list[int] = []
+    infer = session._infer
+
+    def recording(tokens, rows):
+        sizes.append(len(tokens))
+        return infer(tokens, rows)
+    monkeypatch.setattr(session, "_infer", recording)
+    return sizes
+
+
+def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file below folder with its size and mtime: to prove that a failed command changed nothing."""
+    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))} if folder.exists() else {}
