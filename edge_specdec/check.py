@@ -5,9 +5,11 @@ On the devices chosen (or AUTO's), for one bundle:
 2. greedy exactness: every algorithm the bundle serves, on a few prompts, gives the target alone's token ids and
    logprob bits;
 3. costs: the draft's step d, the target's step t(1) and its blocks t(n), measured on a scratch context;
-4. the cost model: a round that drafts k tokens costs k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on
-   average (a: the acceptance per drafted token, measured in step 2), against t(1) per token for the target
-   alone. The k with the best rate is the recommended draft length; the rate over 1/t(1) the predicted speedup;
+4. the prediction: the default algorithm's time per output token in the runs of step 2 against the target
+   alone's (everything the decode loop pays included), and beside it the ideal of the cost model: a round that
+   drafts k tokens costs k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on average (a: the acceptance per
+   drafted token, measured in step 2), against t(1) per token for the target alone; its best k is the
+   recommended draft length;
 5. the draft's step on every device AUTO could give it (integrated GPUs, NPUs, a free discrete GPU, the CPU):
    the fastest is the recommended placement.
 
@@ -52,10 +54,20 @@ def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
         out[name] = {"identical": sum(same), "runs": len(runs),
                      "first_difference": next((p for p, ok in zip(prompts, same) if not ok), None),
                      "acceptance": accepted / proposed if proposed else None,
-                     "tokens_per_target_pass": statistics.median(r.stats.tokens_per_target_pass for r in runs)}
+                     "tokens_per_target_pass": statistics.median(r.stats.tokens_per_target_pass for r in runs),
+                     "measured_speedup": loop_speedup([reference[p] for p in prompts], runs)}
         say(f"  {name}: {sum(same)}/{len(runs)} identical to the target alone"
             + (f", acceptance {accepted / proposed:.2f}" if proposed else ""))
     return out
+
+
+def loop_speedup(alone: list, runs: list) -> float:
+    """The median over prompts of the target alone's time per output token over the algorithm's: what a run
+    gains once its first token is out, with everything the decode loop pays (each call's overhead, syncs and
+    re-tokenization, lookup rounds, the Python between calls), which a model built from step costs leaves out."""
+    def tpot(result) -> float:
+        return (result.stats.seconds - result.stats.first_token_seconds) / max(1, result.stats.new_tokens - 1)
+    return float(statistics.median(tpot(a) / tpot(r) for a, r in zip(alone, runs)))
 
 
 def step_costs(session, sizes: tuple[int, ...], reps: int = 3) -> dict[int, float]:
@@ -105,7 +117,7 @@ def predict(acceptance: float, draft_step: float, target: dict[int, float], k_ma
 
 
 def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_device: str = "AUTO",
-              allow_fallback: bool = False, prompts: Optional[list[str]] = None, max_new_tokens: int = 24,
+              allow_fallback: bool = False, prompts: Optional[list[str]] = None, max_new_tokens: int = 64,
               say: Callable[[str], None] = lambda _: None, **engine_options) -> dict:
     """The whole check; `ok` is False when any exactness check failed."""
     start = time.perf_counter()
@@ -125,11 +137,14 @@ def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_devic
         costs["draft_step_ms"] = 1000 * draft_step
         drafted = {name: r for name, r in exact.items()
                    if REGISTRY[name].needs_draft and r["acceptance"] is not None}
+        default = engine.resolve_algorithm("auto", GenerationConfig())
         if drafted:
-            name = max(drafted, key=lambda n: drafted[n]["acceptance"])
+            name = default if default in drafted else max(drafted, key=lambda n: drafted[n]["acceptance"])
             target_s = {n: ms / 1000 for n, ms in costs["target_blocks_ms"].items()}
+            ideal = predict(drafted[name]["acceptance"], draft_step, target_s)
             prediction = {"algorithm": name, "acceptance": drafted[name]["acceptance"],
-                          **predict(drafted[name]["acceptance"], draft_step, target_s)}
+                          "draft_length": ideal["draft_length"], "ideal_speedup": ideal["predicted_speedup"],
+                          "rates": ideal["rates"], "predicted_speedup": drafted[name]["measured_speedup"]}
         costs["draft_step_ms_by_device"] = draft_steps(engine, engine_options.get("cache_dir"),
                                                        costs["draft_step_ms"])
     say("costs: target " + ", ".join(f"{n} token{'' if int(n) == 1 else 's'} {ms:.1f} ms"
@@ -141,11 +156,13 @@ def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_devic
         prediction["draft_device"] = best
         say(f"draft device: {best} (a step: " + ", ".join(f"{d} {ms:.1f} ms" for d, ms in steps.items()) + ")")
     if "draft_length" in prediction:
-        k = prediction["draft_length"]
+        k, speedup = prediction["draft_length"], prediction["predicted_speedup"]
         say(f"prediction ({prediction['algorithm']}, acceptance {prediction['acceptance']:.2f} on these prompts): "
-            + (f"draft {k} token{'' if k == 1 else 's'} per round, "
-               f"about {prediction['predicted_speedup']:.2f}x the target alone"
-               if k else "drafting does not pay here: run the target alone (--algorithm none)"))
+            f"about {speedup:.2f}x the target alone per output token, as its runs here measured it, the decode "
+            f"loop's costs included; the step costs alone would allow {prediction['ideal_speedup']:.2f}x "
+            + (f"with {k} drafted token{'' if k == 1 else 's'} per round" if k else "at best")
+            + ("" if speedup >= 1 else "; the default run pauses drafting while it loses (it measures as it runs), "
+               "so expect about 1x"))
     ok = invariant and all(r["identical"] == r["runs"] for r in exact.values())
     return {"bundle": str(bundle), "placement": vars(engine.placement), "precision": target.precision,
             "block_invariant": invariant, "exactness": exact, "costs": costs, "prediction": prediction,

@@ -25,6 +25,23 @@ def test_check_passes_and_reports_costs(bundle_dir, capsys):
     blocks = report["costs"]["target_blocks_ms"]
     assert set(map(int, blocks)) == {1, 2, 3, 5, 9} and all(ms > 0 for ms in blocks.values())
     assert report["costs"]["draft_step_ms"] > 0
+    # the prediction is the default algorithm's measured time per output token against the target alone's
+    prediction = report["prediction"]
+    assert prediction["algorithm"] == "slem"
+    assert prediction["predicted_speedup"] == report["exactness"]["slem"]["measured_speedup"] > 0
+    assert prediction["ideal_speedup"] > 0
+
+
+def test_the_measured_speedup_is_the_median_ratio_of_times_per_output_token():
+    from types import SimpleNamespace
+
+    from edge_specdec.check import loop_speedup
+
+    def run(seconds, first, tokens):
+        return SimpleNamespace(stats=SimpleNamespace(seconds=seconds, first_token_seconds=first, new_tokens=tokens))
+    alone = [run(2.1, 0.1, 21), run(4.1, 0.1, 41), run(1.1, 0.1, 11)]
+    drafted = [run(1.1, 0.1, 21), run(1.6, 0.1, 41), run(1.1, 0.1, 11)]  # 2x, 2.67x, 1x
+    assert loop_speedup(alone, drafted) == pytest.approx(2.0)
 
 
 def test_check_fails_when_an_algorithm_is_not_exact(bundle_dir, monkeypatch, capsys):
@@ -37,8 +54,8 @@ def test_check_fails_when_an_algorithm_is_not_exact(bundle_dir, monkeypatch, cap
         return result
     monkeypatch.setattr(DecodingSession, "generate", broken)
     assert main(["check", str(bundle_dir(*HETERO)), "--max-new-tokens", "8"]) == 1
-    err = capsys.readouterr().err
-    assert "tli: 0/3 identical" in err and "slem: 3/3 identical" in err and "check: FAILED" in err
+    out = capsys.readouterr().out  # the report is the command's output: stdout
+    assert "tli: 0/3 identical" in out and "slem: 3/3 identical" in out and "check: FAILED" in out
 
 
 def test_an_absent_device_is_one_line_without_a_traceback(bundle_dir):
