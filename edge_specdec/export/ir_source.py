@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import unicodedata
 from dataclasses import dataclass, replace
 from importlib.util import find_spec
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import ExportError
 from .convert import PARITY_STRINGS, WeightSettings, weight_statistics
+from .token_bytes import token_table
 
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin")
 TOKENIZER_FILES = ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "openvino_detokenizer.xml",
@@ -212,14 +214,11 @@ def copy_ir_model(folder: Path, out: Path) -> None:
 def ir_tokenizer(folder: Path, out: Path, name: str, say: Callable[[str], None]) -> str:
     """Put the IR folder's tokenizer and detokenizer IRs into `out`; return how they were obtained.
 
-    The folder's own converted IRs are used when they load with the installed openvino-tokenizers and give the
-    token ids of tokenizer.json (checked with the tokenizers library when it is installed) on the export's parity
-    strings; otherwise tokenizer.json is converted with openvino-tokenizers, as for a Hugging Face folder."""
+    The folder's own converted IRs are used when they load with the installed openvino-tokenizers and belong to its
+    tokenizer.json (see _converted_tokenizer_problem); otherwise tokenizer.json is converted with
+    openvino-tokenizers and checked against the transformers tokenizer, as for a Hugging Face folder."""
     out.mkdir(parents=True, exist_ok=True)
     if all((folder / f).is_file() for f in TOKENIZER_FILES):
-        if find_spec("tokenizers") is None:
-            say(f"the tokenizer IRs in {name} are taken as they are, not compared with its tokenizer.json: the "
-                "tokenizers library is not installed (pip install tokenizers)")
         problem = _converted_tokenizer_problem(folder)
         if problem is None:
             for f in TOKENIZER_FILES:
@@ -231,7 +230,15 @@ def ir_tokenizer(folder: Path, out: Path, name: str, say: Callable[[str], None])
 
 
 def _converted_tokenizer_problem(folder: Path) -> Optional[str]:
-    """None if the folder's openvino_tokenizer.xml compiles and agrees with tokenizer.json, else why not."""
+    """None if the folder's tokenizer IRs load and belong to its tokenizer.json, else why not.
+
+    Belonging: on each parity string, the ids the tokenizer IR gives spell the string itself in tokenizer.json's
+    vocabulary (the bytes of those tokens, special tokens left out), up to Unicode normalization and the space a
+    SentencePiece-style tokenizer prepends. An IR of another vocabulary (a stale or swapped file) spells something
+    else. The ids are not compared with the Hugging Face tokenizer's: that needs transformers, and with it torch,
+    and tokenizer.json alone is not the reference (transformers 5 adds an NFC normalizer to Qwen2's, which its
+    tokenizer.json does not hold); optimum-cli converts with openvino-tokenizers from transformers' tokenizer, with
+    the settings this export uses."""
     import openvino as ov
     import openvino_tokenizers  # noqa: F401  - registers the tokenizer operations with OpenVINO
 
@@ -240,15 +247,15 @@ def _converted_tokenizer_problem(folder: Path) -> Optional[str]:
         ov.Core().read_model(folder / "openvino_detokenizer.xml")
     except Exception as exc:
         return f"the installed openvino-tokenizers cannot load them: {(str(exc).strip().splitlines() or [''])[0][:120]}"
-    if find_spec("tokenizers") is None:
-        return None  # nothing to compare with: they are taken as optimum-cli wrote them
-    from tokenizers import Tokenizer
-    reference = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    pieces = token_table(folder).pieces
     for text in PARITY_STRINGS:
-        want = reference.encode(text).ids
-        got = encode([text])["input_ids"][0].tolist()
-        if got != want:
-            return f"they give {got[:8]} for {text!r} where tokenizer.json gives {want[:8]}"
+        ids = encode([text])["input_ids"][0].tolist()
+        if any(not 0 <= i < len(pieces) for i in ids):
+            return f"they give token ids outside tokenizer.json's {len(pieces)} tokens for {text!r}"
+        spelled = b"".join(pieces[i] for i in ids if pieces[i] is not None).decode("utf-8", errors="replace")
+        forms = {text, unicodedata.normalize("NFC", text), unicodedata.normalize("NFKC", text)}
+        if spelled not in forms | {" " + form for form in forms}:
+            return f"their ids for {text!r} spell {spelled[:40]!r} in tokenizer.json's vocabulary"
     return None
 
 
