@@ -18,6 +18,7 @@ import pytest
 from edge_specdec.bundle import load_bundle
 from edge_specdec.cli import main
 from edge_specdec.export.sources import count_parameters
+from support import tree_state
 
 TARGET, DRAFT = "qwen2-bytelevel", "llama-metaspace"
 # Both routes compress with NNCF's int8_asym, one scale per output channel (optimum-cli's --weight-format int8 and
@@ -26,12 +27,6 @@ TARGET, DRAFT = "qwen2-bytelevel", "llama-metaspace"
 FORMAT = "int8"
 PROMPTS = ["def parse_args(argv):\n", "class Stack:\n    def push(self, item):", "import json\n\n\ndef load(path):"]
 HEAVY = ("torch", "transformers", "optimum", "nncf")
-
-
-def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every file below folder with its size and mtime: to prove that a refused export changed nothing."""
-    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))} if folder.exists() else {}
 
 
 @pytest.fixture(scope="session")
