@@ -238,6 +238,7 @@ def test_not_a_stateful_llm_refused_in_one_line(kind, tmp_path, model_dir, capsy
     words = _not_an_llm(kind, tmp_path / "model", model_dir(TARGET) / "tokenizer.json")
     out = tmp_path / "out" / "bundle"
     before = tree_state(tmp_path)
+    capsys.readouterr()  # what building the fixtures printed
     code = main(["export", "--target", str(tmp_path / "model"), "--out", str(out), "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 1
@@ -264,6 +265,7 @@ def test_ir_without_tokenizer_json_or_state_inputs_refused(ir_dir, tmp_path, cap
                           (no_positions, "lacks the inputs position_ids; has inputs the runtime does not feed "
                                          "(cache_position)")):
         before = tree_state(tmp_path)
+        capsys.readouterr()  # what building the fixtures printed
         code = main(["export", "--target", str(folder), "--out", str(tmp_path / "out"), "--quiet"])
         err = capsys.readouterr().err.strip()
         assert code == 1 and len(err.splitlines()) == 1 and words in err, err
@@ -273,6 +275,8 @@ def test_ir_without_tokenizer_json_or_state_inputs_refused(ir_dir, tmp_path, cap
 @pytest.mark.slow
 def test_weight_options_for_an_ir_must_match_its_weights(ir_dir, tmp_path, capsys):
     out = tmp_path / "out"
+    ir_dir(TARGET)
+    capsys.readouterr()  # what building the fixtures printed
     code = main(["export", "--target", str(ir_dir(TARGET)), "--target-weights", "int4", "--out", str(out), "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1 and "int8 weights go into the bundle as they are" in err, err
