@@ -57,14 +57,16 @@ PROMPTS = ["def parse_args(", "class LRUCache:", "import os\n\ndef walk(", "def 
 # The demo's chat template (Hugging Face's Jinja format, rendered by edge_specdec/runtime/chat.py). The pair is a
 # Python code model that never saw a conversation, so a turn is put the way its training text reads: a user's (or
 # the system's) message as a comment, then a blank line, and the assistant's answer as the code that follows;
-# answers end with two blank lines. Written beside the target's tokenizer before export, so that the exporter
-# copies it into the bundle (target/chat_template.jinja, checksummed in the manifest like every file).
+# answers end with two blank lines. An answer is rendered as the model wrote it (not trimmed), so that the next
+# turn's prompt starts with the tokens the model already has in its cache. Written beside the target's tokenizer
+# before export, so that the exporter copies it into the bundle (target/chat_template.jinja, checksummed in the
+# manifest like every file).
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 CHAT_TEMPLATE = """\
 {#- The edge-specdec demo is a Python code model: a message is a comment, the assistant's answer the code after it. -#}
 {%- for message in messages -%}
 {%- if message['role'] == 'assistant' -%}
-{{ message['content'] | trim }}{{ '\\n\\n\\n' }}
+{{ message['content'] }}{{ '\\n\\n\\n' }}
 {%- else -%}
 {{ '# ' + (message['content'] | trim | replace('\\n', '\\n# ')) + '\\n\\n' }}
 {%- endif -%}
