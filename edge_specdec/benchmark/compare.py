@@ -19,6 +19,7 @@ def against_target_alone(pipe, prompt, config, result) -> dict:
     baseline = pipe.generate(prompt, config, algorithm="none")
     speedup = result.stats.tokens_per_s / baseline.stats.tokens_per_s if baseline.stats.tokens_per_s else 0.0
     return {"target_alone_tokens_per_s": round(baseline.stats.tokens_per_s, 3), "speedup": round(speedup, 3),
+            "target_alone_time_per_output_token_ms": baseline.stats.as_dict()["time_per_output_token_ms"],
             "identical": result.token_ids == baseline.token_ids if config.greedy else None}
 
 

@@ -1,0 +1,71 @@
+"""One-shot runs as a user types them: a fresh `edge-specdec run` process per run, the default algorithm against
+the target alone, interleaved prompt by prompt.
+
+    python benchmarks/one_shot.py BUNDLE [--prompts 6] [--repeats 1] [--max-new-tokens 128]
+
+Each run is `edge-specdec run BUNDLE --chat --prompt P --max-new-tokens N --ignore-eos --json` (the chat template,
+greedy) with `--algorithm auto` or `--algorithm none`, on the code-generation prompts of the benchmark's prompt
+set. Per run: tokens/s of the generation (the run's own statistics), the process's wall time, its load time and
+its first token counted from the process's start. Prints each pair, then the medians of the paired ratios, and
+checks that both write the same tokens.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from edge_specdec.benchmark.prompt_set import load_prompt_set
+
+
+def run_once(bundle: str, prompt: str, algorithm: str, max_new_tokens: int) -> dict:
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", bundle, "--chat", "--prompt", prompt,
+                          "--max-new-tokens", str(max_new_tokens), "--ignore-eos", "--algorithm", algorithm,
+                          "--json"], capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - start
+    if out.returncode:
+        raise SystemExit(f"a run failed:\n{out.stderr[-2000:]}")
+    report = json.loads(out.stdout)
+    stats = report["stats"]
+    return {"wall_s": wall, "tokens_per_s": stats["tokens_per_s"], "load_s": report["load_seconds"],
+            "first_token_s": wall - stats["seconds"] + stats["first_token_seconds"], "ids": report["token_ids"],
+            "paused": stats.get("rounds_drafting_paused", 0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bundle")
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    a = ap.parse_args()
+    prompts = [p["text"] for p in load_prompt_set()["code_generation"]][:a.prompts]
+    run_once(a.bundle, prompts[0], "none", 8)  # an uncounted run: the OS's file cache and the plan warm
+    speed, wall, same = [], [], 0
+    rows = []
+    for repeat in range(a.repeats):
+        for i, prompt in enumerate(prompts):
+            order = ("auto", "none") if (i + repeat) % 2 == 0 else ("none", "auto")
+            got = {alg: run_once(a.bundle, prompt, alg, a.max_new_tokens) for alg in order}
+            drafted, alone = got["auto"], got["none"]
+            speed.append(drafted["tokens_per_s"] / alone["tokens_per_s"])
+            wall.append(alone["wall_s"] / drafted["wall_s"])
+            same += drafted["ids"] == alone["ids"]
+            rows.append((drafted, alone))
+            print(f"prompt {i + 1}: auto {drafted['tokens_per_s']:.1f} tok/s, wall {drafted['wall_s']:.1f} s, load "
+                  f"{drafted['load_s']:.1f} s, first token {drafted['first_token_s']:.2f} s (paused "
+                  f"{drafted['paused']} rounds) | none {alone['tokens_per_s']:.1f} tok/s, wall {alone['wall_s']:.1f} s, "
+                  f"first token {alone['first_token_s']:.2f} s | {speed[-1]:.2f}x tok/s, {wall[-1]:.2f}x wall",
+                  flush=True)
+    print(f"\nmedian of {len(speed)} paired runs: auto {statistics.median(speed):.2f}x the target alone in tokens/s, "
+          f"{statistics.median(wall):.2f}x in wall time; load {statistics.median(r[0]['load_s'] for r in rows):.1f} s; "
+          f"first token {statistics.median(r[0]['first_token_s'] for r in rows):.2f} s from the process's start; "
+          f"identical {same}/{len(speed)}")
+
+
+if __name__ == "__main__":
+    main()
