@@ -23,6 +23,7 @@ def test_benchmark_rows_serve_their_relation(relation):
     assert names[-1] == "prompt-lookup"  # the rows with a draft model come first
 
 
+@pytest.mark.slow
 def test_each_algorithm_runs_where_it_serves_and_reports_its_drafters_statistics(bundle_dir):
     pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
     config = GenerationConfig(max_new_tokens=8, ignore_eos=True, temperature=0.7, top_k=5, seed=3)

@@ -91,6 +91,7 @@ def measured_acceptance(bundle: Path, prompts: list[str]) -> tuple[float, float]
     return accepted / max(1, proposed), tokens / passes
 
 
+@pytest.mark.slow
 def test_align_raises_acceptance_on_held_out_prompts(aligned):
     prompts = held_out_texts(6)
     before = measured_acceptance(aligned.source, prompts)
@@ -103,6 +104,7 @@ def test_align_raises_acceptance_on_held_out_prompts(aligned):
     assert records and not any(r["prompt"] in held_out for r in records)
 
 
+@pytest.mark.slow
 def test_aligned_bundle_is_valid_self_contained_and_lossless(aligned):
     bundle = load_bundle(aligned.out, verify=True)
     source = load_bundle(aligned.source)
@@ -129,6 +131,7 @@ def test_aligned_bundle_is_valid_self_contained_and_lossless(aligned):
             assert session.generate(text, config, algorithm=name).token_ids == reference, (name, text)
 
 
+@pytest.mark.slow
 def test_manifest_records_data_training_and_figures(aligned):
     record = load_bundle(aligned.out).manifest["alignment"]
     lines = (aligned.work / "data.jsonl").read_text().splitlines()
@@ -145,6 +148,7 @@ def test_manifest_records_data_training_and_figures(aligned):
     assert set(record["seconds_by_stage"]) >= {"baseline", "generate", "train", "export", "evaluate"}
 
 
+@pytest.mark.slow
 def test_generation_records_the_targets_distribution_and_training_uses_it(aligned):
     records = [json.loads(line) for line in (aligned.work / "data.jsonl").read_text().splitlines()]
     for r in records:
@@ -159,6 +163,7 @@ def test_generation_records_the_targets_distribution_and_training_uses_it(aligne
     assert 0 < training["positions_with_target_distribution"] < training["loss_positions"]
 
 
+@pytest.mark.slow
 def test_stopped_align_resumes_where_it_stopped(aligned):
     first, second, third = aligned.runs
     assert aligned.first is None and not aligned.out_after_first and not aligned.out_after_second
@@ -171,6 +176,7 @@ def test_stopped_align_resumes_where_it_stopped(aligned):
     assert aligned.written == aligned.out and (aligned.out / "manifest.json").is_file()
 
 
+@pytest.mark.slow
 def test_token_cap_ends_generation(bundle_dir, tmp_path):
     prompts = training_prompts(tmp_path / "prompts.txt")
     cap, streams, per_prompt = 150, 2, 40
@@ -188,6 +194,7 @@ def test_token_cap_ends_generation(bundle_dir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_slow_probe_ends_generation_early_and_training_replans_from_its_own_rate(bundle_dir, tmp_path,
                                                                                    monkeypatch):
     """With a probed training rate so low that one pass over one answer already needs more than the budget,
@@ -209,6 +216,7 @@ def test_a_slow_probe_ends_generation_early_and_training_replans_from_its_own_ra
     assert state["stages"]["train"]["steps"] > 1
 
 
+@pytest.mark.slow
 def test_target_files_are_copied_when_they_cannot_be_linked(aligned, tmp_path, monkeypatch):
     from edge_specdec.export.align import assemble
 
@@ -228,6 +236,7 @@ def test_target_files_are_copied_when_they_cannot_be_linked(aligned, tmp_path, m
     assert load_bundle(dest, verify=True).manifest["alignment"] == {"test": True}
 
 
+@pytest.mark.slow
 def test_a_spent_budget_stops_before_generating(bundle_dir, tmp_path, capsys):
     prompts = training_prompts(tmp_path / "prompts.txt")
     code = main(["align", str(bundle_dir(TARGET, DRAFT)), "--out", str(tmp_path / "out"), "--prompts",

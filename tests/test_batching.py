@@ -19,6 +19,7 @@ HETERO = ("qwen2-bytelevel", "llama-metaspace")
 PROMPTS = ["def f(x):", "x = ", "import os\n", "class A:", "for i in", "print(", "a"]  # "a": a one-token prompt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["dq", "f32"])
 def test_batched_rows_equal_single_rows_over_random_mixes(bundle_dir, precision):
     """Sessions sharing a pool, fed random blocks together, against twin sessions fed the same blocks alone (each
@@ -52,6 +53,7 @@ def test_batched_rows_equal_single_rows_over_random_mixes(bundle_dir, precision)
     assert compared > 50 and queue.calls == 25
 
 
+@pytest.mark.slow
 def test_a_failed_probe_turns_batching_off(bundle_dir, monkeypatch):
     """The probe compares for real: noise in one batched row fails it, and an engine then does not batch."""
     real = ModelQueue.together

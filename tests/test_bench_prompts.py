@@ -103,6 +103,7 @@ def test_a_bad_prompt_file_is_one_clear_line_before_anything_runs(bundle_dir, tm
     assert not out.exists()  # nothing ran, nothing was written
 
 
+@pytest.mark.slow
 def test_bench_help_explains_the_prompt_file():
     proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "bench", "--help"], capture_output=True,
                           text=True)

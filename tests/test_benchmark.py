@@ -239,6 +239,7 @@ def test_without_matplotlib_there_is_no_png_and_no_crash(bundle_dir, tmp_path, m
 
 # --- the command line -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_bench_help_teaches_by_example():
     proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "bench", "--help"], capture_output=True,
                           text=True)

@@ -207,6 +207,7 @@ def test_different_vocabulary_without_genai_draft_skips_the_speculative_genai_ro
 
 # --- the command line -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_help_teaches_the_clients_benchmark():
     proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "bench", "--help"], capture_output=True,
                           text=True)

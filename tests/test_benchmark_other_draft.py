@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from edge_specdec.cli import main
 
 SMALL_DRAFT = ("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")
@@ -11,6 +13,7 @@ SELF_DRAFT = ("qwen2-bytelevel", "qwen2-bytelevel", "int8", "int8")  # the targe
 OTHER_TARGET = ("qwen2-bytelevel-small", "qwen2-bytelevel-small", "int8", "int8")
 
 
+@pytest.mark.slow
 def test_another_bundle_s_draft_runs_beside_ours(bundle_dir, tmp_path, capsys, monkeypatch):
     from edge_specdec.benchmark import runner
 
@@ -39,6 +42,7 @@ def test_another_bundle_s_draft_runs_beside_ours(bundle_dir, tmp_path, capsys, m
     assert "--other-draft" in report["command"] and "self:ours-standard-conf-nolookup" in captured.out
 
 
+@pytest.mark.slow
 def test_another_target_is_refused_in_one_line(bundle_dir, tmp_path, capsys):
     code = main(["bench", str(bundle_dir(*SMALL_DRAFT)), "--other-draft", str(bundle_dir(*OTHER_TARGET)),
                  "--no-genai", "--max-new-tokens", "2", "--repeats", "1", "--out", str(tmp_path / "out")])

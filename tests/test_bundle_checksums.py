@@ -102,6 +102,7 @@ def test_pipeline_refuses_a_byte_flip_with_the_cache_off(bundle_copy, monkeypatc
         Pipeline(bundle_copy)
 
 
+@pytest.mark.slow
 def test_cli_run_refuses_a_same_size_byte_flip(bundle_copy, cache):
     load_bundle(bundle_copy, verify=None)  # remembered as verified: the flip must still be seen
     flip_a_byte(bundle_copy / WEIGHTS)

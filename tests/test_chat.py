@@ -34,6 +34,7 @@ def test_chat_without_template_is_a_clear_error(pipe):
         pipe.chat_prompt([{"role": "user", "content": "hi"}])
 
 
+@pytest.mark.slow
 def test_cli_chat_session_over_stdin(bundle_dir, tmp_path):
     bundle = tmp_path / "bundle"
     shutil.copytree(bundle_dir(*SAME_VOCAB), bundle)

@@ -66,6 +66,7 @@ def test_the_training_script_writes_the_same_template_for_the_next_rebuild():
     assert train_demo_pair.CHAT_TEMPLATE == shipped
 
 
+@pytest.mark.slow
 def test_chat_from_a_pipe_prints_only_the_answers(demo_pipe):
     """No bundle: the demo. One user turn per line (blank lines skipped), /reset starts over; stdout holds the
     answers and nothing else, each the pipeline's own answer to the conversation so far."""
@@ -80,6 +81,7 @@ def test_chat_from_a_pipe_prints_only_the_answers(demo_pipe):
     assert proc.stderr.count("tokens/s") == 3 and ">" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_chat_refuses_a_bundle_without_a_chat_template(bundle_dir):
     proc = run_cli("chat", str(bundle_dir(*SAME_VOCAB)), input="hello\n", timeout=300)
     assert proc.returncode == 1 and "has no chat template" in proc.stderr and "Traceback" not in proc.stderr
@@ -95,6 +97,7 @@ def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 180) -
         seen += os.read(fd, 4096)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("leave", ["ctrl-d", "ctrl-c"])
 def test_chat_on_a_terminal_shows_a_prompt_streams_answers_and_exits_cleanly(leave):
     """On a pseudo-terminal: the greeting, the prompt marker, an answer, the marker again; then Ctrl-D (end of

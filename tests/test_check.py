@@ -58,6 +58,7 @@ def test_check_fails_when_an_algorithm_is_not_exact(bundle_dir, monkeypatch, cap
     assert "tli: 0/3 identical" in out and "slem: 3/3 identical" in out and "check: FAILED" in out
 
 
+@pytest.mark.slow
 def test_an_absent_device_is_one_line_without_a_traceback(bundle_dir):
     out = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "check", str(bundle_dir(*HETERO)),
                           "--draft-device", "NPU"], capture_output=True, text=True, timeout=300)

@@ -9,6 +9,7 @@ from edge_specdec.cli import main
 from support import run_cli, tree_state
 
 
+@pytest.mark.slow
 def test_help_teaches_by_example():
     proc = run_cli("export", "--help")
     assert proc.returncode == 0
@@ -16,11 +17,13 @@ def test_help_teaches_by_example():
         assert needle in proc.stdout, needle
 
 
+@pytest.mark.slow
 def test_no_command_prints_help():
     proc = run_cli()
     assert proc.returncode == 2 and "export" in proc.stdout and "info" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_export_and_info(model_dir, tmp_path):
     out = tmp_path / "bundle"
     proc = run_cli("export", "--target", str(model_dir("qwen2-bytelevel")), "--draft",
@@ -65,6 +68,7 @@ def test_pairs_lists_the_shipped_catalog(capsys):
         assert pair["target_weights"] in ("int4", "int8", "fp16", "fp32") and pair["algorithm"]
 
 
+@pytest.mark.slow
 def test_export_pair_takes_sources_and_weights_from_the_catalog(model_dir, tmp_path, monkeypatch, capsys):
     from edge_specdec import catalog
 

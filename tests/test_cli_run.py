@@ -13,6 +13,8 @@ import pytest
 
 from support import SAME_VOCAB, run_cli
 
+pytestmark = pytest.mark.slow  # starts a server or a process: see pyproject.toml
+
 
 @pytest.mark.parametrize("args,message", [
     (["--target-device", "TPU"], "unknown device 'TPU'"),

@@ -36,6 +36,7 @@ def test_concurrent_mode_is_token_identical_to_sequential(concurrent_pipes, pair
         assert used > 0, "no round ever used a proposal drafted during the previous target pass"
 
 
+@pytest.mark.slow
 def test_concurrent_sampling_keeps_the_target_distribution(concurrent_pipes):
     sequential, concurrent = concurrent_pipes[SAME_VOCAB]
     base = first_tokens(sequential, "none", range(N_SAMPLES), SAMPLING, n_tokens=3)

@@ -18,6 +18,7 @@ KEEP = 150  # of the tiny tokenizers' 500-700 ids
 PROMPTS = [s for s in HOSTILE_STRINGS if s.strip()][:12] + ["def fib(n):\n    return n", "a b a b a b"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", ["int8", "int4", "fp16"])
 @pytest.mark.parametrize("rollback", ["paged", "masked"])
 def test_cut_output_layer_computes_the_kept_logits_and_nothing_else(bundle_dir, weights, rollback):
@@ -95,6 +96,7 @@ def test_sampling_stays_lossless(request, which, algorithm):
     assert homogeneity_pvalue(base, spec) > ALPHA
 
 
+@pytest.mark.slow
 def test_negative_draft_vocab_is_a_clear_error(bundle_dir):
     with pytest.raises(EdgeSpecdecError, match="draft_vocab must be 0"):
         Pipeline(bundle_dir(*SAME_VOCAB), draft_vocab=-1)

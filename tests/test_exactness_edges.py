@@ -186,6 +186,7 @@ def test_masked_rollback_reports_that_it_is_not_exact(pipes):
     assert paged.generate("def f(x):", config, algorithm="standard").exact
 
 
+@pytest.mark.slow
 def test_cli_warns_once_when_a_run_is_not_exact(bundle_dir):
     import subprocess
     import sys
@@ -217,6 +218,7 @@ def test_a_draft_out_of_context_finishes_with_the_target_alone(pipes, pair, algo
 
 # --- a padded same-vocabulary draft (defect 4) ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_draft_with_more_logits_than_the_target_samples_and_stays_exact(pipes):
     pipe = pipes(PADDED)
     assert pipe.bundle.vocabulary["relation"] == "identical"
@@ -357,6 +359,7 @@ def test_logprobs_are_log_softmax_of_the_deciding_logits():
     assert np.isclose(np.exp(expected[0]).sum(), 1.0)
 
 
+@pytest.mark.slow
 def test_logprobs_through_the_cli_json(bundle_dir):
     import json
     import subprocess
@@ -406,6 +409,7 @@ def goodness(observed: np.ndarray, p: np.ndarray) -> float:
     return float(stats.chisquare(counts[keep], expected * counts[keep].sum() / expected.sum()).pvalue)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_q", [True, False])
 def test_verify_alone_outputs_the_target_distribution(with_q):
     """The first output token follows p at the first position, and the second, after the first drafted token was

@@ -19,6 +19,7 @@ PAIRS = {"heterogeneous": ("qwen2-bytelevel", "llama-metaspace"),
 MAIN_TYPE = {"int4": ("u4", 0.25), "int8": ("u8", 0.95), "fp16": ("f16", 0.99)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["int4", "int8", "fp16"])
 @pytest.mark.parametrize("pair", sorted(PAIRS))
 def test_export_pair(bundle_dir, model_dir, pair, fmt):
@@ -91,6 +92,7 @@ def stateful_logits(model_xml, ids: list[int]) -> np.ndarray:
     return out["logits"][0].astype(np.float64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,tolerance", [("fp32", 1e-4), ("fp16", 2e-2)])
 def test_exported_logits_match_pytorch(bundle_dir, model_dir, fmt, tolerance):
     """The IR computes what the PyTorch model computes: max |difference| <= tolerance * max |logit| (+ tolerance)."""
@@ -111,6 +113,7 @@ def test_exported_logits_match_pytorch(bundle_dir, model_dir, fmt, tolerance):
         assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", ["llama-metaspace", "gpt2-prefixspace", "qwen2-bytelevel-small"])
 def test_converted_tokenizers_match_hugging_face(bundle_dir, model_dir, draft):
     """The bundle's OpenVINO tokenizer gives the Hugging Face ids, and its detokenizer gives the HF text."""
@@ -145,6 +148,7 @@ def test_literal_byte_token_text(bundle_dir, model_dir):
     assert encode([text])["input_ids"][0].tolist() == hf(text)["input_ids"]
 
 
+@pytest.mark.slow
 def test_target_only_bundle(bundle_dir):
     bundle = load_bundle(bundle_dir("qwen2-bytelevel", None, "fp32", "fp32"))
     assert bundle.draft is None
@@ -153,6 +157,7 @@ def test_target_only_bundle(bundle_dir):
     assert json.loads((bundle.path / "manifest.json").read_text())["draft"] is None
 
 
+@pytest.mark.slow
 def test_data_aware_int4_with_calibration_text(model_dir, tmp_path):
     """AWQ and scale estimation on a calibration text file run, and the manifest records them."""
     from edge_specdec.export import WeightSettings, export_bundle

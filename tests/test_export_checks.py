@@ -264,6 +264,7 @@ def test_good_pair_checks_convert_nothing_and_write_nothing(model_dir, tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_good_pair_exports_with_tokenizers_checked_first(model_dir, tmp_path, monkeypatch):
     order = []
     real_model, real_tokenizer = export_pkg.export_model, export_pkg.export_tokenizer

@@ -62,6 +62,7 @@ def pipes(bundle_dir):
             for vocab in ("same", "hetero") for fixed in (True, False)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["standard", "prompt-lookup", "slem", "tli"])
 def test_greedy_stays_lossless_with_and_without_fixed_blocks(pipes, algorithm, monkeypatch):
     vocab = "same" if algorithm in ("standard", "prompt-lookup") else "hetero"

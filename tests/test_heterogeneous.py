@@ -32,6 +32,7 @@ def pipes(bundle_dir):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,draft", STYLE_PAIRS)
 def test_greedy_is_lossless_for_every_style_pair(pipes, target, draft):
     pipe = pipes(target, draft)
@@ -53,6 +54,7 @@ def oracle_draft(reference: bytes):
     return draft
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,draft", STYLE_PAIRS)
 def test_slem_accepts_a_draft_that_writes_the_targets_text(pipes, target, draft, monkeypatch):
     """Re-tokenization and the draft's re-sync keep their alignment: an oracle draft gets most tokens accepted."""
@@ -73,6 +75,7 @@ def test_slem_accepts_a_draft_that_writes_the_targets_text(pipes, target, draft,
     assert accepted / proposed > 0.4, (accepted, proposed)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=st.text(min_size=1, max_size=40).filter(lambda s: s.strip()))
 def test_greedy_is_lossless_on_random_text(pipes, prompt):
@@ -84,6 +87,7 @@ def test_greedy_is_lossless_on_random_text(pipes, prompt):
         assert spec.token_ids == base.token_ids
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(context=st.text(max_size=20), new=st.text(min_size=1, max_size=30), cut=st.integers(0, 3))
 def test_continuation_spells_exactly_the_new_bytes(tiny_retokenizers, context, new, cut):
@@ -117,6 +121,7 @@ def hetero(bundle_dir):
     return Pipeline(bundle_dir(*OTHER_VOCAB))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm,sampling", [("tli", {"temperature": 0.3, "top_k": 40, "top_p": 0.95}),
                                                 ("slem", {"temperature": 0.3, "top_k": 40, "top_p": 0.95}),
                                                 ("slrs", SLRS_SAMPLING)])
@@ -138,6 +143,7 @@ def test_slrs_verifies_against_the_exact_string_probability(hetero):
     assert wide.extra["slrs_rounds"]["exact"] == 0  # the whole vocabulary is too wide a tree: SLEM rounds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_sampling_test_catches_a_broken_variant(hetero, algorithm, monkeypatch):
     """Accepting every drafted token (ignoring p and q) yields the draft's distribution, and the test sees it."""
@@ -164,6 +170,7 @@ def test_auto_picks_by_vocabulary_and_sampling_mode(hetero, bundle_dir):
     assert result.extra["algorithm"] == "slem"
 
 
+@pytest.mark.slow
 def test_heterogeneous_algorithms_need_a_draft(bundle_dir):
     from edge_specdec.errors import EdgeSpecdecError
     alone = Pipeline(bundle_dir("qwen2-bytelevel", None, "int8", "int8"))
@@ -173,6 +180,7 @@ def test_heterogeneous_algorithms_need_a_draft(bundle_dir):
     assert alone.generate("x", GenerationConfig(max_new_tokens=2), algorithm="auto").extra["algorithm"] == "prompt-lookup"
 
 
+@pytest.mark.slow
 def test_repetition_penalty_stays_lossless(pipes):
     pipe = pipes("qwen2-bytelevel", "llama-metaspace")
     for prompt in PROMPTS[:6]:

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("torch", "transformers", "optimum", "nncf")
 
 PROBE = """
@@ -24,6 +26,7 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 """
 
 
+@pytest.mark.slow
 def test_runtime_never_imports_export_stack(bundle_dir):
     bundle = bundle_dir("qwen2-bytelevel", "llama-metaspace", "int8", "int8")
     same_vocab = bundle_dir("qwen2-bytelevel", "qwen2-bytelevel-small", "int8", "int8")

@@ -79,6 +79,7 @@ def test_greedy_is_lossless_with_lookup_rounds(pipes, algorithm):
     assert looked_up > 0  # the prompts repeat themselves: some rounds were copies, and they stayed exact
 
 
+@pytest.mark.slow
 def test_sampling_is_lossless_with_lookup_rounds(pipes):
     """On a prompt that repeats, the first round is a copy; the sampled tokens keep the target's distribution."""
     from collections import Counter
@@ -98,6 +99,7 @@ def test_sampling_is_lossless_with_lookup_rounds(pipes):
     assert homogeneity_pvalue(samples["none"], samples["standard"]) > ALPHA
 
 
+@pytest.mark.slow
 def test_cli_no_lookup_and_the_json_count(bundle_dir):
     counts = {}
     for flags in ([], ["--no-lookup"]):

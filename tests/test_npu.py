@@ -142,6 +142,7 @@ def test_npu_compile_properties_are_genai_s(bundle_dir):
 SELF_DRAFT = ("qwen2-bytelevel", "qwen2-bytelevel")  # the target drafting for itself: its drafts are right
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair, algorithm", [(HETERO, "slem"), (HETERO, "tli"), (SELF_DRAFT, "standard")])
 def test_a_draft_on_the_npu_is_lossless_and_calls_it_as_npuw_wants(bundle_dir, pair, algorithm):
     config = GenerationConfig(max_new_tokens=40)
@@ -279,6 +280,7 @@ def test_check_times_the_draft_on_every_device_and_recommends_the_fastest(bundle
     assert report["prediction"]["draft_device"] == "CPU"
 
 
+@pytest.mark.slow
 def test_the_npu_preset_exports_symmetric_int8_that_the_npu_path_takes(model_dir, tmp_path):
     from edge_specdec.cli import main
 

@@ -64,6 +64,7 @@ def test_run_help_says_the_bundle_is_optional_and_names_the_demo(capsys):
     assert "".join(str(demo.DEMO_BUNDLE).split()) in "".join(help_text.split())
 
 
+@pytest.mark.slow
 def test_run_without_a_bundle_runs_the_demo(tmp_path):
     env = {**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off"}
     proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", "--prompt", "def f(", "--max-new-tokens",

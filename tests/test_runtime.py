@@ -189,6 +189,7 @@ def test_standard_needs_a_same_vocabulary_draft(bundle_dir):
         hetero.generate("hello", algorithm="standard")
 
 
+@pytest.mark.slow
 def test_cli_run_json(bundle_dir):
     bundle = bundle_dir(*SAME_VOCAB)
     runs = {}
@@ -205,6 +206,7 @@ def test_cli_run_json(bundle_dir):
     assert runs["standard"]["stats"]["draft_tokens_proposed"] > 0
 
 
+@pytest.mark.slow
 def test_cli_run_streams_text_and_stats(bundle_dir):
     proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)), "--prompt",
                            "-", "--max-new-tokens", "8"], input="def f(x):", capture_output=True, text=True)
@@ -361,6 +363,7 @@ def test_a_proposal_longer_than_k_is_cut_to_k(pipe, monkeypatch):
     assert len(sizes) == spec.stats.rounds and max(sizes[1:]) == 3 + 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", [16, 32])
 def test_int4_activations_are_quantized_in_the_weights_groups(model_dir, bundle_dir, tmp_path, group):
     """"dq" quantizes the activations of int4 matmuls in groups the size of the weights' groups (the plugin's

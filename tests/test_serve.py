@@ -24,6 +24,8 @@ from edge_specdec.serve import ServerSettings  # noqa: E402
 from edge_specdec.serve.app import Server  # noqa: E402
 from serve_helpers import health, serve_command, serve_in_thread  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts a server or a process: see pyproject.toml
+
 OTHER_VOCAB = ("qwen2-bytelevel", "llama-metaspace")
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

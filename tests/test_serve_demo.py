@@ -19,6 +19,8 @@ pytest.importorskip("uvicorn")
 from edge_specdec.cli.serve import SERVE_EXAMPLES  # noqa: E402
 from serve_helpers import serve_in_thread  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts a server or a process: see pyproject.toml
+
 STATIC = Path(__file__).resolve().parent.parent / "edge_specdec" / "serve" / "static"
 
 

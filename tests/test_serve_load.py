@@ -18,6 +18,8 @@ from edge_specdec.demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY  # noqa: E402
 from edge_specdec.runtime import Engine, GenerationConfig  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts a server or a process: see pyproject.toml
+
 MAX_TOKENS = 32
 
 

@@ -33,6 +33,7 @@ WAIT = 60  # seconds: the longest any one step may take on a busy 2-core machine
 
 pytestmark = [
     pytest.mark.browser,  # drives a real browser: opt-in, see the skip reason
+    pytest.mark.slow,  # and starts a server
     pytest.mark.skipif(os.environ.get("EDGE_SPECDEC_BROWSER_TESTS") != "1",
                        reason="opt-in browser test: set EDGE_SPECDEC_BROWSER_TESTS=1 to run it (needs "
                               f"{CHROMIUM}, {CHROMEDRIVER} and selenium)"),

@@ -33,6 +33,8 @@ from edge_specdec.runtime import GenerationConfig, Pipeline  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
 from edge_specdec.serve.ray_app import REPLICA_HEADER, deployment  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts Ray and a server: see pyproject.toml
+
 APP = "edge-specdec"
 REPLICAS = 2
 START_TIMEOUT = 300  # seconds for Ray to start and both replicas to load (a busy 2-core machine)
