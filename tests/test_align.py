@@ -236,10 +236,11 @@ def test_target_files_are_copied_when_they_cannot_be_linked(aligned, tmp_path, m
     assert load_bundle(dest, verify=True).manifest["alignment"] == {"test": True}
 
 
-@pytest.mark.slow
 def test_a_spent_budget_stops_before_generating(bundle_dir, tmp_path, capsys):
     prompts = training_prompts(tmp_path / "prompts.txt")
-    code = main(["align", str(bundle_dir(TARGET, DRAFT)), "--out", str(tmp_path / "out"), "--prompts",
+    bundle = bundle_dir(TARGET, DRAFT)
+    capsys.readouterr()  # what building the fixtures printed
+    code = main(["align", str(bundle), "--out", str(tmp_path / "out"), "--prompts",
                  str(prompts), "--minutes", "0.001", "--eval-prompts", "1", "--eval-tokens", "4", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "--minutes" in err[0], err
