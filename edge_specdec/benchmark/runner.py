@@ -90,6 +90,7 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
     Returns (setups, skipped [{"setup", "reason"}], our main Pipeline).
     """
     from ..runtime import Pipeline
+    from ..runtime.algorithms import REGISTRY
 
     t = time.perf_counter()
     pipe = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab)
@@ -111,7 +112,7 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
         say(f"loaded {label}'s Pipeline ({other_bundle.path}) in {time.perf_counter() - t:.1f} s")
         setups += [Setup(other_draft_spec(spec, label, other_bundle.path), ours_runner(theirs, spec, max_new_tokens))
                    for spec in specs if spec.engine == "ours" and not spec.concurrent
-                   and spec.algorithm not in ("none", "prompt-lookup")]
+                   and REGISTRY[spec.algorithm].needs_draft]
 
     for engine in ("genai", "genai-ours"):
         rows = [s for s in specs if s.engine == engine]

@@ -113,7 +113,7 @@ def adaptive_policies() -> tuple[str, ...]:
 def genai_confidence_row(engine: str, confidence: float) -> str:
     """The name of GenAI's speculative row with assistant_confidence_threshold `confidence`: ENGINE-sd-conf for
     the usual 0.7, ENGINE-sd-conf0.3 for another."""
-    from ..runtime.pipeline import CONFIDENCE
+    from ..runtime.algorithms import CONFIDENCE
 
     return f"{engine}-sd-conf" if confidence == CONFIDENCE else f"{engine}-sd-conf{confidence:g}"
 
@@ -125,8 +125,7 @@ def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, conc
     genai_confidences: GenAI's assistant_confidence_threshold values, one speculative row each (default: 0.7).
     genai_draft: GenAI drafts with another bundle's same-vocabulary draft, so its rows exist whatever the
     relation of this bundle's draft."""
-    from ..runtime.algorithms import benchmark_algorithms
-    from ..runtime.pipeline import CONFIDENCE, DRAFT_TOKENS
+    from ..runtime.algorithms import CONFIDENCE, DRAFT_TOKENS, REGISTRY, benchmark_algorithms
 
     same = relation == "identical"
     genai_drafts = same or genai_draft
@@ -135,14 +134,14 @@ def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, conc
     algorithms = benchmark_algorithms(relation)
     for prefix, is_concurrent in (("ours", False), ("ours-concurrent", True)):
         for alg in algorithms:
-            if is_concurrent and alg == "prompt-lookup":  # nothing to draft ahead: no model drafts
+            if is_concurrent and not REGISTRY[alg].drafts_ahead:  # nothing to draft ahead: no model drafts
                 continue
             what = f"{'concurrent ' if is_concurrent else ''}{alg}"
             on = concurrent or not is_concurrent  # the concurrent rows run by default only with --concurrent
             family = "concurrent" if is_concurrent else "core"
             specs += [Spec(f"{prefix}-{alg}-k{k}", "ours", f"ours, {what}, K={k} fixed", default=on, algorithm=alg,
                            k=k, concurrent=is_concurrent, family=family) for k in ks]
-            if alg != "prompt-lookup":  # a draft model has probabilities to be unsure with
+            if REGISTRY[alg].needs_draft:  # a draft model has probabilities to be unsure with
                 specs.append(Spec(f"{prefix}-{alg}-conf", "ours", f"ours, {what}, up to K={DRAFT_TOKENS}, stops "
                                   f"under top probability {CONFIDENCE} (the runtime's default)", default=on,
                                   algorithm=alg, k=DRAFT_TOKENS, confidence=CONFIDENCE, concurrent=is_concurrent,

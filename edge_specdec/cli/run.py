@@ -9,16 +9,17 @@ from typing import Optional
 from ..demo import DEMO_BUNDLE, run_defaults
 from ..benchmark import compare
 from ..errors import EdgeSpecdecError
+from ..runtime.algorithms import DRAFT_TOKENS, algorithms_help
 from .chat import chat_loop
 from .common import add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
 
-RUN_EXAMPLES = """\
+RUN_EXAMPLES = f"""\
 examples:
   edge-specdec run --prompt "def parse_args("        # no bundle: the demo pair that ships with edge-specdec
   edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --max-new-tokens 64
   edge-specdec run bundles/qwen --prompt "def quicksort(xs):" --compare   # + the target alone: speedup, identical?
-  edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3 \
-      --confidence 0                      # exactly 3 drafted tokens per round (default: up to 8, until unsure)
+  edge-specdec run bundles/qwen --prompt-file prompt.txt --algorithm standard --num-assistant-tokens 3 \\
+      --confidence 0                      # exactly 3 drafted tokens per round (default: up to {DRAFT_TOKENS}, until unsure)
   echo "Summarize: ..." | edge-specdec run bundles/qwen --prompt - --algorithm prompt-lookup
   edge-specdec run bundles/qwen --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7 --json
   edge-specdec run bundles/qwen+smollm --prompt "def f(x):" --algorithm tli --temperature 0.7 --top-k 20
@@ -26,18 +27,7 @@ examples:
   edge-specdec run bundles/qwen --chat --prompt "Explain Python decorators"   # one chat turn, scriptable
   edge-specdec run bundles/qwen --prompt "..." --draft-device GPU --target-device CPU --allow-fallback
 
-algorithms:
-  auto           the default: standard for a same-vocabulary draft; for a draft with another vocabulary
-                 slem when greedy, tli when sampling (if most draft tokens exist in the target's
-                 vocabulary, else slem); prompt-lookup when the bundle has no draft
-  none           the target alone
-  standard       draft model + verification (the draft shares the target's vocabulary)
-  slem           any draft: its text is re-tokenized for the target, which keeps what it would have written
-  tli            any draft: it drafts only tokens both vocabularies share; rejection sampling
-  slrs           any draft: string-level rejection sampling of each round's first token; practical with a
-                 small --top-k (it enumerates the draft's token tree), else it runs SLEM rounds
-  prompt-lookup  n-gram matches from the prompt and the output, no draft model
-Output is the target's own: identical to --algorithm none under greedy decoding, the same distribution
+{algorithms_help()}Output is the target's own: identical to --algorithm none under greedy decoding, the same distribution
 when sampling.
 """
 

@@ -1,33 +1,51 @@
-"""The algorithm registry: every decoding algorithm, what it needs and how its drafter is built, in one table.
+"""The algorithm registry: every decoding algorithm, what it needs, its defaults and how its drafter is built, and
+the rule `auto` follows, in one table.
 
-`auto`, the CLI's choices, the benchmark's default rows and the Pipeline all read REGISTRY; a new algorithm is
-one entry here plus its drafter. A drafter reports its own statistics (`stats()`), which land in
-`Result.extra`.
+The Pipeline, `auto`, the CLI's choices and its `algorithms:` help, the README's table, `check` and the
+benchmark's default rows all read REGISTRY; a new algorithm is one entry here plus its drafter. A drafter reports
+its own statistics (`stats()`), which land in `Result.extra`.
 """
 from __future__ import annotations
 
+import re
+import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 
-from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
+from ..errors import EdgeSpecdecError
+from ..vocab_map import VocabMap
+from .drafters import DRAFT_POLICIES, DraftModelDrafter, Drafter, PromptLookupDrafter
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
+from .retokenize import Retokenizer
 from .sampling import GenerationConfig
+from .session import ModelSession
 from .slrs import SLRSDrafter
 from .text import decode
 
-if TYPE_CHECKING:
-    from .pipeline import DecodingSession
-
 ANY_RELATION = ("identical", "heterogeneous", "target-only")
+# auto picks TLI for sampling when at least this share of the draft's vocabulary exists in the target's
+TLI_MIN_DRAFT_SHARE = 0.5
+# a draft model drafts up to DRAFT_TOKENS per round and stops after a token whose probability (its top one) is
+# under CONFIDENCE (benchmarks/RESULTS.md compares these defaults with the others measured)
+DRAFT_TOKENS, CONFIDENCE = 8, 0.7
+LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
+# a draft model's rounds first look for the next tokens in the text so far (LookupFirst): text that repeats
+# (code being edited, a summary quoting its source) goes by at the target's pace
+LOOKUP_FIRST = True
 
 
 @dataclass(frozen=True)
-class DraftRequest:
-    """What a drafter is built from: the decoding session (its engine holds the shared parts) and one generate()
-    call's prompt and settings."""
-    session: "DecodingSession"
+class DraftContext:
+    """What a drafter is built from: the draft model's session, the engine's shared parts a drafter reads, and one
+    generate() call's prompt and settings."""
+    draft: Optional[ModelSession]             # the draft model's session (None: the bundle has no draft)
+    target_width: int                         # the target's number of logits
+    vocab_map: VocabMap
+    target_retokenizer: Retokenizer
+    draft_retokenizer: Callable[[], Retokenizer]  # the draft's, compiled when a drafter first asks for it
+    draft_eos: Optional[int]                  # the draft's end-of-sequence token
     prompt: Union[str, list[int]]
     prompt_ids: list[int]
     config: GenerationConfig
@@ -38,57 +56,146 @@ class DraftRequest:
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    summary: str                      # one line for --help and the docs
-    needs_draft: bool                 # runs a draft model (and so can take LookupFirst rounds)
+    draft: str                        # what drafts, for --help and the README: a vocabulary, "no model" or ""
+    summary: str                      # how it proposes and verifies, one line for --help and the README
+    # runs a draft model: its rounds can first look the next tokens up (LookupFirst) and stop when the draft is
+    # unsure (confidence)
+    needs_draft: bool
     relations: tuple[str, ...]        # the bundle vocabulary relations it serves
     benchmark_for: tuple[str, ...]    # the relations whose benchmark runs it by default
-    drafter: Optional[Callable[[DraftRequest], Drafter]] = None  # None: the target alone
+    drafter: Optional[Callable[[DraftContext], Drafter]] = None  # None: the target alone
+    draft_tokens: int = 0             # the most tokens a round drafts unless the request says (0: none drafted)
+    drafts_ahead: bool = False        # can draft the next round while the target verifies (concurrent mode)
+
+    @property
+    def speculates(self) -> bool:
+        """Whether anything drafts (False: the target alone, one token per pass)."""
+        return self.drafter is not None
 
 
-def _standard(r: DraftRequest) -> Drafter:
-    return DraftModelDrafter(r.session.draft, r.config, r.rng, r.confidence, width=r.session.target.vocab_size)
+def _standard(c: DraftContext) -> Drafter:
+    return DraftModelDrafter(c.draft, c.config, c.rng, c.confidence, width=c.target_width)
 
 
-def _text_context(r: DraftRequest) -> DraftTextContext:
+def _text_context(c: DraftContext) -> DraftTextContext:
     """The draft's view of the prompt, in its own tokens (the prompt as text, re-tokenized by the draft)."""
-    engine = r.session.engine
-    text = r.prompt if isinstance(r.prompt, str) else decode(engine.vocab_map.target, r.prompt_ids)
-    return DraftTextContext(r.session.draft, engine.draft_retokenizer, engine.vocab_map, len(r.prompt_ids),
-                            engine.draft_retokenizer.encode(text))
+    text = c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids)
+    retokenizer = c.draft_retokenizer()
+    return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), retokenizer.encode(text))
 
 
-def _text_drafter(kind) -> Callable[[DraftRequest], Drafter]:
-    def build(r: DraftRequest) -> Drafter:
-        engine = r.session.engine
-        draft_eos = engine.bundle.draft.info["special_tokens"].get("eos_token_id")
-        return kind(_text_context(r), engine.target_retokenizer, engine.vocab_map, r.config, r.rng, draft_eos,
-                    r.confidence)
+def _text_drafter(kind) -> Callable[[DraftContext], Drafter]:
+    def build(c: DraftContext) -> Drafter:
+        return kind(_text_context(c), c.target_retokenizer, c.vocab_map, c.config, c.rng, c.draft_eos, c.confidence)
     return build
 
 
-def _tli(r: DraftRequest) -> Drafter:
-    return TLIDrafter(_text_context(r), r.session.engine.vocab_map, r.config, r.rng, r.confidence)
+def _tli(c: DraftContext) -> Drafter:
+    return TLIDrafter(_text_context(c), c.vocab_map, c.config, c.rng, c.confidence)
+
+
+def _draft_model(name: str, draft: str, summary: str, relations: tuple[str, ...], benchmark_for: tuple[str, ...],
+                 drafter: Callable[[DraftContext], Drafter]) -> Algorithm:
+    """An algorithm with a draft model: it drafts up to DRAFT_TOKENS per round, also while the target verifies."""
+    return Algorithm(name, draft, summary, True, relations, benchmark_for, drafter, draft_tokens=DRAFT_TOKENS,
+                     drafts_ahead=True)
 
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in [
-    Algorithm("none", "the target alone, one token per pass", False, ANY_RELATION, ()),
-    Algorithm("standard", "same vocabulary: greedy match, or rejection sampling with the draft's q", True,
-              ("identical",), ("identical",), _standard),
-    Algorithm("prompt-lookup", "no draft model: n-gram matches from the prompt and the output", False,
-              ANY_RELATION, ANY_RELATION, lambda r: PromptLookupDrafter()),
-    Algorithm("slem", "any vocabulary: the draft's text re-tokenized for the target, which keeps the longest "
-              "prefix it would have written itself", True, ("identical", "heterogeneous"), ("heterogeneous",),
-              _text_drafter(SLEMDrafter)),
-    Algorithm("tli", "any vocabulary: the draft drafts only tokens both vocabularies share; rejection sampling",
-              True, ("identical", "heterogeneous"), ("heterogeneous",), _tli),
-    Algorithm("slrs", "any vocabulary: string-level rejection sampling (needs a small top-k; greedy is SLEM)",
-              True, ("identical", "heterogeneous"), (), _text_drafter(SLRSDrafter)),
+    Algorithm("none", "", "the target alone, one token per pass", False, ANY_RELATION, ()),
+    _draft_model("standard", "same vocabulary", "greedy match, or rejection sampling with the draft's q",
+                 ("identical",), ("identical",), _standard),
+    # no model drafts, so there is nothing to draft while the target verifies
+    Algorithm("prompt-lookup", "no model", "n-gram matches from the prompt and the output", False, ANY_RELATION,
+              ANY_RELATION, lambda c: PromptLookupDrafter(), draft_tokens=LOOKUP_TOKENS),
+    _draft_model("slem", "any vocabulary", "the draft's text is re-tokenized for the target, which keeps the longest "
+                 "prefix it would have written itself", ("identical", "heterogeneous"), ("heterogeneous",),
+                 _text_drafter(SLEMDrafter)),
+    _draft_model("tli", "any vocabulary", "the draft drafts only tokens both vocabularies share; rejection sampling",
+                 ("identical", "heterogeneous"), ("heterogeneous",), _tli),
+    _draft_model("slrs", "any vocabulary", "string-level rejection sampling; practical only with a small top-k "
+                 "(it enumerates the draft's token tree); greedy SLRS is SLEM", ("identical", "heterogeneous"), (),
+                 _text_drafter(SLRSDrafter)),
 ]}
-ALGORITHMS = ("auto", *REGISTRY)  # what a caller may ask for
+AUTO = "auto"  # the registry's choice for the bundle and the request (see auto_algorithm)
+ALGORITHMS = (AUTO, *REGISTRY)  # what a caller may ask for
+AUTO_SUMMARY = (f"standard for identical vocabularies; else slem when greedy, tli when sampling if at least "
+                f"{TLI_MIN_DRAFT_SHARE:.0%} of the draft's vocabulary is shared (else slem); prompt-lookup without "
+                f"a draft")
+
+
+def auto_algorithm(relation: str, greedy: bool, draft_share: float) -> str:
+    """What `auto` runs for a bundle with this vocabulary relation (and share of the draft's vocabulary that exists
+    in the target's), greedy or sampling: see AUTO_SUMMARY."""
+    if relation == "identical":
+        return "standard"
+    if relation == "target-only":
+        return "prompt-lookup"
+    return "slem" if greedy or draft_share < TLI_MIN_DRAFT_SHARE else "tli"
+
+
+def resolve(algorithm: str, relation: str, has_draft: bool, greedy: bool = True, draft_share: float = 0.0) -> str:
+    """The algorithm to run when `algorithm` is asked for: `auto` follows the vocabulary relation and the sampling
+    mode; a name must serve the bundle (EdgeSpecdecError says what to use instead)."""
+    if algorithm not in ALGORITHMS:
+        raise EdgeSpecdecError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    if algorithm == AUTO:
+        return auto_algorithm(relation, greedy, draft_share)
+    entry = REGISTRY[algorithm]
+    if entry.needs_draft and not has_draft:
+        raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft model, but this bundle has only a "
+                               f"target. Use prompt-lookup or none, or export the bundle with --draft.")
+    if relation not in entry.relations:
+        serving = ", ".join(name for name, a in REGISTRY.items() if relation in a.relations)
+        raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft with the target's vocabulary, but this "
+                               f"bundle's relation is {relation!r}. Use {serving} or auto.")
+    return algorithm
+
+
+def draft_settings(entry: Algorithm, num_assistant_tokens: Optional[int], confidence: Optional[float],
+                   draft_policy: str) -> tuple[int, float]:
+    """A request's draft length and confidence stop, the algorithm's defaults where it gives none, checked."""
+    k = entry.draft_tokens if num_assistant_tokens is None else num_assistant_tokens
+    confidence = CONFIDENCE if confidence is None else confidence
+    if num_assistant_tokens is not None and num_assistant_tokens < 1:
+        raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
+    if not 0.0 <= confidence < 1.0:
+        raise EdgeSpecdecError(f"confidence must be at least 0 and below 1 (0 = never stop drafting "
+                               f"early), not {confidence}.")
+    if draft_policy not in DRAFT_POLICIES:
+        raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
+                               f"{', '.join(DRAFT_POLICIES)}.")
+    return k, confidence
+
+
+def available(relation: str, has_draft: bool) -> list[str]:
+    """The algorithms a bundle can run (besides auto): those that serve its vocabulary relation, and need no draft
+    model if it has none; the target alone first."""
+    return [name for name, a in REGISTRY.items() if relation in a.relations and (has_draft or not a.needs_draft)]
 
 
 def benchmark_algorithms(relation: str) -> list[str]:
     """The algorithms a benchmark of a bundle with this vocabulary relation runs by default, those with a draft
     model first."""
-    chosen = [a for a in REGISTRY.values() if relation in a.benchmark_for and a.drafter is not None]
+    chosen = [a for a in REGISTRY.values() if relation in a.benchmark_for and a.speculates]
     return [a.name for a in sorted(chosen, key=lambda a: not a.needs_draft)]
+
+
+def algorithms_help(width: int = 110) -> str:
+    """The `algorithms:` section of `edge-specdec run --help`: one entry per algorithm, `auto` first."""
+    lines = ["algorithms:"]
+    rows = [(AUTO, f"the default: {AUTO_SUMMARY}")]
+    rows += [(a.name, f"{a.draft}: {a.summary}" if a.draft else a.summary) for a in REGISTRY.values()]
+    for name, text in rows:
+        lines += textwrap.wrap(text, width, initial_indent=f"  {name:<15}", subsequent_indent=" " * 17)
+    return "\n".join(lines) + "\n"
+
+
+def markdown_table() -> str:
+    """The README's table of algorithms (`--algorithm`, what drafts, how it works)."""
+    names = "|".join(re.escape(name) for name in sorted(REGISTRY, key=len, reverse=True))
+    auto = re.sub(rf"(?<![\w-])({names})(?![\w-])", r"`\1`", AUTO_SUMMARY)  # the names in backticks
+    rows = ["| `--algorithm` | draft | how it works |", "|---|---|---|"]
+    rows += [f"| `{a.name}` | {a.draft or '-'} | {a.summary} |" for a in REGISTRY.values()]
+    rows.append(f"| `{AUTO}` (default) | | {auto} |")
+    return "\n".join(rows) + "\n"

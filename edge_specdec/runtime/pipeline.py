@@ -33,9 +33,11 @@ from ..bundle import Bundle, load_bundle
 from ..demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY, is_demo
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
-from .algorithms import ALGORITHMS, REGISTRY, DraftRequest
+# DRAFT_TOKENS: the default draft length, read here by callers that size blocks for it
+from .algorithms import (AUTO, DRAFT_TOKENS, LOOKUP_FIRST, REGISTRY, Algorithm, DraftContext,  # noqa: F401
+                         available, draft_settings, resolve)
 from .batching import MAX_WAIT, Scheduler, batch_invariant
-from .drafters import DRAFT_POLICIES, DraftingGuard, DraftLength, LookupFirst
+from .drafters import DraftingGuard, DraftLength, LookupFirst
 from .generate import Result, generate
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
@@ -48,17 +50,8 @@ from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_se
 from .session import BlockPool, ModelSession, open_model
 from .text import PromptTokenizer, TextStream
 
-# auto picks TLI for sampling when at least this share of the draft's vocabulary exists in the target's
-TLI_MIN_DRAFT_SHARE = 0.5
 # the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
 DRAFT_VOCAB = 65536
-# a draft model drafts up to DRAFT_TOKENS per round and stops after a token whose probability (its top one) is
-# under CONFIDENCE; on both real pairs this beat fixed K=3, which had beaten K=5 and the adaptive policies
-DRAFT_TOKENS, CONFIDENCE = 8, 0.7
-LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
-# a draft model's rounds first look for the next tokens in the text so far (LookupFirst): text that repeats
-# (code being edited, a summary quoting its source) goes by at the target's pace
-LOOKUP_FIRST = True
 # a model whose weights are smaller than this runs on one CPU thread: it sits in the caches and its layers are
 # narrow, so barriers between threads cost more than they share
 SMALL_MODEL_BYTES = 32 * 2**20
@@ -236,34 +229,15 @@ class Engine:
         return Retokenizer(draft_tokenizer.encode, self.vocab_map.draft)
 
     def resolve_algorithm(self, algorithm: str, config: Optional[GenerationConfig] = None) -> str:
-        """The algorithm to run: `auto` follows the vocabulary relation and the sampling mode."""
-        if algorithm not in ALGORITHMS:
-            raise EdgeSpecdecError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+        """The algorithm to run for this bundle (see algorithms.resolve): `auto` follows the vocabulary relation
+        and the sampling mode."""
         vocabulary = self.bundle.vocabulary
-        relation = vocabulary["relation"]
-        if algorithm == "auto":
-            if relation == "identical":
-                return "standard"
-            if relation == "target-only":
-                return "prompt-lookup"
-            greedy = config is None or config.greedy
-            return "slem" if greedy or vocabulary.get("draft_share", 0) < TLI_MIN_DRAFT_SHARE else "tli"
-        entry = REGISTRY[algorithm]
-        if entry.needs_draft and self.draft_model is None:
-            raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft model, but this bundle has only a "
-                                   f"target. Use prompt-lookup or none, or export the bundle with --draft.")
-        if relation not in entry.relations:
-            serving = ", ".join(name for name, a in REGISTRY.items() if relation in a.relations)
-            raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft with the target's vocabulary, but this "
-                                   f"bundle's relation is {relation!r}. Use {serving} or auto.")
-        return algorithm
+        return resolve(algorithm, vocabulary["relation"], self.draft_model is not None,
+                       greedy=config is None or config.greedy, draft_share=vocabulary.get("draft_share", 0))
 
     def algorithms(self) -> list[str]:
-        """The algorithms this engine can run (besides auto): those that serve its bundle's vocabulary relation,
-        and need no draft model if it has none; the target alone first."""
-        relation = self.bundle.vocabulary["relation"]
-        return [name for name, a in REGISTRY.items()
-                if relation in a.relations and (self.draft_model is not None or not a.needs_draft)]
+        """The algorithms this engine can run (besides auto), the target alone first."""
+        return available(self.bundle.vocabulary["relation"], self.draft_model is not None)
 
     @cached_property
     def chat_template(self) -> Optional[ChatTemplate]:
@@ -334,7 +308,7 @@ class Engine:
         copies compile while the target's do; the target's are checked for its bits (once per machine)."""
         if not any(self._static.values()):
             return
-        k = DRAFT_TOKENS if self.draft_model is not None else LOOKUP_TOKENS
+        k = REGISTRY[self.resolve_algorithm("auto")].draft_tokens  # the default algorithm's draft length
         sizes: dict[str, set[int]] = {"target": set(), "draft": set()}
         for kk, drafting in ((0, False), (k, self.draft_model is not None)):
             for role, least in self.block_shapes(kk, drafting).items():
@@ -377,8 +351,9 @@ class DecodingSession:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
         num_assistant_tokens: the most tokens drafted per round (the first length, for the adaptive policies;
-        default 8 for a draft model, 3 for prompt lookup). confidence: a draft model stops drafting after a token
-        whose top probability is under it (default 0.7; 0 drafts num_assistant_tokens every round).
+        default: the algorithm's, algorithms.DRAFT_TOKENS for a draft model, LOOKUP_TOKENS for prompt lookup).
+        confidence: a draft model stops drafting after a token whose top probability is under it (default
+        algorithms.CONFIDENCE; 0 drafts num_assistant_tokens every round).
         draft_policy: fixed, schedule (+2 after a fully accepted round, -1 otherwise) or cost (the length that
         maximizes measured tokens per second; see DraftLength). lookup: a draft model's round first looks for
         the next tokens in the prompt and the output, and proposes them when found, without running the draft
@@ -398,41 +373,44 @@ class DecodingSession:
         if not prompt_ids:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
         check_token_ids(prompt_ids, self.target.vocab_size)
-        name = engine.resolve_algorithm(algorithm, config)
-        if num_assistant_tokens is None:
-            num_assistant_tokens = LOOKUP_TOKENS if name == "prompt-lookup" else DRAFT_TOKENS
-        confidence = CONFIDENCE if confidence is None else confidence
-        if num_assistant_tokens < 1:
-            raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
-        if not 0.0 <= confidence < 1.0:
-            raise EdgeSpecdecError(f"confidence must be at least 0 and below 1 (0 = never stop drafting "
-                                   f"early), not {confidence}.")
-        if draft_policy not in DRAFT_POLICIES:
-            raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
-                                   f"{', '.join(DRAFT_POLICIES)}.")
-        entry = REGISTRY[name]
-        self._set_block_shapes(num_assistant_tokens if name != "none" else 0, entry.needs_draft)
+        entry = REGISTRY[engine.resolve_algorithm(algorithm, config)]
+        k, confidence = draft_settings(entry, num_assistant_tokens, confidence, draft_policy)
+        self._set_block_shapes(k if entry.speculates else 0, entry.needs_draft)
         rng = np.random.default_rng(config.seed)
-        drafter = entry.drafter and entry.drafter(DraftRequest(self, prompt, prompt_ids, config, rng, confidence))
+        drafter = entry.drafter and entry.drafter(self._draft_context(prompt, prompt_ids, config, rng, confidence))
         if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
             drafter = LookupFirst(drafter)
-        seeded = config.seed is not None and not config.greedy
-        if guard is None:  # the default algorithm never runs slower than the target alone (see DraftingGuard)
-            guard = algorithm == "auto" and not seeded and name != "none"
-        elif guard and seeded:
-            raise EdgeSpecdecError("guard=True would make a seeded sampled run depend on the clock, so that it "
-                                   "would not reproduce: leave it off for seeded runs.")
-        length = DraftLength(num_assistant_tokens, draft_policy,
-                             prices=engine.weight_prices(name) if seeded and draft_policy == "cost" else None,
-                             cap=None if seeded else self._draft_cap, guard=DraftingGuard() if guard else None)
-        concurrent = engine.concurrent and drafter is not None and name != "prompt-lookup"
+        length = self._draft_length(entry, algorithm == AUTO, k, draft_policy, config, guard)
+        concurrent = engine.concurrent and drafter is not None and entry.drafts_ahead
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
                               rng, on_text, concurrent=concurrent, cancel=cancel, reuse_prefix=engine.prefix_reuse)
-        result.extra.update(algorithm=name, **(drafter.stats() if drafter else {}))
+        result.extra.update(algorithm=entry.name, **(drafter.stats() if drafter else {}))
         if engine.prefix_reuse and not self.target.block_invariant:
             result.extra["prefix_reuse"] = "off: the target is not block-invariant here, so the prompt was fed whole"
         return result
+
+    def _draft_context(self, prompt: Union[str, list[int]], prompt_ids: list[int], config: GenerationConfig,
+                       rng: np.random.Generator, confidence: float) -> DraftContext:
+        """What this request's drafter is built from (see algorithms.DraftContext)."""
+        engine = self.engine
+        draft_eos = engine.bundle.draft.info["special_tokens"].get("eos_token_id") if engine.bundle.draft else None
+        return DraftContext(self.draft, self.target.vocab_size, engine.vocab_map, engine.target_retokenizer,
+                            lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence)
+
+    def _draft_length(self, entry: Algorithm, auto: bool, k: int, draft_policy: str, config: GenerationConfig,
+                      guard: Optional[bool]) -> DraftLength:
+        """How many tokens each round drafts: k, by the policy, under the batching cap and the drafting guard
+        (guard None: on for `auto`, unless the run is seeded sampling)."""
+        seeded = config.seed is not None and not config.greedy
+        if guard is None:  # the default algorithm never runs slower than the target alone (see DraftingGuard)
+            guard = auto and not seeded and entry.speculates
+        elif guard and seeded:
+            raise EdgeSpecdecError("guard=True would make a seeded sampled run depend on the clock, so that it "
+                                   "would not reproduce: leave it off for seeded runs.")
+        return DraftLength(k, draft_policy,
+                           prices=self.engine.weight_prices(entry.name) if seeded and draft_policy == "cost" else None,
+                           cap=None if seeded else self._draft_cap, guard=DraftingGuard() if guard else None)
 
     def _draft_cap(self) -> Optional[int]:
         """The most tokens this round may draft: no cap (None), unless the engine batches and more than
