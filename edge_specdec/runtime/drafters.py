@@ -1,14 +1,15 @@
 """Drafters propose the next tokens (in the target's vocabulary); the verifier decides what to keep.
 
-Every drafter has one method, propose(sequence, k) -> Proposal; the sequence it is given already holds
-the outcome of the previous round, so a drafter with a cache re-syncs to it there. A proposal carries, for
-each drafted token, the draft distribution q it was drawn from (None when the drafter is deterministic: then
-q is the one-hot of the token). The decode loop verifies at most k of a proposal's tokens.
+A drafter has two steps: propose(sequence, k) -> Proposal, and accept(n_accepted, next_token), the outcome of a
+verification, which the decode loop calls right after each one. The sequence a proposal is made for already
+holds the outcome of the previous round, so a drafter with a cache re-syncs to it there. A proposal carries, for
+each drafted token, the draft distribution q it was drawn from (None when the drafter is deterministic: then q is
+the one-hot of the token). The decode loop verifies at most k of a proposal's tokens.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -31,15 +32,28 @@ class Proposal:
         return Proposal(self.tokens[:k], None if self.q is None else self.q[:k])
 
 
-class Drafter(Protocol):
-    def propose(self, sequence: list[int], k: int) -> Proposal: ...
+class Drafter:
+    """What every drafter has: propose, accept, stats; the defaults of the last two do nothing.
+
+    Calls come in this order: propose for a round's sequence, then accept with that round's outcome once the target
+    has verified it; accept comes after every verification, also of a round that drafted nothing (0 accepted). In
+    concurrent mode the loop also asks for the next round's proposal (on a guessed sequence) while the target
+    verifies, so accept for a round comes after a later propose: a drafter must not take accept as the outcome of
+    its most recent proposal."""
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        raise NotImplementedError
+
+    def accept(self, n_accepted: int, next_token: int) -> None:
+        """A round was verified: the target kept the first n_accepted tokens of its proposal, then wrote
+        next_token (a correction, or a bonus token when it kept them all)."""
 
     def stats(self) -> dict:
         """What this drafter counted in its run, for Result.extra (empty when nothing of its own)."""
-        ...
+        return {}
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     """A same-vocabulary draft model: k tokens one at a time, from the same distribution transform as the target.
 
     confidence: stop drafting early when the draft's top probability falls below it (0 = never; see `unsure`).
@@ -49,9 +63,6 @@ class DraftModelDrafter:
                  confidence: float = 0.0, width: Optional[int] = None):
         self.session, self.config, self.rng, self.confidence = session, config, rng, confidence
         self.width = width  # the target's number of logits, which may differ from the draft's (padding)
-
-    def stats(self) -> dict:
-        return {}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         def shape(row: np.ndarray, drafted: list[int]) -> np.ndarray:  # the target's width, and its penalty
@@ -107,14 +118,11 @@ def unsure(row: np.ndarray, q: Optional[np.ndarray], confidence: float) -> bool:
     return float(q.max()) < confidence
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """No draft model: continue the longest recent n-gram match found earlier in the prompt or the output."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
-
-    def stats(self) -> dict:
-        return {}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         return self.find(sequence, k)[1]
@@ -133,7 +141,7 @@ class PromptLookupDrafter:
         return 0, Proposal([], None)
 
 
-class LookupFirst:
+class LookupFirst(Drafter):
     """A draft model's drafter that first looks for the next tokens in the text so far.
 
     When the last 2-4 tokens occurred before (in the prompt or the output) and at least `min_tokens` tokens
@@ -151,6 +159,9 @@ class LookupFirst:
         self.model, self.min_tokens = model, min_tokens
         self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_rounds = 0
+
+    def accept(self, n_accepted: int, next_token: int) -> None:
+        self.model.accept(n_accepted, next_token)
 
     def stats(self) -> dict:
         return {"lookup_rounds": self.lookup_rounds, **self.model.stats()}

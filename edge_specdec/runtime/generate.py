@@ -13,7 +13,7 @@ from .drafters import Drafter, DraftLength, Proposal
 from .sampling import GenerationConfig, TokenLogprob, token_logprobs
 from .session import ContextOverflowError, ModelSession
 from .text import Span, TextPiece, TextStream
-from .verify import verify
+from .verify import Verdict, verify
 
 
 @dataclass
@@ -102,6 +102,12 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
              concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
+    Each round has four phases (see `decode`): draft (the drafter proposes up to k tokens), verify (one target
+    pass over them), roll back (the target's cache forgets what it rejected), emit (the round's tokens go out).
+    Glossary: *accepted*, the drafted tokens the target keeps, from the first (it would have written them itself);
+    *next*, the token the target writes after them, so every round writes accepted + 1 tokens: a correction at the
+    first rejected position, or the *bonus* token when it accepted every drafted token.
+
     concurrent: while the target verifies a proposal, the drafter already drafts the next round as if every
     token were accepted and its own guess of the target's next token were right; that proposal is used only if
     both hold, and dropped otherwise (any proposal is lossless, so this changes speed, never the output).
@@ -119,10 +125,9 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({config.max_new_tokens}) exceed the "
             f"target's context of {target.max_context} tokens: shorten the prompt or lower max_new_tokens.")
     rng = rng or np.random.default_rng(config.seed)
-    stats, seq, output, reason = Stats(), list(prompt_ids), Output(config, stream, on_text), "length"
+    stats, output = Stats(), Output(config, stream, on_text)
     exact = target.block_invariant or drafter is None
-    pool = ThreadPoolExecutor(1, thread_name_prefix="target") if concurrent and drafter else None
-    ready: Optional[Proposal] = None  # drafted during the previous target pass
+    ahead = DraftAhead() if concurrent and drafter else None
     start = time.perf_counter()
     # the target's cache keeps what it shares with the prompt (a conversation's earlier turns, a shared system
     # prompt): exact only where a block's rows are the bits of single steps, else it starts empty
@@ -132,35 +137,11 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         target.reset()
     target.reserve(len(prompt_ids) + config.max_new_tokens)
     try:
-        while output.room and reason == "length":
-            t0 = time.perf_counter()
-            k = min(draft_length.round_k(), output.room - 1) if drafter and draft_length else 0  # 0: target alone
-            proposal = (ready if ready and ready.tokens else propose(drafter, seq, k)) if k > 0 else Proposal()
-            if proposal is None:  # the draft's context is full: the target alone finishes the run
-                drafter, proposal = None, Proposal()
-            # at most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with
-            # more: a target with fixed blocks of k + 1 then keeps its shape
-            proposal = proposal.head(k)
-            t1 = time.perf_counter()
-            rows, ahead = target_pass(target, seq, proposal, drafter if pool else None, k, pool)
-            n, nxt, decided = verify(rows, proposal, config, rng, seq)
-            target.rollback(len(proposal.tokens) - n)
-            t2 = time.perf_counter()
-            taken = proposal.tokens[:n] + [nxt]
-            ready = ahead.after_first() if ahead and n == len(proposal.tokens) and ahead.tokens[:1] == [nxt] else None
-            if draft_length:
-                draft_length.update(n, len(proposal.tokens), t1 - t0, t2 - t1, drafted=k > 0,
-                                    first=stats.rounds == 0)
-            stats.count_round(len(proposal.tokens), n, t1 - t0, t2 - t1, bool(ready and ready.tokens), start)
-            reason = output.add(taken, seq, token_logprobs(decided, taken, config) if config.wants_logprobs else None,
-                                drafted=n)
-            if cancel is not None and cancel.is_set() and reason == "length":
-                reason = "stopped"
-    except KeyboardInterrupt:
-        reason = "interrupted"
+        reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start),
+                        list(prompt_ids))
     finally:
-        if pool:
-            pool.shutdown(wait=True)
+        if ahead:
+            ahead.close()
     stats.new_tokens = len(output.tokens)
     if draft_length is not None and draft_length.guard is not None:
         stats.rounds_drafting_paused = draft_length.guard.alone_rounds
@@ -169,16 +150,111 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
                   logprobs=output.logprobs if config.wants_logprobs else None)
 
 
-def target_pass(target: ModelSession, sequence: list[int], proposal: Proposal, drafter: Optional[Drafter], k: int,
-                pool: Optional[ThreadPoolExecutor]) -> tuple[np.ndarray, Optional[Proposal]]:
-    """One target pass over the proposal: the rows to verify it with. Given a pool and a drafter, the target runs
-    in the pool's thread while the drafter drafts the next round as if the whole proposal and its own guess of the
-    target's next token were accepted (that proposal, or None, comes back second)."""
-    if pool is None or drafter is None or k == 0:
-        return target.sync(sequence, proposal.tokens), None
-    job = pool.submit(target.sync, sequence, proposal.tokens)
-    ahead = propose(drafter, sequence + proposal.tokens, k + 1)
-    return job.result(), ahead
+@dataclass
+class Run:
+    """One generate() call: what each of its rounds works with."""
+    target: ModelSession
+    config: GenerationConfig
+    rng: np.random.Generator
+    drafter: Optional[Drafter]           # None: the target alone (or the draft's context ran out)
+    draft_length: Optional[DraftLength]
+    ahead: Optional["DraftAhead"]        # concurrent mode: drafts the next round during the target pass
+    stats: Stats
+    output: "Output"
+    cancel: Optional[threading.Event]    # stops the run when set (checked every round)
+    start: float                         # the run's start on time.perf_counter()'s clock
+
+
+def decode(r: Run, seq: list[int]) -> str:
+    """Rounds until the output stops, from the sequence `seq` (the prompt; the round's tokens are appended);
+    returns why it stopped."""
+    reason = "length"
+    try:
+        while r.output.room and reason == "length":
+            t0 = time.perf_counter()
+            # draft: up to k tokens in the target's vocabulary (k 0: the target alone this round)
+            k = min(r.draft_length.round_k(), r.output.room - 1) if r.drafter and r.draft_length else 0
+            ready = r.ahead.take() if r.ahead else None  # drafted during the previous target pass
+            proposal = (ready or propose(r.drafter, seq, k)) if k > 0 else Proposal()
+            if proposal is None:  # the draft's context is full: the target alone finishes the run
+                r.drafter, proposal = None, Proposal()
+            # at most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with
+            # more: a target with fixed blocks of k + 1 then keeps its shape
+            proposal = proposal.head(k)
+            t1 = time.perf_counter()
+            # verify: one target pass over the proposal, then the accepted tokens and the next one. The drafter
+            # hears the outcome at once; in concurrent mode, after it drafted the next round on its guess
+            rows = (r.ahead.target_pass(r.target, seq, proposal, r.drafter, k) if r.ahead
+                    else r.target.sync(seq, proposal.tokens))
+            # (_make: a stand-in rule, such as the tests' deliberately broken ones, may return a plain tuple)
+            verdict = Verdict._make(verify(rows, proposal, r.config, r.rng, seq))
+            if r.drafter:
+                r.drafter.accept(verdict.accepted, verdict.next_token)
+            # roll back: the target's cache forgets the drafted tokens it rejected
+            r.target.rollback(len(proposal.tokens) - verdict.accepted)
+            t2 = time.perf_counter()
+            if r.ahead:
+                r.ahead.settle(proposal, verdict)
+            count_round(r, proposal, verdict, k, t1 - t0, t2 - t1)
+            # emit: the accepted tokens and the next one, up to the first stop; the sequence gets what was taken
+            n = verdict.accepted
+            taken = proposal.tokens[:n] + [verdict.next_token]
+            logprobs = token_logprobs(verdict.rows, taken, r.config) if r.config.wants_logprobs else None
+            before = len(r.output.tokens)
+            reason = r.output.add(taken, logprobs, drafted=n)
+            seq += r.output.tokens[before:]
+            if r.cancel is not None and r.cancel.is_set() and reason == "length":
+                reason = "stopped"
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    return reason
+
+
+def count_round(r: Run, proposal: Proposal, verdict: Verdict, k: int, draft_seconds: float,
+                target_seconds: float) -> None:
+    """A round's outcome to the draft length (which adapts to it) and the statistics."""
+    n, proposed = verdict.accepted, len(proposal.tokens)
+    if r.draft_length:
+        r.draft_length.update(n, proposed, draft_seconds, target_seconds, drafted=k > 0, first=r.stats.rounds == 0)
+    r.stats.count_round(proposed, n, draft_seconds, target_seconds, bool(r.ahead and r.ahead.ready), r.start)
+
+
+class DraftAhead:
+    """Concurrent drafting: the target's pass runs in a thread of its own while the drafter drafts the next round on
+    a guess, that the target keeps the whole proposal and then writes the drafter's own first token. The guess's
+    proposal (without that first token) is the next round's only when both come true."""
+
+    def __init__(self):
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="target")
+        self.guess: Optional[Proposal] = None  # drafted during this round's target pass
+        self.ready: Optional[Proposal] = None  # the next round's proposal: the guess came true (and drafted more)
+
+    def target_pass(self, target: ModelSession, sequence: list[int], proposal: Proposal,
+                    drafter: Optional[Drafter], k: int) -> np.ndarray:
+        """The target's rows to verify the proposal with, computed while the drafter drafts on the guess (up to
+        k + 1 tokens); without a drafter or a draft length, just the rows."""
+        self.guess = None
+        if drafter is None or k == 0:
+            return target.sync(sequence, proposal.tokens)
+        job = self.pool.submit(target.sync, sequence, proposal.tokens)
+        self.guess = propose(drafter, sequence + proposal.tokens, k + 1)
+        return job.result()
+
+    def settle(self, proposal: Proposal, verdict: Verdict) -> None:
+        """The round's verdict: keep the guess's proposal for the next round if the guess came true."""
+        guess, self.guess = self.guess, None
+        came_true = (guess is not None and verdict.accepted == len(proposal.tokens)
+                     and guess.tokens[:1] == [verdict.next_token])
+        rest = guess.after_first() if came_true else None
+        self.ready = rest if rest is not None and rest.tokens else None
+
+    def take(self) -> Optional[Proposal]:
+        """The proposal drafted ahead for the round that starts now, if any; once."""
+        ready, self.ready = self.ready, None
+        return ready
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 def propose(drafter: Drafter, sequence: list[int], k: int) -> Optional[Proposal]:
@@ -209,12 +285,10 @@ class Output:
     def room(self) -> int:
         return self.config.max_new_tokens - len(self.tokens)
 
-    def add(self, tokens: list[int], seq: list[int], logprobs: Optional[list[TokenLogprob]] = None,
-            drafted: int = 0) -> str:
-        """Append tokens (to seq too) up to the first stop; return why it stopped, or "length" to go on. The first
-        `drafted` tokens are the drafter's, accepted by the target."""
+    def add(self, tokens: list[int], logprobs: Optional[list[TokenLogprob]] = None, drafted: int = 0) -> str:
+        """Take tokens up to the first stop; return why it stopped, or "length" to go on. The first `drafted`
+        tokens are the drafter's, accepted by the target."""
         for i, token in enumerate(tokens[:self.room]):
-            seq.append(token)
             self.tokens.append(token)
             if logprobs:
                 self.logprobs.append(logprobs[i])

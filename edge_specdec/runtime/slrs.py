@@ -47,7 +47,7 @@ class SLRSDrafter(SLEMDrafter):
     def propose(self, sequence: list[int], k: int) -> Proposal:
         if self.config.greedy:
             return super().propose(sequence, k)
-        row, pending = self.ctx.sync(sequence)
+        row, pending = self.sync(sequence)
         if pending or row is None:
             return Proposal()
         base = list(self.ctx.ids)
@@ -66,7 +66,7 @@ class SLRSDrafter(SLEMDrafter):
         if drafted[-1] != self.draft_eos and len(drafted) < k:
             more_row = self.ctx.session.sync(base + drafted)[-1]
             drafted += self.draft(more_row, k - len(drafted))
-        self.ctx.last_draft = drafted
+        self.last_draft = drafted
         first_bytes = self.target_retok.pieces.piece(first) or b""
         rest = self.to_target(sequence + [first], drafted, skip=first_bytes) if first_bytes else []
         return Proposal([first] + rest, [r] + [None] * len(rest))

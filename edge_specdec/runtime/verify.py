@@ -9,17 +9,24 @@ any proposal, however it was made: the output token has distribution p either wa
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .drafters import Proposal
 from .sampling import GenerationConfig, distribution, penalize, sample
 
 
-def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: np.random.Generator,
-           context: list[int]) -> tuple[int, int, np.ndarray]:
-    """rows: target logits, len(proposal.tokens) + 1 of them, following context.
+class Verdict(NamedTuple):
+    """What a verification decided: the round writes proposal.tokens[:accepted] + [next_token]."""
+    accepted: int       # how many of the proposal's tokens the target keeps, from the first
+    next_token: int     # the target's own token after them: a correction, or a bonus token when all were kept
+    rows: np.ndarray    # the target's logits after the repetition penalty: row i decided output token i (logprobs)
 
-    Returns (accepted, next token, the rows after the repetition penalty): row i decided output token i."""
+
+def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: np.random.Generator,
+           context: list[int]) -> Verdict:
+    """rows: target logits, len(proposal.tokens) + 1 of them, following context."""
     tokens = proposal.tokens
     rows = penalize(rows, config, context, tokens)
     if config.greedy:
@@ -27,7 +34,7 @@ def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: 
         n = 0
         while n < len(tokens) and tokens[n] == choice[n]:
             n += 1
-        return n, int(choice[n]), rows
+        return Verdict(n, int(choice[n]), rows)
     p = distribution(rows, config)
     for i, x in enumerate(tokens):
         q = None if proposal.q is None else proposal.q[i]
@@ -44,5 +51,5 @@ def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: 
             residual = np.maximum(p[i] - q, 0.0)
         if residual.sum() <= 0.0:  # p == q up to rounding: any draw from p is exact
             residual = p[i]
-        return i, sample(residual, rng), rows
-    return len(tokens), sample(p[len(tokens)], rng), rows
+        return Verdict(i, sample(residual, rng), rows)
+    return Verdict(len(tokens), sample(p[len(tokens)], rng), rows)
