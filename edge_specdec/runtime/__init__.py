@@ -2,6 +2,7 @@
 from .algorithms import ALGORITHMS
 from .conversation import Conversation
 from .generate import Result, Stats
+from . import npu  # noqa: F401  (adds the NPU's rollback, npuw, to session.open_model)
 from .pipeline import DecodingSession, Engine, Pipeline
 from .sampling import GenerationConfig
 

@@ -33,7 +33,7 @@ import openvino as ov
 
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, NPU_MIN_RESPONSE
-from .session import ModelSession
+from .session import OPENERS, CompiledLM, ModelSession
 
 
 class NpuPromptTooLongError(EdgeSpecdecError):
@@ -143,3 +143,22 @@ class NpuwSession(ModelSession):
 def npuw_max_context(limits: NpuwLimits, model_context: Optional[int]) -> int:
     """A session's context on the NPU: what NPUW's cache holds, at most the model's own."""
     return min(limits.capacity, model_context) if model_context else limits.capacity
+
+
+def open_npuw_model(core: ov.Core, model: ov.Model, device: str, *, max_context: Optional[int] = None,
+                    config: Optional[dict[str, Any]] = None, npu_max_prompt: int = NPU_MAX_PROMPT,
+                    npu_generation_tokens: int = DRAFT_GENERATION_TOKENS) -> CompiledLM:
+    """A model compiled for the NPU under NPUW (session.open_model's "npuw" rollback): prompts of up to
+    npu_max_prompt tokens, generate calls of npu_generation_tokens tokens. Not block-invariant; the output layer
+    stays whole: NPUW splits the LM head out itself."""
+    cfg = {**npuw_config(model, npu_max_prompt, generation_tokens=npu_generation_tokens), **(config or {})}
+    limits = NpuwLimits(cfg)
+    vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
+    lm = CompiledLM(core.compile_model(model, device, cfg), "npuw", device, "npu",
+                    npuw_max_context(limits, max_context), block_invariant=False, vocab_size=vocab_size,
+                    session_type=NpuwSession)
+    lm.npuw_limits = limits
+    return lm
+
+
+OPENERS["npuw"] = open_npuw_model

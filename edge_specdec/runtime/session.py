@@ -13,7 +13,8 @@ Two ways to roll back, behind one interface (`open_model` picks per device profi
   attention_mask = 0 from then on. Position ids follow the logical position. When masked slots pile up, the
   state is compacted once.
 - `NpuwSession` (NPU, see npu.py): the stateful IR under OpenVINO's NPU LLM pipeline, which owns the cache and
-  trims it to the position ids of the next call.
+  trims it to the position ids of the next call. npu.py compiles such models itself and adds that to
+  `open_model` (`OPENERS`), so this module needs nothing of it.
 
 Block invariance: on the OpenVINO CPU plugin, a row of a block of n >= 2 tokens has bit-identical logits for any
 n, while a single token takes another kernel path whose logits differ in the last bits (far more with dynamic
@@ -45,7 +46,7 @@ from __future__ import annotations
 import threading
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import openvino as ov
@@ -82,7 +83,7 @@ class CompiledLM:
 
     def __init__(self, compiled: ov.CompiledModel, rollback: str, device: str, precision: str,
                  max_context: Optional[int], block_invariant: bool, vocab_size: int,
-                 output_ids: Optional[np.ndarray] = None, compile_static=None):
+                 output_ids: Optional[np.ndarray] = None, compile_static=None, session_type=None):
         self.compiled, self.rollback_method, self.device, self.precision = compiled, rollback, device, precision
         self.max_context = max_context
         self.block_invariant = block_invariant  # never feed a lone token (see the module docstring)
@@ -91,6 +92,7 @@ class CompiledLM:
         # widens its rows back to the whole vocabulary, with -inf for the ids left out
         self.output_ids = output_ids
         self._compile_static = compile_static  # n -> the model compiled for blocks of n tokens (paged only)
+        self.session_type = session_type  # the ModelSession class of its sessions (None: by the rollback method)
         self.static: dict[int, ov.CompiledModel] = {}
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
 
@@ -98,11 +100,10 @@ class CompiledLM:
         """A new decoding context: its own infer requests and KV cache, the weights shared. pool (paged only):
         draw its cache blocks from this pool, shared with other sessions (batched calls need that), instead of
         a pool of its own."""
+        if self.session_type is not None:
+            return self.session_type(self)
         if self.rollback_method == "paged":
             return PagedSession(self, pool)
-        if self.rollback_method == "npuw":
-            from .npu import NpuwSession
-            return NpuwSession(self)
         return MaskedSession(self)
 
     def add_static(self, sizes, invariant=None) -> None:
@@ -448,9 +449,30 @@ class MaskedSession(ModelSession):
         self._flags = np.ones(len(keep), dtype=np.int64)
 
 
+# rollback method -> the function that compiles a model for it, for the methods a module of its own runs: npu.py
+# adds "npuw" when imported (the runtime package imports it); called as opener(core, model, device, max_context=,
+# config=, npu_max_prompt=, npu_generation_tokens=)
+OPENERS: dict[str, Callable[..., CompiledLM]] = {}
+
+
 def default_rollback(device: str) -> str:
     """The device profile's rollback: paged attention where OpenVINO runs it (CPU, GPU), the stateful IR on the NPU."""
     return profile(device).rollback
+
+
+def checked_rollback(device: str, rollback: str, precision: str) -> str:
+    """The rollback method, checked to exist and to run on the device (and the precision to exist)."""
+    if rollback not in ROLLBACK_METHODS:
+        raise EdgeSpecdecError(f"unknown KV rollback method {rollback!r}: choose one of "
+                               f"{', '.join(ROLLBACK_METHODS)}.")
+    if precision not in PRECISIONS:
+        raise EdgeSpecdecError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}.")
+    if (rollback == "npuw") != (profile(device).kind == "NPU"):
+        raise EdgeSpecdecError(
+            f"the {rollback} KV rollback does not run on {device}: on the NPU, OpenVINO's NPU LLM pipeline owns the "
+            f"KV cache and only the npuw rollback (by position ids) works there, and it works nowhere else. Leave "
+            f"--kv-rollback out to get each device's own.")
+    return rollback
 
 
 def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] = None,
@@ -463,39 +485,24 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
 
     rollback: "paged", "masked" or "npuw" (default: the device's profile; the NPU takes only "npuw", see npu.py,
     with prompts of up to npu_max_prompt tokens and generate calls of npu_generation_tokens tokens). precision:
-    "dq" or "f32" (where the device has the setting; a masked model always runs f32). block_invariant: sessions must give a block of tokens the
-    logits of single steps (the target needs this; a draft does not). For a paged model that is checked on the
-    device, trying the profile's precisions in order ("dq" falls back to "f32"); if none passes, the model is
-    exact only up to float noise, and its runs say so (`Result.exact`). known_invariant: the outcome of that
-    check per precision from an earlier process on this machine (see plan.py); filled with what is measured.
+    "dq" or "f32" (where the device has the setting; a masked model always runs f32). block_invariant: sessions
+    must give a block of tokens the logits of single steps (the target needs this; a draft does not). For a paged
+    model that is checked on the device, trying the profile's precisions in order ("dq" falls back to "f32"); if
+    none passes, the model is exact only up to float noise, and its runs say so (`Result.exact`).
+    known_invariant: the outcome of that check per precision from an earlier process on this machine (see
+    plan.py); filled with what is measured.
     output_ids: compute logits for these token ids only (a draft's smaller output layer, see keep_output_rows);
     the others come out as -inf.
     """
     core = core or ov.Core()
     device_profile = profile(device)
-    rollback = rollback or device_profile.rollback
-    if rollback not in ROLLBACK_METHODS:
-        raise EdgeSpecdecError(f"unknown KV rollback method {rollback!r}: choose one of {', '.join(ROLLBACK_METHODS)}.")
-    if precision not in PRECISIONS:
-        raise EdgeSpecdecError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}.")
-    if (rollback == "npuw") != (device_profile.kind == "NPU"):
-        raise EdgeSpecdecError(
-            f"the {rollback} KV rollback does not run on {device}: on the NPU, OpenVINO's NPU LLM pipeline owns the "
-            f"KV cache and only the npuw rollback (by position ids) works there, and it works nowhere else. Leave "
-            f"--kv-rollback out to get each device's own.")
+    rollback = checked_rollback(device, rollback or device_profile.rollback, precision)
     if rollback == "masked":
         precision = "f32"
     model = core.read_model(str(model_xml))
-    if rollback == "npuw":
-        from .npu import NpuwLimits, npuw_config, npuw_max_context
-        cfg = {**npuw_config(model, npu_max_prompt, generation_tokens=npu_generation_tokens), **(config or {})}
-        limits = NpuwLimits(cfg)
-        vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
-        # the output layer stays whole: NPUW splits the LM head out itself
-        lm = CompiledLM(core.compile_model(model, device, cfg), rollback, device, "npu",
-                        npuw_max_context(limits, max_context), block_invariant=False, vocab_size=vocab_size)
-        lm.npuw_limits = limits
-        return lm
+    if rollback in OPENERS:
+        return OPENERS[rollback](core, model, device, max_context=max_context, config=config,
+                                 npu_max_prompt=npu_max_prompt, npu_generation_tokens=npu_generation_tokens)
     vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
     if output_ids is not None:
         output_ids = np.unique(np.asarray(output_ids, dtype=np.int64))
