@@ -213,7 +213,7 @@ def test_cli_run_streams_text_and_stats(bundle_dir):
     assert proc.returncode == 0, proc.stderr
     assert "tokens/s" in proc.stderr and "target passes" in proc.stderr
     empty = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)),
-                            "--prompt", "   "], capture_output=True, text=True)
+                            "--prompt", ""], capture_output=True, text=True)  # whitespace is text; nothing is not
     assert empty.returncode == 1 and "the prompt is empty" in empty.stderr
 
 
