@@ -47,9 +47,10 @@ def test_the_demo_has_a_chat_template_for_a_code_model_and_its_manifest_lists_it
                             {"role": "user", "content": "Parse the arguments.\nThen print them."},
                             {"role": "assistant", "content": "\ndef main():\n    pass\n"},
                             {"role": "user", "content": "Now test it."}])
-    # each message a comment, each answer the code after it: text as the demo's training corpus reads
+    # each message a comment, each answer the code after it as the model wrote it (so the next turn's prompt
+    # starts with the answer's own tokens): text as the demo's training corpus reads
     assert text == ("# You write Python.\n\n# Parse the arguments.\n# Then print them.\n\n"
-                    "def main():\n    pass\n\n\n# Now test it.\n\n")
+                    "\ndef main():\n    pass\n\n\n\n# Now test it.\n\n")
     bundle = load_bundle(DEMO_BUNDLE, verify=True)  # the template's sha256 and size, as the exporter records them
     assert "target/chat_template.jinja" in bundle.manifest["files"]
     assert bundle.manifest["target"]["size_bytes"] == sum(

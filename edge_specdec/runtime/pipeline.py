@@ -381,7 +381,10 @@ class DecodingSession:
         if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
             drafter = LookupFirst(drafter)
         length = self._draft_length(entry, algorithm == AUTO, k, draft_policy, config, guard)
-        concurrent = engine.concurrent and drafter is not None and entry.drafts_ahead
+        # a seeded sampled run drafts one round at a time: drafting ahead draws from the run's random numbers in
+        # another order, so its text would depend on the placement
+        seeded = config.seed is not None and not config.greedy
+        concurrent = engine.concurrent and drafter is not None and entry.drafts_ahead and not seeded
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
                               rng, on_text, concurrent=concurrent, cancel=cancel, reuse_prefix=engine.prefix_reuse)
