@@ -111,7 +111,8 @@ def test_cli_run_refuses_a_same_size_byte_flip(bundle_copy, cache):
                           env={**os.environ, "EDGE_SPECDEC_CACHE_DIR": str(cache)}, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines() == [f"edge-specdec: error: {info_message(bundle_copy)}"]
+    assert proc.stderr.splitlines() == [f"edge-specdec: loading {bundle_copy} ... failed.",
+                                        f"edge-specdec: error: {info_message(bundle_copy)}"]
 
 
 # ---------- an unchanged bundle is not hashed again ----------

@@ -125,8 +125,13 @@ def open_pipeline(args: argparse.Namespace, announce: bool = True):
     if announce:  # one progress line: what loads, then how long it took
         print(f"edge-specdec: loading {args.bundle} ...", end="", file=sys.stderr, flush=True)
     # no static copies: they pay back their compile over many requests (serve), not over one run or a chat
-    pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, static_shapes=False,
-                    **engine_options(args))
+    try:
+        pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, static_shapes=False,
+                        **engine_options(args))
+    except BaseException:
+        if announce:  # the progress line ends before the error's own line
+            say(" failed.")
+        raise
     if announce:
         say(f" {pipe.load_seconds:.1f} s; {pipe.placement.describe()}"
             + ("; draft runs concurrently" if pipe.concurrent else ""))
