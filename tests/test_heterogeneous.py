@@ -1,7 +1,6 @@
 """Heterogeneous vocabularies: SLEM, TLI and SLRS are lossless for every pair of tokenizer styles."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -189,27 +188,3 @@ def test_repetition_penalty_stays_lossless(pipes):
         for algorithm in ALGORITHMS:
             spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0)
             assert spec.token_ids == base.token_ids
-
-
-@pytest.mark.parametrize("algorithm,sampling", [("slem", {}), ("tli", {"temperature": 0.9, "seed": 3})])
-def test_the_draft_follows_the_repetition_penalty_and_the_output_stays_the_targets(bundle_dir, algorithm, sampling,
-                                                                                   monkeypatch):
-    """The draft's logits get the request's penalty over its own tokens for the text (proposals only): greedy
-    output is still the target alone's, and the drafted tokens are picked from penalized logits."""
-    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
-    config = GenerationConfig(max_new_tokens=24, ignore_eos=True, repetition_penalty=1.4, **sampling)
-    seen = []
-    real = heterogeneous.penalize_draft
-    monkeypatch.setattr(heterogeneous, "penalize_draft",
-                        lambda row, cfg, ctx, drafted: seen.append(len(ctx.ids) + len(drafted)) or real(row, cfg, ctx,
-                                                                                                         drafted))
-    spec = pipe.generate("def f(x):\n    return x + x + x", config, algorithm=algorithm)
-    assert seen and spec.stats.draft_tokens_proposed > 0
-    if not sampling:
-        assert spec.token_ids == pipe.generate("def f(x):\n    return x + x + x", config, algorithm="none").token_ids
-    row = np.array([2.0, -1.0, 3.0, 0.5], dtype=np.float32)
-
-    class Context:
-        ids = [0, 1]
-    penalized = real(row, config, Context, [2])
-    assert penalized.tolist() == pytest.approx([2.0 / 1.4, -1.4, 3.0 / 1.4, 0.5])

@@ -21,7 +21,7 @@ import numpy as np
 from ..vocab_map import NO_TOKEN, VocabMap
 from .drafters import Drafter, Proposal, draft_steps
 from .retokenize import Retokenizer
-from .sampling import GenerationConfig, distribution, penalize
+from .sampling import GenerationConfig, distribution
 from .session import ModelSession, common_prefix
 
 RESPLIT = 2  # generated draft tokens re-tokenized together with newly accepted text
@@ -82,16 +82,6 @@ class DraftTextContext:
         return (self.session.sync(self.ids)[-1] if self.ids else None), pending
 
 
-def penalize_draft(row: np.ndarray, config: GenerationConfig, context: DraftTextContext,
-                   drafted: list[int]) -> np.ndarray:
-    """The repetition penalty on a draft's logits, over the draft's tokens for the text so far and this round's:
-    the target penalizes what its own tokens repeat, so an unpenalized draft keeps proposing what the target now
-    avoids. Proposals only: any proposal leaves the output the target's own."""
-    if config.repetition_penalty == 1.0:
-        return row
-    return penalize(row[None], config, context.ids + list(drafted), [])[0]
-
-
 class _DraftTextDrafter(Drafter):
     """A drafter whose draft model follows the target's text through a DraftTextContext; it keeps the draft tokens
     of its last proposal, which the next sync takes as they are where they spell the accepted text."""
@@ -127,9 +117,8 @@ class _TextDrafter(_DraftTextDrafter):
         return np.where(self.special, -np.inf, row)
 
     def next_logits(self, row: np.ndarray, drafted: list[int]) -> np.ndarray:
-        """The logits a drafted token is picked from: no special tokens but EOS, and the request's repetition
-        penalty over the draft's own view of the text (see `penalize_draft`)."""
-        return penalize_draft(self.without_specials(row), self.config, self.ctx, drafted)
+        """The logits a drafted token is picked from: no special tokens but EOS."""
+        return self.without_specials(row)
 
     def draft_distribution(self, row: np.ndarray) -> np.ndarray:
         """q over the draft vocabulary when sampling: the config's transform of `without_specials(row)`."""
@@ -184,8 +173,7 @@ class TLIDrafter(_DraftTextDrafter):
         if pending or row is None or not self.shared.any():
             return Proposal()
         steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
-                            shape=lambda row, drafted: penalize_draft(np.where(self.shared, row, -np.inf),
-                                                                      self.config, self.ctx, drafted),
+                            shape=lambda row, drafted: np.where(self.shared, row, -np.inf),
                             ends=lambda token: not self.ctx.retok.pieces.has_text[token])  # EOS ends the draft
         self.last_draft = [token for token, _ in steps]
         return Proposal([int(self.d2t[token]) for token, _ in steps],
