@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Optional
 
 LOAD_TIMEOUT = 180  # seconds for the engine to load and warm up on a busy 2-core machine
@@ -102,3 +104,16 @@ def serve_command(*args: str, env: Optional[dict] = None) -> Iterator[Running]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+# a ChatML template (Qwen's shape) for tiny bundles, whose tokenizers have none
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def chat_bundle_copy(bundle: Path, folder: Path) -> Path:
+    """A copy of a bundle whose target has the ChatML template: what the chat endpoints need."""
+    copy = folder / "pair"
+    shutil.copytree(bundle, copy)
+    (copy / "target" / "chat_template.jinja").write_text(CHATML)
+    return copy

@@ -4,7 +4,6 @@ or module."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,23 +21,18 @@ from edge_specdec.cli import main  # noqa: E402
 from edge_specdec.runtime import Engine, GenerationConfig  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
 from edge_specdec.serve.app import Server  # noqa: E402
-from serve_helpers import health, serve_command, serve_in_thread  # noqa: E402
+from serve_helpers import chat_bundle_copy, health, serve_command, serve_in_thread  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts a server or a process: see pyproject.toml
 
 OTHER_VOCAB = ("qwen2-bytelevel", "llama-metaspace")
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 PROMPTS = ["def parse_args(", "x = ", "import os\n", "class Tree:"]
 
 
 @pytest.fixture(scope="module")
 def chat_bundle(bundle_dir, tmp_path_factory):
     """A tiny different-vocabulary pair whose target has a chat template."""
-    bundle = tmp_path_factory.mktemp("serve") / "pair"
-    shutil.copytree(bundle_dir(*OTHER_VOCAB), bundle)
-    (bundle / "target" / "chat_template.jinja").write_text(CHATML)
-    return bundle
+    return chat_bundle_copy(bundle_dir(*OTHER_VOCAB), tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture(scope="module")

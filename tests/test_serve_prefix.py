@@ -3,7 +3,6 @@ its prompt, prefills only the rest, writes what a fresh session writes, and says
 (OpenAI's usage.prompt_tokens_details.cached_tokens). On loopback; every server stops by itself."""
 from __future__ import annotations
 
-import shutil
 import urllib.request
 
 import pytest
@@ -13,22 +12,18 @@ pytest.importorskip("uvicorn", reason="the server tests need the serve extra: pi
 
 from edge_specdec.runtime import Engine, GenerationConfig  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
-from serve_helpers import serve_in_thread  # noqa: E402
+from serve_helpers import chat_bundle_copy, serve_in_thread  # noqa: E402
 
 pytestmark = pytest.mark.slow
 OTHER_VOCAB = ("qwen2-bytelevel", "llama-metaspace")
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 A = "def parse_args(argv):\n    \"\"\"Read the options.\"\"\"\n"
 B = "class Tree:\n    def __init__(self, children):\n"
 
 
 @pytest.fixture(scope="module")
 def chat_bundle(bundle_dir, tmp_path_factory):
-    bundle = tmp_path_factory.mktemp("serve-prefix") / "pair"
-    shutil.copytree(bundle_dir(*OTHER_VOCAB), bundle)
-    (bundle / "target" / "chat_template.jinja").write_text(CHATML)
-    return bundle
+    """A tiny different-vocabulary pair whose target has a chat template."""
+    return chat_bundle_copy(bundle_dir(*OTHER_VOCAB), tmp_path_factory.mktemp("serve-prefix"))
 
 
 @pytest.fixture(scope="module")
