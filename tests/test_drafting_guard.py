@@ -58,3 +58,17 @@ def test_a_seeded_sampled_run_is_not_guarded(bundle_dir):
     assert pipe.generate("def f(x):", config).stats.rounds_drafting_paused == 0
     with pytest.raises(EdgeSpecdecError, match="reproduce"):
         pipe.generate("def f(x):", config, guard=True)
+
+
+def test_a_paused_run_steps_as_the_target_alone_steps(bundle_dir, monkeypatch):
+    """With fixed blocks a drafting round widens the target's block to k + 1 tokens; a round the guard runs
+    alone must not: it steps with the target alone's own block, or pausing would cost more than it saves."""
+    from support import spy_block_sizes
+
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB), fixed_blocks=True)
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)
+    sizes = spy_block_sizes(pipe.target, monkeypatch)
+    result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=30, ignore_eos=True))
+    alone_step = pipe.block_shapes(0, False)["target"]
+    assert result.stats.rounds_drafting_paused > 10 and alone_step < pipe.block_shapes(8, True)["target"]
+    assert sizes[-10:] == [alone_step] * 10  # the last rounds, all paused

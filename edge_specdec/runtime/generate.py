@@ -99,7 +99,8 @@ class Result:
 def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConfig, stream: TextStream,
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
-             concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True) -> Result:
+             concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True,
+             alone_block: Optional[int] = None) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     Each round has four phases (see `decode`): draft (the drafter proposes up to k tokens), verify (one target
@@ -116,6 +117,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     returns True, generation stops (stop_reason "stopped"), and so it does when `cancel` is set (checked every
     round). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
     A drafter whose model runs out of context stops drafting: the target alone finishes the run.
+    alone_block: the target's min_block in a round that drafts nothing (a guard's pause, a drafter out of
+    context), which then steps as the target alone steps; None: the session's own.
     reuse_prefix: keep the part of the target's cache that the prompt starts with (a block-invariant target
     only, where that is exact); Stats.prompt_tokens_reused counts it. False: prefill the whole prompt.
     """
@@ -136,10 +139,12 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     else:
         target.reset()
     target.reserve(len(prompt_ids) + config.max_new_tokens)
+    floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
     try:
-        reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start),
-                        list(prompt_ids))
+        reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,
+                            floors), list(prompt_ids))
     finally:
+        target.min_block = floors[0]  # as the caller set it
         if ahead:
             ahead.close()
     stats.new_tokens = len(output.tokens)
@@ -163,6 +168,7 @@ class Run:
     output: "Output"
     cancel: Optional[threading.Event]    # stops the run when set (checked every round)
     start: float                         # the run's start on time.perf_counter()'s clock
+    floors: tuple[int, int] = (1, 1)     # the target's min_block in a round that drafts, and in one that does not
 
 
 def decode(r: Run, seq: list[int]) -> str:
@@ -174,6 +180,7 @@ def decode(r: Run, seq: list[int]) -> str:
             t0 = time.perf_counter()
             # draft: up to k tokens in the target's vocabulary (k 0: the target alone this round)
             k = min(r.draft_length.round_k(), r.output.room - 1) if r.drafter and r.draft_length else 0
+            r.target.min_block = r.floors[k == 0]  # a round of the target alone steps as the target alone does
             ready = r.ahead.take() if r.ahead else None  # drafted during the previous target pass
             proposal = (ready or propose(r.drafter, seq, k)) if k > 0 else Proposal()
             if proposal is None:  # the draft's context is full: the target alone finishes the run

@@ -387,7 +387,8 @@ class DecodingSession:
         concurrent = engine.concurrent and drafter is not None and entry.drafts_ahead and not seeded
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
-                              rng, on_text, concurrent=concurrent, cancel=cancel, reuse_prefix=engine.prefix_reuse)
+                              rng, on_text, concurrent=concurrent, cancel=cancel, reuse_prefix=engine.prefix_reuse,
+                              alone_block=engine.block_shapes(0, False)["target"])
         result.extra.update(algorithm=entry.name, **(drafter.stats() if drafter else {}))
         if engine.prefix_reuse and not self.target.block_invariant:
             result.extra["prefix_reuse"] = "off: the target is not block-invariant here, so the prompt was fed whole"
