@@ -183,8 +183,8 @@ class DraftingGuard:
 
     After `warmup` drafting rounds (the first round, which carries the prompt, is not counted) the target alone
     runs `probe` rounds, so both rates are measured; the faster mode then runs, and the other is measured again
-    every `recheck` rounds (`probe` rounds for the target alone, twice as many for drafting, whose rounds vary
-    more). Rates decay, so a machine whose load changes is followed. The output never depends on it: the target
+    every `recheck` rounds, less often while the same mode keeps winning (`probe` rounds for the target alone,
+    twice as many for drafting, whose rounds vary more). Rates decay, so a machine whose load changes is followed. The output never depends on it: the target
     alone is exact, and a greedy run writes the same tokens either way; runs that must reproduce a seeded sample
     do not use it (their rounds would depend on the clock)."""
 
@@ -192,6 +192,7 @@ class DraftingGuard:
         self.warmup, self.probe, self.recheck, self.decay = warmup, probe, recheck, decay
         self.rates = {True: [0.0, 0.0], False: [0.0, 0.0]}  # drafting? -> decayed [tokens, seconds]
         self.mode, self.left = True, warmup + 1  # the mode that runs, and its rounds until the next switch
+        self.before, self.interval = True, recheck  # the mode before the running probe; rounds between probes
         self.probing = False
         self.alone_rounds = 0  # rounds this guard ran the target alone
 
@@ -209,9 +210,14 @@ class DraftingGuard:
         if self.left > 0:
             return
         if self.probing:  # a probe ends: keep whichever mode is faster
-            self.probing, self.mode = False, self._faster()
-            self.left = self.recheck
+            faster = self._faster()
+            # a mode that keeps winning is checked less and less often (up to 8x the interval): its probes of the
+            # losing mode are what the guard costs
+            self.interval = min(8 * self.recheck, 2 * self.interval) if faster == self.before else self.recheck
+            self.probing, self.mode = False, faster
+            self.left = self.interval
         else:  # measure the other mode again
+            self.before = self.mode
             self.probing, self.mode = True, not self.mode
             self.left = self.probe * (2 if self.mode else 1)
 
