@@ -65,9 +65,8 @@ def loop_speedup(alone: list, runs: list) -> float:
     """The median over prompts of the target alone's time per output token over the algorithm's: what a run
     gains once its first token is out, with everything the decode loop pays (each call's overhead, syncs and
     re-tokenization, lookup rounds, the Python between calls), which a model built from step costs leaves out."""
-    def tpot(result) -> float:
-        return (result.stats.seconds - result.stats.first_token_seconds) / max(1, result.stats.new_tokens - 1)
-    return float(statistics.median(tpot(a) / tpot(r) for a, r in zip(alone, runs)))
+    return float(statistics.median(a.stats.time_per_output_token / r.stats.time_per_output_token
+                                   for a, r in zip(alone, runs)))
 
 
 def step_costs(session, sizes: tuple[int, ...], reps: int = 3) -> dict[int, float]:

@@ -36,9 +36,10 @@ def test_the_measured_speedup_is_the_median_ratio_of_times_per_output_token():
     from types import SimpleNamespace
 
     from edge_specdec.check import loop_speedup
+    from edge_specdec.runtime import Stats
 
     def run(seconds, first, tokens):
-        return SimpleNamespace(stats=SimpleNamespace(seconds=seconds, first_token_seconds=first, new_tokens=tokens))
+        return SimpleNamespace(stats=Stats(seconds=seconds, first_token_seconds=first, new_tokens=tokens))
     alone = [run(2.1, 0.1, 21), run(4.1, 0.1, 41), run(1.1, 0.1, 11)]
     drafted = [run(1.1, 0.1, 21), run(1.6, 0.1, 41), run(1.1, 0.1, 11)]  # 2x, 2.67x, 1x
     assert loop_speedup(alone, drafted) == pytest.approx(2.0)

@@ -184,9 +184,9 @@ class DraftingGuard:
     After `warmup` drafting rounds (the first round, which carries the prompt, is not counted) the target alone
     runs `probe` rounds, so both rates are measured; the faster mode then runs, and the other is measured again
     every `recheck` rounds, less often while the same mode keeps winning (`probe` rounds for the target alone,
-    twice as many for drafting, whose rounds vary more). Rates decay, so a machine whose load changes is followed. The output never depends on it: the target
-    alone is exact, and a greedy run writes the same tokens either way; runs that must reproduce a seeded sample
-    do not use it (their rounds would depend on the clock)."""
+    twice as many for drafting, whose rounds vary more). Rates decay, so a machine whose load changes is
+    followed. The output never depends on it: the target alone is exact, and a greedy run writes the same tokens
+    either way; runs that must reproduce a seeded sample do not use it (their rounds would depend on the clock)."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8):
         self.warmup, self.probe, self.recheck, self.decay = warmup, probe, recheck, decay

@@ -57,12 +57,16 @@ class Stats:
     def tokens_per_target_pass(self) -> float:
         return self.new_tokens / self.target_passes if self.target_passes else 0.0
 
+    @property
+    def time_per_output_token(self) -> float:
+        """Seconds per token once the first is out (TPOT): what decoding costs, the prompt's prefill left out."""
+        return (self.seconds - self.first_token_seconds) / max(1, self.new_tokens - 1)
+
     def as_dict(self) -> dict:
         loop = self.seconds - self.draft_seconds - self.target_seconds
         return {**asdict(self), "tokens_per_s": round(self.tokens_per_s, 3), "acceptance": round(self.acceptance, 4),
                 "mean_tokens_per_target_pass": round(self.tokens_per_target_pass, 3), "loop_seconds": loop,
-                "time_per_output_token_ms": round(1000 * (self.seconds - self.first_token_seconds)
-                                                  / max(1, self.new_tokens - 1), 3)}
+                "time_per_output_token_ms": round(1000 * self.time_per_output_token, 3)}
 
 
 @dataclass
