@@ -116,10 +116,6 @@ class _TextDrafter(_DraftTextDrafter):
         """The draft's logits with its special tokens other than EOS removed (never drafted)."""
         return np.where(self.special, -np.inf, row)
 
-    def next_logits(self, row: np.ndarray, drafted: list[int]) -> np.ndarray:
-        """The logits a drafted token is picked from: no special tokens but EOS."""
-        return self.without_specials(row)
-
     def draft_distribution(self, row: np.ndarray) -> np.ndarray:
         """q over the draft vocabulary when sampling: the config's transform of `without_specials(row)`."""
         return distribution(self.without_specials(row), self.config)
@@ -127,7 +123,7 @@ class _TextDrafter(_DraftTextDrafter):
     def draft(self, row: np.ndarray, k: int) -> list[int]:
         """k draft tokens from the cache's current end (fewer if EOS comes first)."""
         steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
-                            shape=self.next_logits,
+                            shape=lambda row, drafted: self.without_specials(row),
                             ends=lambda token: token == self.draft_eos)
         return [token for token, _ in steps]
 
