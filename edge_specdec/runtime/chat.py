@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import EdgeSpecdecError
 
@@ -39,6 +39,19 @@ class ChatTemplate:
         """The prompt text for a conversation, ending where the assistant's reply starts."""
         return self.template.render(messages=messages, add_generation_prompt=True, bos_token=self.bos_token,
                                     eos_token=self.eos_token)
+
+
+def special_token_texts(folder: Path, special: dict[str, Any]) -> dict[int, str]:
+    """Special token id -> the text that spells it in a chat template: tokenizer.json's added tokens in the model
+    folder, else the BOS and EOS of `special` (a bundle model's special_tokens)."""
+    texts = {special[f"{name}_token_id"]: special[f"{name}_token"] for name in ("bos", "eos")
+             if isinstance(special.get(f"{name}_token_id"), int) and isinstance(special.get(f"{name}_token"), str)}
+    try:
+        added = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8")).get("added_tokens", [])
+    except (OSError, ValueError):
+        added = []
+    texts.update({t["id"]: t["content"] for t in added if isinstance(t.get("id"), int) and t.get("content")})
+    return texts
 
 
 def _token_text(token) -> str:

@@ -17,7 +17,6 @@ turn writes exactly what a fresh session writes on the same prompt.
 """
 from __future__ import annotations
 
-import json
 import threading
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -42,7 +41,7 @@ class Conversation:
         self.system = system
         self.messages: list[dict[str, str]] = []
         self.ids: list[int] = []  # the conversation as the model saw it: the last prompt and its answer's tokens
-        self._special_text = _special_texts(engine)
+        self._special_text = engine.special_token_texts
         self._lock = threading.Lock()
         self.reset()
 
@@ -118,18 +117,3 @@ class Conversation:
         if bos is not None and ids[:1] == [bos] and not text.startswith(self._special_text.get(bos, "\0")):
             ids = ids[1:]
         return ids
-
-
-def _special_texts(engine: "Engine") -> dict[int, str]:
-    """Special token id -> the text that spells it in a template (tokenizer.json's added tokens, else the bundle's
-    BOS and EOS)."""
-    special = engine.bundle.target.special_tokens
-    texts = {special[f"{name}_token_id"]: special[f"{name}_token"] for name in ("bos", "eos")
-             if isinstance(special.get(f"{name}_token_id"), int) and isinstance(special.get(f"{name}_token"), str)}
-    path = engine.bundle.target.folder / "tokenizer.json"
-    try:
-        added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
-    except (OSError, ValueError):
-        added = []
-    texts.update({t["id"]: t["content"] for t in added if isinstance(t.get("id"), int) and t.get("content")})
-    return texts

@@ -41,7 +41,7 @@ from .drafters import DraftingGuard, DraftLength, LookupFirst
 from .generate import Result, generate
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
-from .chat import ChatTemplate
+from .chat import ChatTemplate, special_token_texts
 from .conversation import Conversation
 from .devices import (DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, TARGET_GENERATION_TOKENS, check_npu_weights,
                       compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
@@ -242,6 +242,12 @@ class Engine:
     @cached_property
     def chat_template(self) -> Optional[ChatTemplate]:
         return ChatTemplate.from_model_folder(self.bundle.target.folder)
+
+    @cached_property
+    def special_token_texts(self) -> dict[int, str]:
+        """How a chat template spells the target's special tokens (read once per engine: tokenizer.json is
+        megabytes for a large vocabulary)."""
+        return special_token_texts(self.bundle.target.folder, self.bundle.target.special_tokens)
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids for a conversation ([{"role": "user", "content": ...}, ...]), by the target's chat template."""
