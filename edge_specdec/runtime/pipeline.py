@@ -30,7 +30,7 @@ import numpy as np
 import openvino as ov
 
 from ..bundle import Bundle, load_bundle
-from ..demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY, is_demo
+from ..demo import DEMO_BUNDLE, run_defaults
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
 # DRAFT_TOKENS: the default draft length, read here by callers that size blocks for it
@@ -140,8 +140,7 @@ class Engine:
             bundle = DEMO_BUNDLE
         self.bundle = (bundle if isinstance(bundle, Bundle)
                        else load_bundle(bundle, verify=verify, cache_dir=cache_dir))
-        self.default_config = GenerationConfig(
-            repetition_penalty=DEMO_REPETITION_PENALTY if is_demo(self.bundle.path) else 1.0)
+        self.default_config = GenerationConfig(repetition_penalty=run_defaults(self.bundle.path, None)[1])
         self.core = core = core or ov.Core()
         target, draft = self.bundle.target, self.bundle.draft
         if threads is not None and threads < 1:
