@@ -85,14 +85,25 @@ def cheapest_step(session, reps: int = 4, margin: float = 0.97) -> int:
     return least + 1 if np.median(costs[least + 1]) < margin * np.median(costs[least]) else least
 
 
-def is_block_invariant(session) -> bool:
+def is_block_invariant(session, past: int = 0) -> bool:
     """Does a block of tokens get bit-identical logits to the same tokens fed in smaller pieces, among them
-    a lone token into the empty cache, single tokens after it and one block of each static size?"""
+    a lone token into the empty cache, single tokens after it and one block of each static size?
+
+    past: first fill the cache with this many random tokens (one block, its rows' logits skipped), so that the
+    pieces run against a long context, where the attention kernels may split their work otherwise (the CPU's
+    paged attention parallelizes a long past across threads); the whole block and the pieces then start after
+    it (a rollback between them). Without a past the first piece is a lone token into the empty cache."""
     sizes = [1, 4, 1, 1, 1, 1, 3, *sorted(session.static_sizes)]  # the whole block is longer than any static size
-    tokens = np.random.default_rng(0).integers(0, session.vocab_size, sum(sizes)).tolist()
+    rng = np.random.default_rng(0)
+    if session.max_context is not None:
+        past = max(0, min(past, session.max_context - sum(sizes)))
+    tokens = rng.integers(0, session.vocab_size, sum(sizes)).tolist()
     session.reset()
+    if past:
+        session.reserve(past + len(tokens))
+        session.feed(rng.integers(0, session.vocab_size, past).tolist(), rows=1)
     whole = session.feed(tokens)
-    session.reset()
+    session.rollback(len(tokens)) if past else session.reset()
     ends = np.cumsum(sizes)
     pieces = np.concatenate([session.feed(tokens[end - n:end]) for n, end in zip(sizes, ends)])
     session.reset()
