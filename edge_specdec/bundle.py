@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 from .bundle_manifest import check_manifest
 from .errors import BundleError
@@ -36,16 +35,8 @@ REQUIRED_MODEL_FILES = (MODEL_XML, "openvino_model.bin", TOKENIZER_XML, "openvin
                         DETOKENIZER_XML, "openvino_detokenizer.bin")
 
 _REEXPORT = "re-export it with `edge-specdec export ... --force`"
-
-# What was verified is remembered outside the bundle, one small JSON per bundle, in the folder CHECKS_DIR below the
-# compiled-model cache folder (see checks_dir): the cache_dir given, else $EDGE_SPECDEC_CACHE_DIR, else
-# DEFAULT_CACHE_DIR; "off" remembers nothing. DEFAULT_CACHE_DIR repeats runtime/devices.py's: this module uses the
-# standard library only, and importing the runtime package would import OpenVINO.
-CHECKS_DIR = "verified-bundles"
-DEFAULT_CACHE_DIR = Path.home() / ".cache" / "edge-specdec" / "ov-cache"
-# A file modified less than this before a verification is hashed but not remembered: a write landing after the hash
-# within the same timestamp tick (coarse on some file systems; 2 s on FAT) would leave size and mtime unchanged.
-RECENT_NS = 2 * 10**9
+# what a checksum error adds for the person who accepts the risk (the CLI's flag, the Engine's argument)
+_SKIP = "(--no-verify, or Engine(verify_checksums=False), loads it unchecked at your own risk)"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -150,80 +141,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def checks_dir(cache_dir: Union[str, Path, None] = None) -> Optional[Path]:
-    """The folder of the verification records: below the cache folder given, else $EDGE_SPECDEC_CACHE_DIR, else
-    the user cache (as for the compiled-model cache); None when that is "off"."""
-    value = cache_dir if cache_dir is not None else os.environ.get("EDGE_SPECDEC_CACHE_DIR", DEFAULT_CACHE_DIR)
-    if str(value).lower() in ("off", "none", ""):
-        return None
-    return Path(value).expanduser() / CHECKS_DIR
-
-
-def _record_path(folder: Path, path: Path) -> Path:
-    """One record per bundle, named after its absolute path (the manifest's hash is checked inside)."""
-    return folder / (hashlib.sha256(str(path.resolve()).encode("utf-8")).hexdigest()[:32] + ".json")
-
-
-def _remembered(record: Optional[Path], path: Path, manifest_sha256: str, files: dict[str, dict[str, Any]],
-                stats: dict[str, os.stat_result]) -> set[str]:
-    """The files whose sha256 was verified on an earlier load and that have kept their size and mtime since.
-
-    A record is trusted only for this bundle path and this exact manifest, and a file only if the record holds the
-    manifest's sha256 for it: any doubt (no record, an unreadable one, another export) means hash again."""
-    if record is None:
-        return set()
-    try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    if (not isinstance(data, dict) or data.get("bundle") != str(path.resolve())
-            or data.get("manifest_sha256") != manifest_sha256 or not isinstance(data.get("files"), dict)):
-        return set()
-    trusted = set()
-    for rel, rec in files.items():
-        seen = data["files"].get(rel)
-        if (isinstance(seen, dict) and seen.get("sha256") == rec["sha256"]
-                and seen.get("size") == stats[rel].st_size and seen.get("mtime_ns") == stats[rel].st_mtime_ns):
-            trusted.add(rel)
-    return trusted
-
-
-def _remember(record: Optional[Path], path: Path, manifest_sha256: str, files: dict[str, dict[str, Any]],
-              stats: dict[str, os.stat_result], verified: set[str], started_ns: int) -> None:
-    """Write the record of the verified files, atomically (a temporary file, then a rename): a reader sees the
-    old record or the new one, never half of one. Files modified just before the verification began are left
-    out (see RECENT_NS), so the next load hashes them again.
-
-    A cache that cannot be written is no error: nothing is remembered, and every load verifies again (correct,
-    only slower)."""
-    if record is None:
-        return
-    entries = {rel: {"size": stats[rel].st_size, "mtime_ns": stats[rel].st_mtime_ns, "sha256": files[rel]["sha256"]}
-               for rel in sorted(verified) if started_ns - stats[rel].st_mtime_ns >= RECENT_NS}
-    text = json.dumps({"bundle": str(path.resolve()), "manifest_sha256": manifest_sha256, "files": entries},
-                      indent=1)
-    tmp = None
-    try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=record.stem + ".", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, record)
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def _check_files(path: Path, manifest: dict[str, Any], verify: Optional[bool],
-                 progress: Optional[Callable[[str], None]], cache_dir: Union[str, Path, None] = None) -> None:
-    """verify: True hashes every file, None only those not verified since they last changed (see load_bundle),
-    False none; sizes are always checked."""
+def _check_files(path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every file the manifest lists is there with its size (stat() calls only); returns the manifest's files."""
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{path / MANIFEST_FILE} lists no files; {_REEXPORT}.")
@@ -231,35 +150,74 @@ def _check_files(path: Path, manifest: dict[str, Any], verify: Optional[bool],
         if not (path / rel).is_file():
             raise BundleError(f"{path / rel} is missing from the bundle (the manifest lists it); {_REEXPORT}, "
                               "or copy the whole bundle folder again.")
-    started_ns = time.time_ns()
-    # each file's size and mtime before it is hashed: a change during or after the hash shows at the next load
-    stats = {rel: (path / rel).stat() for rel in files}
-    record = manifest_sha256 = None
-    if verify is not False:
-        record_dir = checks_dir(cache_dir)
-        record = None if record_dir is None else _record_path(record_dir, path)
-        manifest_sha256 = hashlib.sha256((path / MANIFEST_FILE).read_bytes()).hexdigest()  # part of the key
-    trusted = _remembered(record, path, manifest_sha256, files, stats) if verify is None else set()
-    to_hash = [] if verify is False else [rel for rel in files if rel not in trusted]
-    # target/ and draft/ swapped: the probe then differs from its record in size or mtime, so it is to be hashed
-    if (manifest.get("draft") is not None and "target/" + MODEL_XML in to_hash
-            and _looks_swapped(path, files)):
-        raise BundleError(f"{path}: the files in target/ and draft/ are swapped (each matches the other's checksums). "
-                          "Rename the folders back, or export again with the larger model as --target.")
     for rel, rec in files.items():
-        fpath = path / rel
-        if stats[rel].st_size != rec["size"]:
-            raise BundleError(f"{fpath} has {stats[rel].st_size} bytes but the manifest says {rec['size']}: "
+        size = (path / rel).stat().st_size
+        if size != rec["size"]:
+            if _looks_swapped(path, files):
+                raise _swapped(path)
+            raise BundleError(f"{path / rel} has {size} bytes but the manifest says {rec['size']}: "
                               f"the file is damaged or was replaced; {_REEXPORT}.")
-    for rel in to_hash:
+    return files
+
+
+def _swapped(path: Path) -> BundleError:
+    return BundleError(f"{path}: the files in target/ and draft/ are swapped (each matches the other's checksums). "
+                       "Rename the folders back, or export again with the larger model as --target.")
+
+
+def _hash_files(path: Path, files: dict[str, dict[str, Any]], progress: Optional[Callable[[str], None]] = None,
+                cancelled: Callable[[], bool] = lambda: False) -> None:
+    """The sha256 of every file against the manifest's; the first mismatch raises, naming the file and the fix."""
+    for rel in sorted(files, key=lambda r: files[r]["size"]):  # small files first: a swap shows in the XML
+        if cancelled():
+            return
         fpath, size = path / rel, files[rel]["size"]
         if progress and size > 50_000_000:
             progress(f"verifying {rel} ({size / 1e6:.0f} MB)")
         if sha256_file(fpath) != files[rel]["sha256"]:
+            if rel.endswith("/" + MODEL_XML) and _looks_swapped(path, files):
+                raise _swapped(path)
             raise BundleError(f"{fpath} does not match its sha256 in the manifest: the file is damaged or was "
-                              f"changed after export; {_REEXPORT}.")
-    if to_hash:
-        _remember(record, path, manifest_sha256, files, stats, trusted | set(to_hash), started_ns)
+                              f"changed after export; {_REEXPORT} {_SKIP}.")
+
+
+class Verification:
+    """The sha256 checks of a bundle's files, running in a thread of their own while the caller does other work
+    (Engine: compiles the models; hashlib releases the GIL while it hashes, OpenVINO while it compiles).
+
+    wait() returns once every file matched its checksum and raises the BundleError of the first that did not, so
+    that a caller who waits before its first generation generates nothing from damaged or tampered weights.
+    cancel(): stop at the next file (a caller that failed otherwise and will not wait)."""
+
+    def __init__(self, path: Path, files: dict[str, dict[str, Any]],
+                 progress: Optional[Callable[[str], None]] = None):
+        self.path, self.seconds = path, 0.0
+        self._error: Optional[BaseException] = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(files, progress), name="verify-bundle", daemon=True)
+        self._thread.start()
+
+    def _run(self, files: dict[str, dict[str, Any]], progress: Optional[Callable[[str], None]]) -> None:
+        start = time.perf_counter()
+        try:
+            _hash_files(self.path, files, progress, self._cancel.is_set)
+        except BaseException as exc:  # handed to wait()
+            self._error = exc
+        self.seconds = time.perf_counter() - start
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+
+def start_verification(bundle: Bundle, progress: Optional[Callable[[str], None]] = None) -> Verification:
+    """Begin checking the sha256 of every file of a loaded bundle in a background thread; wait() on the result
+    before the first generation (see Verification)."""
+    return Verification(bundle.path, bundle.manifest["files"], progress)
 
 
 def _looks_swapped(path: Path, files: dict[str, dict[str, Any]]) -> bool:
@@ -270,24 +228,19 @@ def _looks_swapped(path: Path, files: dict[str, dict[str, Any]]) -> bool:
     return sha256_file(path / probe) == files[twin]["sha256"] != files[probe]["sha256"]
 
 
-def load_bundle(path: str | Path, verify: Optional[bool] = True,
-                progress: Optional[Callable[[str], None]] = None,
-                cache_dir: Union[str, Path, None] = None) -> Bundle:
-    """Open a bundle folder and validate it.
+def load_bundle(path: str | Path, verify: bool = True,
+                progress: Optional[Callable[[str], None]] = None) -> Bundle:
+    """Open a bundle folder and validate it: the manifest against its schema, every file there with its size.
 
-    verify=True checks the sha256 of every file (a few seconds for a GB-sized bundle); verify=False checks
-    only that every file is there with the right size. verify=None checks the sha256 of the files not verified
-    on this machine since they last changed: every file the first time, then only a file whose size or
-    modification time (mtime_ns) differs from the last verification, so that a later load of an unchanged bundle
-    costs only stat() calls. (Rewriting a file and then setting its mtime back by hand is not seen; verify=True
-    sees it.) What was verified is remembered in a small JSON per bundle below checks_dir(cache_dir) (the folder
-    of the compiled-model cache: cache_dir, else $EDGE_SPECDEC_CACHE_DIR, else the user cache); with that "off"
-    or unwritable, verify=None hashes every file at every load. verify=True records what it verified too.
-    """
+    verify=True also checks the sha256 of every file against the manifest (a second or two per GB); verify=False
+    leaves that to the caller, as Engine does: it loads with verify=False, then hashes in a thread while the
+    models compile (start_verification) and waits for it before anything generates."""
     path = Path(path)
     manifest = read_manifest(path)
     check_manifest(manifest, str(path / MANIFEST_FILE), _REEXPORT)  # types and ranges, before anything reads them
-    _check_files(path, manifest, verify, progress, cache_dir)
+    files = _check_files(path, manifest)
+    if verify:
+        _hash_files(path, files, progress)
     bundle = Bundle(path, manifest)
     for entry in (bundle.target, bundle.draft):
         if entry is None:

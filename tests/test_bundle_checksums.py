@@ -1,17 +1,16 @@
-"""A bundle's sha256 checksums are verified when it is first loaded on a machine and whenever a file changed since.
+"""A bundle's sha256 checksums are verified in full whenever it is opened for generation (issue 32, item 11).
 
-What was verified is remembered outside the bundle, in the user cache ($EDGE_SPECDEC_CACHE_DIR/verified-bundles),
-per file as (size, mtime_ns, sha256): a later load of an unchanged bundle costs only stat() calls.
+Engine hashes every file in a thread while its models compile (bundle.start_verification) and waits for it before
+the load ends, so a file rewritten at the same size with its mtime restored, or bit rot, is refused before anything
+is generated. `--no-verify` / Engine(verify_checksums=False) load it for users who accept the risk.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
+import threading
 import time
-import types
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 import edge_specdec.bundle as bundle_mod
 from edge_specdec.bundle import load_bundle
 from edge_specdec.errors import BundleError
-from support import SAME_VOCAB
+from support import SAME_VOCAB, run_cli
 
 WEIGHTS = "target/openvino_model.bin"
 HOUR_NS = 3600 * 10**9
@@ -27,7 +26,7 @@ HOUR_NS = 3600 * 10**9
 
 @pytest.fixture
 def bundle_copy(bundle_dir, tmp_path) -> Path:
-    """A private copy of a small bundle whose files were last modified an hour ago (so none is 'just written')."""
+    """A private copy of a small bundle whose files were last modified an hour ago."""
     dst = tmp_path / "bundle"
     shutil.copytree(bundle_dir(*SAME_VOCAB), dst)
     old = time.time_ns() - HOUR_NS
@@ -38,34 +37,29 @@ def bundle_copy(bundle_dir, tmp_path) -> Path:
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    """A writable user cache for this test only (the suite's default is EDGE_SPECDEC_CACHE_DIR=off)."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("EDGE_SPECDEC_CACHE_DIR", str(folder))
-    return folder
-
-
-@pytest.fixture
-def hashed(monkeypatch) -> list[str]:
-    """The bundle-relative path of every file that sha256_file hashes, in order. (The manifest, a few kB, is read
-    at every load for the record's key, without sha256_file.)"""
-    calls: list[str] = []
+def hashed(monkeypatch) -> list[tuple[str, str]]:
+    """(bundle-relative path, thread name) of every file that sha256_file hashes, in order."""
+    calls: list[tuple[str, str]] = []
     real = bundle_mod.sha256_file
 
     def counting(path, *args, **kwargs):
         path = Path(path)
-        calls.append(f"{path.parent.name}/{path.name}" if path.parent.name in bundle_mod.ROLES else path.name)
+        rel = f"{path.parent.name}/{path.name}" if path.parent.name in bundle_mod.ROLES else path.name
+        calls.append((rel, threading.current_thread().name))
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(bundle_mod, "sha256_file", counting)
     return calls
 
 
-def flip_a_byte(path: Path) -> None:
-    """Same size, one byte changed: only a checksum can see it."""
+def tamper_in_place(path: Path) -> None:
+    """Same size, one byte changed, the mtime set back: neither size nor mtime shows it, only a checksum."""
+    st = path.stat()
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
 
 
 def listed(bundle: Path) -> list[str]:
@@ -79,118 +73,95 @@ def info_message(bundle: Path) -> str:
     return str(exc.value)
 
 
-# ---------- a tampered bundle is refused ----------
+# ---------- a tampered bundle is refused, every time ----------
 
-@pytest.mark.parametrize("remembered", [False, True], ids=["first-load", "after-a-verified-load"])
-def test_pipeline_refuses_a_same_size_byte_flip(bundle_copy, cache, remembered):
+def test_engine_refuses_a_same_size_rewrite_with_its_mtime_restored(bundle_copy):
     from edge_specdec.runtime import Pipeline
 
-    if remembered:
-        load_bundle(bundle_copy, verify=None)  # verified and remembered before the damage
-    flip_a_byte(bundle_copy / WEIGHTS)
-    with pytest.raises(BundleError, match=r"target/openvino_model\.bin does not match its sha256") as exc:
+    Pipeline(bundle_copy)  # a clean load first: nothing of it may be trusted later
+    tamper_in_place(bundle_copy / WEIGHTS)
+    with pytest.raises(BundleError) as exc:
         Pipeline(bundle_copy)
-    assert str(exc.value) == info_message(bundle_copy)  # the same words as `edge-specdec info`
+    message = str(exc.value)
+    assert "\n" not in message and message == info_message(bundle_copy)  # one line, the words of `info`
+    assert f"{bundle_copy / WEIGHTS} does not match its sha256" in message
+    assert "--force" in message and "--no-verify" in message and "verify_checksums=False" in message  # the fixes
 
 
-def test_pipeline_refuses_a_byte_flip_with_the_cache_off(bundle_copy, monkeypatch):
-    from edge_specdec.runtime import Pipeline
+def test_a_bundle_object_is_verified_too(bundle_copy):
+    from edge_specdec.runtime import Engine
 
-    monkeypatch.setenv("EDGE_SPECDEC_CACHE_DIR", "off")
-    flip_a_byte(bundle_copy / WEIGHTS)
+    bundle = load_bundle(bundle_copy)  # verified now ...
+    tamper_in_place(bundle_copy / WEIGHTS)  # ... damaged before the engine opens it
     with pytest.raises(BundleError, match=r"target/openvino_model\.bin does not match its sha256"):
-        Pipeline(bundle_copy)
+        Engine(bundle)
 
+
+def test_verify_checksums_false_loads_it(bundle_copy):
+    from edge_specdec.runtime import GenerationConfig, Pipeline
+
+    tamper_in_place(bundle_copy / WEIGHTS)
+    pipe = Pipeline(bundle_copy, verify_checksums=False)  # the user accepts the risk
+    assert pipe.generate("def f(x):", GenerationConfig(max_new_tokens=3)).token_ids
+
+
+def test_every_load_hashes_every_file_in_a_thread_beside_the_compile(bundle_copy, hashed):
+    from edge_specdec.runtime import Engine
+
+    for _ in range(2):  # nothing is remembered between loads
+        hashed.clear()
+        Engine(bundle_copy)
+        assert sorted(rel for rel, _ in hashed) == sorted(listed(bundle_copy))
+        assert {name for _, name in hashed} == {"verify-bundle"}  # not the thread that compiles
+    hashed.clear()
+    Engine(bundle_copy, verify_checksums=False)
+    assert hashed == []
+
+
+def test_load_bundle_verify_true_hashes_and_false_checks_sizes(bundle_copy, hashed):
+    load_bundle(bundle_copy, verify=True)
+    assert sorted(rel for rel, _ in hashed) == sorted(listed(bundle_copy))
+    hashed.clear()
+    tamper_in_place(bundle_copy / WEIGHTS)
+    load_bundle(bundle_copy, verify=False)  # sizes only
+    assert hashed == []
+    with open(bundle_copy / WEIGHTS, "ab") as f:
+        f.write(b"x")
+    with pytest.raises(BundleError, match=r"has \d+ bytes but the manifest says"):
+        load_bundle(bundle_copy, verify=False)
+
+
+def test_verification_reports_the_first_mismatch_on_wait(bundle_copy):
+    tamper_in_place(bundle_copy / WEIGHTS)
+    verification = bundle_mod.start_verification(load_bundle(bundle_copy, verify=False))
+    with pytest.raises(BundleError, match=r"target/openvino_model\.bin does not match"):
+        verification.wait()
+    with pytest.raises(BundleError):  # and again: a second wait does not forget it
+        verification.wait()
+
+
+# ---------- the commands that open a bundle ----------
 
 @pytest.mark.slow
-def test_cli_run_refuses_a_same_size_byte_flip(bundle_copy, cache):
-    load_bundle(bundle_copy, verify=None)  # remembered as verified: the flip must still be seen
-    flip_a_byte(bundle_copy / WEIGHTS)
-    proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_copy), "--prompt", "def f(x):",
-                           "--max-new-tokens", "4"], capture_output=True, text=True,
-                          env={**os.environ, "EDGE_SPECDEC_CACHE_DIR": str(cache)}, timeout=300)
+def test_cli_run_refuses_it_and_no_verify_loads_it(bundle_copy):
+    tamper_in_place(bundle_copy / WEIGHTS)
+    proc = run_cli("run", str(bundle_copy), "--prompt", "def f(x):", "--max-new-tokens", "4", timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [f"edge-specdec: loading {bundle_copy} ... failed.",
                                         f"edge-specdec: error: {info_message(bundle_copy)}"]
+    proc = run_cli("run", str(bundle_copy), "--prompt", "def f(x):", "--max-new-tokens", "4", "--no-verify",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
 
 
-# ---------- an unchanged bundle is not hashed again ----------
+@pytest.mark.parametrize("command", ["serve", "check"])
+def test_the_other_commands_that_open_a_bundle_take_no_verify(command):
+    from edge_specdec.cli import build_parser
+    from edge_specdec.cli.common import engine_options
 
-def test_an_unchanged_bundle_loads_again_without_hashing(bundle_copy, cache, hashed):
-    from edge_specdec.runtime import Pipeline
-
-    Pipeline(bundle_copy)
-    assert set(listed(bundle_copy)) <= set(hashed)  # the first load on this machine hashes every file
-    hashed.clear()
-    Pipeline(bundle_copy)
-    assert hashed == []  # only stat() calls
-    records = list((cache / bundle_mod.CHECKS_DIR).iterdir())
-    assert len(records) == 1 and records[0].suffix == ".json"  # one small JSON, no temporary file left behind
-    record = json.loads(records[0].read_text())
-    assert record["bundle"] == str(bundle_copy.resolve())
-    assert set(record["files"]) == set(listed(bundle_copy))
-    stat = (bundle_copy / WEIGHTS).stat()
-    assert record["files"][WEIGHTS]["size"] == stat.st_size and record["files"][WEIGHTS]["mtime_ns"] == stat.st_mtime_ns
-
-
-def test_a_touched_file_is_verified_again(bundle_copy, cache, hashed):
-    load_bundle(bundle_copy, verify=None)
-    hashed.clear()
-    st = (bundle_copy / WEIGHTS).stat()
-    os.utime(bundle_copy / WEIGHTS, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same bytes, new mtime
-    load_bundle(bundle_copy, verify=None)
-    assert WEIGHTS in hashed and "draft/openvino_model.bin" not in hashed
-    hashed.clear()
-    load_bundle(bundle_copy, verify=None)  # verified again, so remembered again
-    assert hashed == []
-
-
-def test_a_changed_manifest_verifies_everything_again(bundle_copy, cache, hashed):
-    load_bundle(bundle_copy, verify=None)
-    mpath = bundle_copy / "manifest.json"
-    manifest = json.loads(mpath.read_text())
-    manifest["created"] = "another export"
-    mpath.write_text(json.dumps(manifest))
-    hashed.clear()
-    load_bundle(bundle_copy, verify=None)
-    assert set(listed(bundle_copy)) <= set(hashed)
-
-
-def test_a_file_written_just_before_verifying_is_not_trusted_later(bundle_copy, cache, hashed, monkeypatch):
-    """Its mtime could still be shared by a write that lands after the hash (coarse timestamps): hash it again."""
-    mtime = (bundle_copy / WEIGHTS).stat().st_mtime_ns + HOUR_NS  # the other files are an hour older
-    os.utime(bundle_copy / WEIGHTS, ns=(mtime, mtime))
-    # the verification starts 1 s after the weights were written (a fixed clock, so the test does not race it)
-    monkeypatch.setattr(bundle_mod, "time", types.SimpleNamespace(time_ns=lambda: mtime + 10**9))
-    load_bundle(bundle_copy, verify=None)
-    hashed.clear()
-    load_bundle(bundle_copy, verify=None)
-    assert hashed == [WEIGHTS]
-
-
-# ---------- no usable cache: verify every time ----------
-
-@pytest.mark.parametrize("setting", ["off", "a-file"])
-def test_without_a_usable_cache_every_load_verifies(bundle_copy, tmp_path, monkeypatch, hashed, setting):
-    if setting == "a-file":
-        (tmp_path / "a-file").write_text("not a folder")  # the records cannot be written below it
-        setting = str(tmp_path / "a-file")
-    monkeypatch.setenv("EDGE_SPECDEC_CACHE_DIR", setting)
-    for _ in range(2):
-        hashed.clear()
-        load_bundle(bundle_copy, verify=None)
-        assert set(listed(bundle_copy)) <= set(hashed)
-
-
-# ---------- the explicit settings keep their meaning ----------
-
-def test_verify_true_hashes_every_time_and_false_never(bundle_copy, cache, hashed):
-    for _ in range(2):
-        hashed.clear()
-        load_bundle(bundle_copy, verify=True)
-        assert set(listed(bundle_copy)) <= set(hashed)
-    hashed.clear()
-    flip_a_byte(bundle_copy / WEIGHTS)
-    load_bundle(bundle_copy, verify=False)  # sizes only, as before
-    assert hashed == []
+    args = build_parser().parse_args([command, "some/bundle", "--no-verify"])
+    assert engine_options(args)["verify_checksums"] is False
+    args = build_parser().parse_args([command, "some/bundle"])
+    assert engine_options(args)["verify_checksums"] is True

@@ -51,13 +51,16 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
                    help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "
                         f"{NPU_MAX_PROMPT}; the NPU compiles static shapes, and a longer prompt is refused)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the sha256 checks of the bundle's files, which otherwise run at every load while the "
+                        "models compile (sizes are still checked): damaged or tampered weights then load silently")
 
 
 def engine_options(args: argparse.Namespace) -> dict:
     """The Engine keyword arguments of the options add_engine_options added."""
     return dict(target_device=args.target_device, draft_device=args.draft_device, allow_fallback=args.allow_fallback,
                 cache_dir=args.cache_dir, threads=args.threads, precision=args.precision, draft_vocab=args.draft_vocab,
-                npu_max_prompt=args.npu_max_prompt)
+                npu_max_prompt=args.npu_max_prompt, verify_checksums=not args.no_verify)
 
 
 def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
