@@ -472,7 +472,7 @@ def test_serve_command_refuses_what_it_cannot_do(tmp_path, capsys):
     assert main(["serve", "--slots", "0"]) == 1
     assert "--slots must be at least 1" in capsys.readouterr().err
     assert main(["serve", "--crowded-draft-tokens", "-1"]) == 1
-    assert "--crowded-draft-tokens -1: give 0" in capsys.readouterr().err
+    assert "crowded_draft_tokens must be 0 (the target alone) or more, not -1" in capsys.readouterr().err
     out = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "serve", str(tmp_path / "nowhere"), "--port",
                           "0"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "could not load the bundle" in out.stderr and "nowhere" in out.stderr

@@ -8,7 +8,7 @@ import os
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
-from ..runtime.pipeline import CROWDED_DRAFT_TOKENS, DRAFT_MAX_SESSIONS
+from ..runtime.settings import CROWDED_DRAFT_TOKENS, DRAFT_MAX_SESSIONS, EngineConfig
 from .common import add_engine_options, engine_options, say
 
 SERVE_EXAMPLES = """\
@@ -63,16 +63,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and not api_key:
         raise EdgeSpecdecError(f"--host {args.host} is reachable from other machines: give an --api-key (or set "
                                f"EDGE_SPECDEC_API_KEY) that clients must send, or serve on 127.0.0.1.")
-    if args.crowded_draft_tokens < 0:
-        raise EdgeSpecdecError(f"--crowded-draft-tokens {args.crowded_draft_tokens}: give 0 (the target's own "
-                               f"tokens) or more.")
-    options = dict(engine_options(args),
-                   draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions,
-                   crowded_draft_tokens=args.crowded_draft_tokens, prefix_reuse=args.prefix_reuse)
+    engine = EngineConfig(**engine_options(args), prefix_reuse=args.prefix_reuse,
+                          draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions,
+                          crowded_draft_tokens=args.crowded_draft_tokens)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
                               batching=args.batching, host=args.host, allowed_hosts=args.allowed_host or [],
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
-                              max_body_bytes=args.max_body_bytes, engine_options=options).check()
+                              max_body_bytes=args.max_body_bytes, engine=engine).check()
     app = create_app(settings)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import EdgeSpecdecError
 from ..vocab_map import VocabMap
-from .drafters import DRAFT_POLICIES, DraftModelDrafter, Drafter, PromptLookupDrafter
+from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
@@ -150,22 +150,6 @@ def resolve(algorithm: str, relation: str, has_draft: bool, greedy: bool = True,
         raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft with the target's vocabulary, but this "
                                f"bundle's relation is {relation!r}. Use {serving} or auto.")
     return algorithm
-
-
-def draft_settings(entry: Algorithm, num_assistant_tokens: Optional[int], confidence: Optional[float],
-                   draft_policy: str) -> tuple[int, float]:
-    """A request's draft length and confidence stop, the algorithm's defaults where it gives none, checked."""
-    k = entry.draft_tokens if num_assistant_tokens is None else num_assistant_tokens
-    confidence = CONFIDENCE if confidence is None else confidence
-    if num_assistant_tokens is not None and num_assistant_tokens < 1:
-        raise EdgeSpecdecError("num_assistant_tokens must be at least 1.")
-    if not 0.0 <= confidence < 1.0:
-        raise EdgeSpecdecError(f"confidence must be at least 0 and below 1 (0 = never stop drafting "
-                               f"early), not {confidence}.")
-    if draft_policy not in DRAFT_POLICIES:
-        raise EdgeSpecdecError(f"unknown draft_policy {draft_policy!r}: choose one of "
-                               f"{', '.join(DRAFT_POLICIES)}.")
-    return k, confidence
 
 
 def available(relation: str, has_draft: bool) -> list[str]:

@@ -24,34 +24,33 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 import openvino as ov
 
-from ..bundle import Bundle, load_bundle
+from ..bundle import Bundle, load_bundle, start_verification
 from ..demo import DEMO_BUNDLE, run_defaults
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
 # DRAFT_TOKENS: the default draft length, read here by callers that size blocks for it
-from .algorithms import (AUTO, DRAFT_TOKENS, LOOKUP_FIRST, REGISTRY, Algorithm, DraftContext,  # noqa: F401
-                         available, draft_settings, resolve)
-from .batching import MAX_WAIT, Scheduler, batch_invariant
+from .algorithms import (AUTO, DRAFT_TOKENS, REGISTRY, Algorithm, DraftContext,  # noqa: F401
+                         available, resolve)
+from .batching import Scheduler, batch_invariant
 from .drafters import DraftingGuard, DraftLength, LookupFirst
 from .generate import Result, generate
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate, special_token_texts
 from .conversation import Conversation
-from .devices import (DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, TARGET_GENERATION_TOKENS, check_npu_weights,
+from .devices import (DRAFT_GENERATION_TOKENS, TARGET_GENERATION_TOKENS, Placement, check_npu_weights,
                       compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
 from .plan import BlockPlan, machine_name
 from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
 from .session import BlockPool, ModelSession, open_model
+from .settings import EngineConfig, SpeculativeConfig
 from .text import PromptTokenizer, TextStream
 
-# the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
-DRAFT_VOCAB = 65536
 # a model whose weights are smaller than this runs on one CPU thread: it sits in the caches and its layers are
 # narrow, so barriers between threads cost more than they share
 SMALL_MODEL_BYTES = 32 * 2**20
@@ -59,13 +58,6 @@ DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) w
 # a model whose weights are smaller than this gets copies compiled for the block sizes it runs most (static
 # shapes, see CompiledLM.add_static); each copy holds the weights again
 STATIC_MAX_BYTES = 256 * 2**20
-# with batching, sessions draft their full length only while at most DRAFT_MAX_SESSIONS generate; with more, at
-# most CROWDED_DRAFT_TOKENS each (0: the target's own tokens, verified together). A batched pass costs by its rows,
-# and a draft that shares the target's cores costs every session its calls (benchmarks/RESULTS.md, "Concurrent
-# clients"); with the draft on a device of its own, 1 drafted token (in the row a step of the target alone
-# re-feeds anyway) can pay.
-DRAFT_MAX_SESSIONS = 2
-CROWDED_DRAFT_TOKENS = 0
 
 
 class Engine:
@@ -73,135 +65,113 @@ class Engine:
 
     bundle: a bundle folder (or a loaded Bundle); None: the demo pair that ships inside the package, whose
     default GenerationConfig carries the repetition penalty `edge-specdec run` gives it (see demo.py).
-    prefix_reuse: a session keeps its KV caches between runs and reuses what they share with the next prompt
-    (exact where the target is block-invariant; see generate()); False prefills every prompt whole.
+    config: how the engine loads and runs (an EngineConfig, whose fields say what each one does); its fields may be
+    given as keyword arguments instead, `Engine(bundle, target_device="CPU")`. core: the OpenVINO Core to compile on.
 
-    target_device / draft_device: CPU, GPU, GPU.N, NPU or AUTO (the design's choice: the draft on an integrated
-    GPU or the NPU, the target on the CPU or a discrete GPU). An absent device is an error unless
-    allow_fallback, then it falls back to the CPU. With draft_device AUTO and an accelerator present, the draft's
-    step is timed on each candidate device (the CPU among them) once per machine and bundle, and the fastest
-    wins (`devices.measure_draft_device`). `placement.describe()` says what runs where and why. npu_max_prompt:
-    the longest prompt a model on the NPU is compiled for (see npu.py).
-    cache_dir: OpenVINO's compiled-model cache (None: $EDGE_SPECDEC_CACHE_DIR or ~/.cache/edge-specdec/ov-cache;
-    "off" disables it). verify: the bundle's sha256 checksums (sizes are always checked). None (default): the files
-    not verified on this machine since they last changed, so every file the first time, then only a file whose size
-    or mtime changed; a later load of an unchanged bundle costs only stat() calls. What was verified is remembered
-    below cache_dir (with it "off" or unwritable: every file at every load). True: every file at every load.
-    False: none, sizes only (the former default). A changed file is refused (BundleError) with the words of
-    `edge-specdec info`; a Bundle object passed in is used as loaded.
-    concurrent: run the draft while the target verifies (default: when they sit on different
-    devices). precision / kv_rollback: see `open_model`. draft_vocab: the draft computes logits only for its
-    first draft_vocab token ids plus its special tokens, so it can propose only those (default 65536; 0: its
-    whole vocabulary). threads: OpenVINO CPU threads per model (None: one for a model under SMALL_MODEL_BYTES,
-    half of the cores each when the two run concurrently on one CPU, else all). fixed_blocks: widen the short
-    blocks of speculative decoding to one size per model, so that the device does not prepare a new shape on
-    every call (None: where `fixed_block_pays` measures that it wins, checked once per model and size, and
-    otherwise single steps of the size `cheapest_step` measures; True / False: always / never).
-    static_shapes: give a model copies compiled at load for the block sizes it runs most (its single steps, and
-    the fixed block of the default k + 1 or DRAFT_BLOCK tokens), so that they never change a shape (None: for
-    models under STATIC_MAX_BYTES of weights; True / False: every model / none). A copy takes as long to compile
-    as the model and holds its weights again: worth it for an engine that serves many requests, not for one
-    short run (`edge-specdec run` turns them off). The output is the same either way.
-    batching: sessions of this engine share a block pool per model, and their short blocks (verification, draft
-    steps) run together in one call when several sessions generate at once (see batching.py); checked for bit
-    identity once per machine, and off where it does not hold (`batching_note` says which). batch_wait: the
-    longest a call waits for the other sessions' calls (seconds). draft_max_sessions: with batching, a session
-    drafts its full length only in rounds where at most this many sessions generate (None: always); with more,
-    at most crowded_draft_tokens (default 0: their rounds verify the target's own tokens together; batched, a
-    pass costs by its rows, and long drafts' rejected rows cost every session; 1: the row a step of the target
-    alone re-feeds verifies a drafted token instead, which pays where the draft has a device of its own). A
-    seeded sampled run always drafts its full length, so that it reproduces whatever the load.
-    Byte-level BPE and unigram tokenizers number their tokens roughly from frequent to rare, so the draft
-    vocabulary cut costs little acceptance and makes a draft with a large vocabulary faster. Any draft keeps the
-    output exact: the target decides every token.
+    With verify_checksums, the sha256 of every file of the bundle (a Bundle object's too) is checked at every load,
+    in a thread while the models compile (bundle.start_verification), and a file that does not match is refused
+    (BundleError, the words of `edge-specdec info`) before the Engine exists, so nothing is ever generated from
+    damaged or tampered weights. `placement.describe()` says what runs where and why; `batching_note` whether the
+    sessions verify together. The draft vocabulary cut costs little acceptance (byte-level BPE and unigram
+    tokenizers number their tokens roughly from frequent to rare) and makes a draft with a large vocabulary faster.
+    Whatever the settings, the target decides every token.
     """
 
-    def __init__(self, bundle: Union[str, Path, Bundle, None] = None, target_device: str = "AUTO",
-                 draft_device: str = "AUTO",
-                 verify: Optional[bool] = None, precision: str = "dq", kv_rollback: Optional[str] = None,
-                 allow_fallback: bool = False, cache_dir: Union[str, Path, None] = None,
-                 concurrent: Optional[bool] = None, core: Optional[ov.Core] = None,
-                 draft_vocab: Optional[int] = None, fixed_blocks: Optional[bool] = None,
-                 threads: Optional[int] = None, static_shapes: Optional[bool] = None, batching: bool = False,
-                 batch_wait: float = MAX_WAIT, draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS,
-                 crowded_draft_tokens: int = CROWDED_DRAFT_TOKENS, npu_max_prompt: int = NPU_MAX_PROMPT,
-                 prefix_reuse: bool = True):
+    def __init__(self, bundle: Union[str, Path, Bundle, None] = None, config: Optional[EngineConfig] = None, *,
+                 core: Optional[ov.Core] = None, **settings):
         start = time.perf_counter()
-        self.prefix_reuse = prefix_reuse
-        if crowded_draft_tokens < 0:
-            raise EdgeSpecdecError(f"crowded_draft_tokens must be 0 (the target alone) or more, not "
-                                   f"{crowded_draft_tokens}.")
-        self.draft_max_sessions, self.crowded_draft_tokens = draft_max_sessions, crowded_draft_tokens
-        self.draft_vocab = DRAFT_VOCAB if draft_vocab is None else draft_vocab
-        if self.draft_vocab < 0:
-            raise EdgeSpecdecError(f"draft_vocab must be 0 (the whole vocabulary) or a number of token ids, "
-                                   f"not {draft_vocab}.")
+        self.config = config = EngineConfig.of(config, settings)
         if bundle is None:  # the demo pair that ships inside the package, with the defaults `run` gives it
             bundle = DEMO_BUNDLE
-        self.bundle = (bundle if isinstance(bundle, Bundle)
-                       else load_bundle(bundle, verify=verify, cache_dir=cache_dir))
+        self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle, verify=False)  # sizes
+        verification = start_verification(self.bundle) if config.verify_checksums else None  # hashed while compiling
         self.default_config = GenerationConfig(repetition_penalty=run_defaults(self.bundle.path, None)[1])
-        self.core = core = core or ov.Core()
-        target, draft = self.bundle.target, self.bundle.draft
-        if threads is not None and threads < 1:
-            raise EdgeSpecdecError(f"threads must be at least 1 (or None: chosen per model), not {threads}.")
-        devices = list_devices(core)
-        self.placement = place(devices, target_device, draft_device if draft else None, allow_fallback)
-        cache = resolve_cache_dir(cache_dir)
-        npu = {"target": dict(npu_max_prompt=npu_max_prompt, npu_generation_tokens=TARGET_GENERATION_TOKENS),
-               "draft": dict(npu_max_prompt=npu_max_prompt, npu_generation_tokens=DRAFT_GENERATION_TOKENS)}
-        if draft and (draft_device or "").strip().upper() == "AUTO" and self.placement.draft != "CPU":
-            def draft_step_ms(device: str) -> float:
-                model = open_model(draft.model_xml, device, core=core, block_invariant=False,
-                                   config=compile_config(device, cache, threads or 1), **npu["draft"])
-                return 1000 * step_seconds(model.session())
-
-            key = {"openvino": ov.get_version(), "machine": machine_name(core), "bundle": self.bundle.manifest.get(
-                "files"), "devices": [vars(d) for d in devices], "npu_max_prompt": npu_max_prompt}
-            self.placement = measure_draft_device(self.placement, devices, draft_step_ms, BlockPlan(cache, key))
-        if draft and self.placement.draft.startswith("NPU"):
-            check_npu_weights(draft.info)
+        self.core = core or ov.Core()
+        cache = resolve_cache_dir(config.cache_dir)
+        self.placement = self._place(list_devices(self.core), cache)
         same_device = self.placement.target == self.placement.draft
-        self.concurrent = bool(draft) and (not same_device if concurrent is None else concurrent)
-        # two models on one CPU at the same time: give each half of the cores
-        shared = max(1, (os.cpu_count() or 2) // 2) if self.concurrent and same_device else None
-
-        def cpu_threads(model) -> Optional[int]:
-            return threads or (1 if weight_bytes(model) < SMALL_MODEL_BYTES else shared)
-
-        configs = {role: compile_config(getattr(self.placement, role), cache, cpu_threads(model))
-                   for role, model in (("target", target), ("draft", draft)) if model}
-        self.plan = BlockPlan(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
-                                      "machine": machine_name(core), "placement": vars(self.placement),
-                                      "precision": precision, "rollback": kv_rollback, "configs": configs,
-                                      "draft_vocab": self.draft_vocab})
-        known = self.plan.values.setdefault("target/invariant", {})  # exactness per precision, from the plan
-        checked_before = dict(known)
-        self.vocab_map = self.bundle.load_vocab_map()
-        with ThreadPoolExecutor(1, thread_name_prefix="load-draft") as pool:
-            # the two compiles overlap: OpenVINO releases the GIL while it compiles
-            draft_job = draft and pool.submit(
-                open_model, draft.model_xml, self.placement.draft, core=core, precision=precision,
-                rollback=kv_rollback, block_invariant=False,
-                output_ids=draft_output_ids(self.vocab_map.draft, self.draft_vocab),
-                max_context=draft.info.get("max_position_embeddings"), config=configs["draft"], **npu["draft"])
-            self.target_model = open_model(target.model_xml, self.placement.target, core=core, precision=precision,
-                                           rollback=kv_rollback, max_context=target.info.get("max_position_embeddings"),
-                                           config=configs["target"], known_invariant=known, **npu["target"])
-            self.draft_model = draft_job.result() if draft_job else None
-        if known != checked_before:  # open_model checked a precision on this machine for the first time
-            self.plan.save()
-        self.fixed_blocks = fixed_blocks
+        self.concurrent = bool(self.bundle.draft) and (not same_device if config.concurrent is None
+                                                       else config.concurrent)
+        self._open_models(cache)
         self._block_shapes: dict[tuple[int, bool], dict[str, int]] = {}  # see block_shapes
-        self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if static_shapes is None else static_shapes
-                        for role, model in (("target", target), ("draft", draft)) if model}
+        self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if config.static_shapes is None
+                        else config.static_shapes for role, model in self._bundle_models()}
         self._compile_static_copies()
-        self.tokenizer = PromptTokenizer(target.tokenizer_xml, core)
+        self.tokenizer = PromptTokenizer(self.bundle.target.tokenizer_xml, self.core)
+        if verification is not None:
+            verification.wait()  # a file that does not match its checksum raises here, before any generation
         self.load_seconds = time.perf_counter() - start  # checksums, compiles, checks: all of the load
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
         self.scheduler, self.pools, self.batching_note = None, {}, ""
-        if batching:
-            self._start_batching(batch_wait)
+        if config.batching:
+            self._start_batching(config.batch_wait)
+
+    def _bundle_models(self) -> list[tuple[str, Any]]:
+        """The bundle's models by role: the target, and the draft if it has one."""
+        return [(role, model) for role, model in (("target", self.bundle.target), ("draft", self.bundle.draft))
+                if model]
+
+    def _npu(self, role: str) -> dict[str, int]:
+        """open_model's NPU settings for a role: the longest prompt, and the tokens of a generate call (npu.py)."""
+        tokens = TARGET_GENERATION_TOKENS if role == "target" else DRAFT_GENERATION_TOKENS
+        return dict(npu_max_prompt=self.config.npu_max_prompt, npu_generation_tokens=tokens)
+
+    def _place(self, devices: list, cache: Optional[Path]) -> Placement:
+        """The devices of the target and the draft (see devices.place). With draft_device AUTO and an accelerator
+        present, the draft's step is timed on each candidate device (the CPU among them) once per machine and
+        bundle, and the fastest wins (devices.measure_draft_device)."""
+        config, draft = self.config, self.bundle.draft
+        placement = place(devices, config.target_device, config.draft_device if draft else None,
+                          config.allow_fallback)
+        if draft and (config.draft_device or "").strip().upper() == "AUTO" and placement.draft != "CPU":
+            def draft_step_ms(device: str) -> float:
+                model = open_model(draft.model_xml, device, core=self.core, block_invariant=False,
+                                   config=compile_config(device, cache, config.threads or 1), **self._npu("draft"))
+                return 1000 * step_seconds(model.session())
+
+            key = {"openvino": ov.get_version(), "machine": machine_name(self.core), "bundle": self.bundle.manifest.get(
+                "files"), "devices": [vars(d) for d in devices], "npu_max_prompt": config.npu_max_prompt}
+            placement = measure_draft_device(placement, devices, draft_step_ms, BlockPlan(cache, key))
+        if draft and placement.draft.startswith("NPU"):
+            check_npu_weights(draft.info)
+        return placement
+
+    def _cpu_threads(self, model) -> Optional[int]:
+        """OpenVINO CPU threads for a bundle model: EngineConfig.threads, else one for a model under
+        SMALL_MODEL_BYTES, half of the cores when the two models run at once on one CPU, else all (None)."""
+        if self.config.threads:
+            return self.config.threads
+        if weight_bytes(model) < SMALL_MODEL_BYTES:
+            return 1
+        # two models on one CPU at the same time: give each half of the cores
+        shared = self.concurrent and self.placement.target == self.placement.draft
+        return max(1, (os.cpu_count() or 2) // 2) if shared else None
+
+    def _open_models(self, cache: Optional[Path]) -> None:
+        """Compile the target and the draft on their devices (the two compiles overlap: OpenVINO releases the GIL
+        while it compiles), with the block plan that keeps this machine's measurements of them."""
+        config, target, draft = self.config, self.bundle.target, self.bundle.draft
+        configs = {role: compile_config(getattr(self.placement, role), cache, self._cpu_threads(model))
+                   for role, model in self._bundle_models()}
+        self.plan = BlockPlan(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
+                                      "machine": machine_name(self.core), "placement": vars(self.placement),
+                                      "precision": config.precision, "rollback": config.kv_rollback,
+                                      "configs": configs, "draft_vocab": config.draft_vocab})
+        known = self.plan.values.setdefault("target/invariant", {})  # exactness per precision, from the plan
+        checked_before = dict(known)
+        self.vocab_map = self.bundle.load_vocab_map()
+        common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback)
+        with ThreadPoolExecutor(1, thread_name_prefix="load-draft") as pool:
+            draft_job = draft and pool.submit(
+                open_model, draft.model_xml, self.placement.draft, **common, block_invariant=False,
+                output_ids=draft_output_ids(self.vocab_map.draft, config.draft_vocab),
+                max_context=draft.info.get("max_position_embeddings"), config=configs["draft"], **self._npu("draft"))
+            self.target_model = open_model(target.model_xml, self.placement.target, **common,
+                                           max_context=target.info.get("max_position_embeddings"),
+                                           config=configs["target"], known_invariant=known, **self._npu("target"))
+            self.draft_model = draft_job.result() if draft_job else None
+        if known != checked_before:  # open_model checked a precision on this machine for the first time
+            self.plan.save()
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks
@@ -295,9 +265,9 @@ class Engine:
             if model is None:
                 continue
             shapes[role] = 1
-            if not used or model.rollback_method != "paged" or self.fixed_blocks is False:
+            if not used or model.rollback_method != "paged" or self.config.fixed_blocks is False:
                 continue
-            if k > 0 and (self.fixed_blocks or self.measured(f"{role}/fixed_block/{size}",
+            if k > 0 and (self.config.fixed_blocks or self.measured(f"{role}/fixed_block/{size}",
                                                              lambda: fixed_block_pays(model.session(), size))):
                 shapes[role] = size
             elif role == "target":
@@ -349,28 +319,21 @@ class DecodingSession:
                 session.scheduler = engine.scheduler
 
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
-                 algorithm: str = "auto", num_assistant_tokens: Optional[int] = None, draft_policy: str = "fixed",
-                 confidence: Optional[float] = None, lookup: Optional[bool] = None,
+                 speculative: Optional[SpeculativeConfig] = None, *,
                  on_text: Optional[Callable[[str], Optional[bool]]] = None,
-                 cancel: Optional[threading.Event] = None, guard: Optional[bool] = None) -> Result:
+                 cancel: Optional[threading.Event] = None, **settings) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
-        num_assistant_tokens: the most tokens drafted per round (the first length, for the adaptive policies;
-        default: the algorithm's, algorithms.DRAFT_TOKENS for a draft model, LOOKUP_TOKENS for prompt lookup).
-        confidence: a draft model stops drafting after a token whose top probability is under it (default
-        algorithms.CONFIDENCE; 0 drafts num_assistant_tokens every round).
-        draft_policy: fixed, schedule (+2 after a fully accepted round, -1 otherwise) or cost (the length that
-        maximizes measured tokens per second; see DraftLength). lookup: a draft model's round first looks for
-        the next tokens in the prompt and the output, and proposes them when found, without running the draft
-        (see LookupFirst; default True). on_text receives the text as it becomes final; returning True from it
-        stops generation, and so does setting `cancel` (checked every round, from any thread).
-        A seeded sampled run reproduces with every policy: the cost policy then prices its rounds from the
-        models' weight sizes instead of the clock (see `weight_prices`).
-        guard: run the target alone while drafting loses to it on this machine, measured as the run goes
-        (DraftingGuard; Stats.rounds_drafting_paused counts those rounds). None: for algorithm "auto" unless the
-        run is seeded sampling. The output is the same either way.
+        config: what to generate, the sampling and stopping (default: the engine's default_config). speculative:
+        how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults); its fields may be given
+        as keyword arguments instead, `generate(prompt, algorithm="slem")`. on_text receives the text as it
+        becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round,
+        from any thread). A seeded sampled run reproduces with every setting: the cost policy then prices its
+        rounds from the models' weight sizes instead of the clock (see `weight_prices`). The output is the
+        target's whatever `speculative` says.
         """
         engine = self.engine
+        speculative = SpeculativeConfig.of(speculative, settings)
         config = config or engine.default_config
         if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
             config = dataclasses.replace(config, eos_token_ids=engine.bundle.target.eos_token_ids)
@@ -378,24 +341,25 @@ class DecodingSession:
         if not prompt_ids:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
         check_token_ids(prompt_ids, self.target.vocab_size)
-        entry = REGISTRY[engine.resolve_algorithm(algorithm, config)]
-        k, confidence = draft_settings(entry, num_assistant_tokens, confidence, draft_policy)
+        entry = REGISTRY[engine.resolve_algorithm(speculative.algorithm, config)]
+        k, confidence = speculative.draft_tokens(entry), speculative.confidence_stop()
         self._set_block_shapes(k if entry.speculates else 0, entry.needs_draft)
         rng = np.random.default_rng(config.seed)
         drafter = entry.drafter and entry.drafter(self._draft_context(prompt, prompt_ids, config, rng, confidence))
-        if entry.needs_draft and (LOOKUP_FIRST if lookup is None else lookup):
+        if entry.needs_draft and speculative.lookup:
             drafter = LookupFirst(drafter)
-        length = self._draft_length(entry, algorithm == AUTO, k, draft_policy, config, guard)
+        length = self._draft_length(entry, speculative, k, config)
         # a seeded sampled run drafts one round at a time: drafting ahead draws from the run's random numbers in
         # another order, so its text would depend on the placement
         seeded = config.seed is not None and not config.greedy
         concurrent = engine.concurrent and drafter is not None and entry.drafts_ahead and not seeded
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
-                              rng, on_text, concurrent=concurrent, cancel=cancel, reuse_prefix=engine.prefix_reuse,
+                              rng, on_text, concurrent=concurrent, cancel=cancel,
+                              reuse_prefix=engine.config.prefix_reuse,
                               alone_block=engine.block_shapes(0, False)["target"])
         result.extra.update(algorithm=entry.name, **(drafter.stats() if drafter else {}))
-        if engine.prefix_reuse and not self.target.block_invariant:
+        if engine.config.prefix_reuse and not self.target.block_invariant:
             result.extra["prefix_reuse"] = "off: the target is not block-invariant here, so the prompt was fed whole"
         return result
 
@@ -407,27 +371,28 @@ class DecodingSession:
         return DraftContext(self.draft, self.target.vocab_size, engine.vocab_map, engine.target_retokenizer,
                             lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence)
 
-    def _draft_length(self, entry: Algorithm, auto: bool, k: int, draft_policy: str, config: GenerationConfig,
-                      guard: Optional[bool]) -> DraftLength:
+    def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
+                      config: GenerationConfig) -> DraftLength:
         """How many tokens each round drafts: k, by the policy, under the batching cap and the drafting guard
         (guard None: on for `auto`, unless the run is seeded sampling)."""
         seeded = config.seed is not None and not config.greedy
+        guard, policy = speculative.guard, speculative.draft_policy
         if guard is None:  # the default algorithm never runs slower than the target alone (see DraftingGuard)
-            guard = auto and not seeded and entry.speculates
+            guard = speculative.algorithm == AUTO and not seeded and entry.speculates
         elif guard and seeded:
             raise EdgeSpecdecError("guard=True would make a seeded sampled run depend on the clock, so that it "
                                    "would not reproduce: leave it off for seeded runs.")
-        return DraftLength(k, draft_policy,
-                           prices=self.engine.weight_prices(entry.name) if seeded and draft_policy == "cost" else None,
-                           cap=None if seeded else self._draft_cap, guard=DraftingGuard() if guard else None)
+        return DraftLength(k, policy, prices=self.engine.weight_prices(entry.name) if seeded and policy == "cost"
+                           else None, cap=None if seeded else self._draft_cap,
+                           guard=DraftingGuard() if guard else None)
 
     def _draft_cap(self) -> Optional[int]:
         """The most tokens this round may draft: no cap (None), unless the engine batches and more than
         draft_max_sessions sessions generate now; then crowded_draft_tokens."""
-        engine = self.engine
-        if engine.scheduler is None or engine.draft_max_sessions is None:
+        scheduler, config = self.engine.scheduler, self.engine.config
+        if scheduler is None or config.draft_max_sessions is None:
             return None
-        return None if engine.scheduler.active <= engine.draft_max_sessions else engine.crowded_draft_tokens
+        return None if scheduler.active <= config.draft_max_sessions else config.crowded_draft_tokens
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":
@@ -460,12 +425,11 @@ class Pipeline(Engine):
         return self._own.draft
 
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
-                 **options) -> Result:
-        """Generate a continuation of prompt on the Pipeline's own session; options as for
-        DecodingSession.generate (algorithm, num_assistant_tokens, draft_policy, confidence, lookup, on_text,
-        cancel)."""
+                 speculative: Optional[SpeculativeConfig] = None, **options) -> Result:
+        """Generate a continuation of prompt on the Pipeline's own session; arguments as for
+        DecodingSession.generate."""
         with self._lock:
-            return self._own.generate(prompt, config, **options)
+            return self._own.generate(prompt, config, speculative, **options)
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":

@@ -8,6 +8,7 @@ generate() checks every round, and its slot goes back to the pool as soon as the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
@@ -36,6 +37,7 @@ from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine
 from ..runtime.sampling import GenerationConfig
 from ..runtime.session import common_prefix
+from ..runtime.settings import EngineConfig
 from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
 from .protocol import ParsedRequest, RequestError, Responder, decode_json, error_body, parse_request
@@ -58,7 +60,7 @@ class ServerSettings:
     max_body_bytes: int = 1 << 20
     max_tokens: int = 1024  # the most tokens one request may generate, and a chat request's default
     model_name: Optional[str] = None  # default: the bundle folder's name
-    engine_options: dict[str, Any] = field(default_factory=dict)  # Engine's keyword arguments
+    engine: EngineConfig = field(default_factory=EngineConfig)  # how the engine loads and runs (but batching)
     warm_up: bool = True  # one short generation before /health says ok
     batching: Optional[bool] = None  # verify the slots' blocks together (Engine(batching=)); None: when slots > 1
 
@@ -101,7 +103,8 @@ class Server:
         """Open the engine and its sessions, then warm up one of them; /health answers 503 until this is done."""
         try:
             batching = self.settings.slots > 1 if self.settings.batching is None else self.settings.batching
-            engine = self._given_engine or Engine(self.bundle, batching=batching, **self.settings.engine_options)
+            engine = self._given_engine or Engine(
+                self.bundle, config=dataclasses.replace(self.settings.engine, batching=batching))
             sessions = [engine.session() for _ in range(self.settings.slots)]
             if self.settings.warm_up:  # measures and compiles what the first requests would otherwise wait for
                 sessions[0].generate(engine.tokenizer.encode("Hello") or [0], GenerationConfig(max_new_tokens=4))
@@ -198,10 +201,10 @@ class Server:
         parsed = parse_request(await self.read_json(request), kind, self.repetition_penalty)
         prompt_ids = await self.prompt_ids(engine, parsed)
         self.fit_context(engine, parsed, len(prompt_ids))
-        try:
+        try:  # refused here, before a stream starts, rather than in the worker
             parsed.config.validate()
-            parsed.options["algorithm"] = engine.resolve_algorithm(parsed.options.get("algorithm", "auto"),
-                                                                   parsed.config)
+            algorithm = engine.resolve_algorithm(parsed.speculative.algorithm, parsed.config)
+            parsed.speculative = dataclasses.replace(parsed.speculative, algorithm=algorithm)
         except EdgeSpecdecError as exc:
             raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
         session = await acquire_slot(request, self.slots,
@@ -342,7 +345,7 @@ class Job:
 
         work = server.executor.submit(partial(
             session.generate, prompt_ids, request.config, on_text=on_text if request.stream else None,
-            cancel=self.cancel, **request.options))
+            speculative=request.speculative, cancel=self.cancel))
         # what the request awaits (cancelling it stops no thread); resolved only once the run is counted and its
         # slot is back, so that a client that has its answer finds both done
         self.future: asyncio.Future = loop.create_future()

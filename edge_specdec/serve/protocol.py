@@ -2,10 +2,10 @@
 
 Both endpoints take the fields OpenAI documents for them, the extras llama-server and vLLM accept (top_k,
 repetition_penalty, ignore_eos) and one extension object, `edge_specdec`, with the speculative settings of the
-request (algorithm, num_assistant_tokens, confidence, lookup, draft_policy). Responses carry the run's statistics
-in an `edge_specdec` object beside OpenAI's fields; a stream marks each content chunk with the source of its
-text (drafted and accepted, or written by the target) the same way. Anything we cannot honour (n > 1, tools, a
-penalty we do not implement, an unknown field) is a 400 that names it.
+request (a SpeculativeConfig: algorithm, num_assistant_tokens, confidence, lookup, draft_policy). Responses carry
+the run's statistics in an `edge_specdec` object beside OpenAI's fields; a stream marks each content chunk with the
+source of its text (drafted and accepted, or written by the target) the same way. Anything we cannot honour (n > 1,
+tools, a penalty we do not implement, an unknown field) is a 400 that names it.
 """
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..errors import EdgeSpecdecError
-from ..runtime.algorithms import ALGORITHMS
-from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.generate import Result
 from ..runtime.sampling import MAX_TOP_LOGPROBS, GenerationConfig, TokenLogprob
+from ..runtime.settings import SpeculativeConfig
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the room left
 MAX_STOP_STRINGS = 4  # as OpenAI
@@ -29,6 +28,7 @@ FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "length": "length", "sto
                   "interrupted": "stop"}
 CHAT_ROLES = {"system", "user", "assistant", "developer"}
 MAX_JSON_DEPTH = 64  # a request body nests 4 levels (messages[i].content[j].text); JSON schemas a few more
+MAX_ASSISTANT_TOKENS = 64  # the most tokens a request may have drafted per round (it sizes the target's blocks)
 
 
 class RequestError(EdgeSpecdecError):
@@ -56,7 +56,7 @@ class ParsedRequest:
     prompt: Optional[str | list[int]]  # completion: text or token ids
     config: GenerationConfig
     max_tokens: Optional[int]  # None: the room left in the context (chat only), up to the server's cap
-    options: dict[str, Any] = field(default_factory=dict)  # DecodingSession.generate's speculative settings
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)  # how it drafts (`edge_specdec`)
     stream: bool = False
     include_usage: bool = False
     model: Optional[str] = None
@@ -230,31 +230,25 @@ def _prompt(prompt: Any) -> str | list[int]:
     raise RequestError("prompt must be a non-empty string or a list of token ids.", param="prompt")
 
 
-def _extension(extension: Any) -> dict[str, Any]:
-    """The edge_specdec object: the request's speculative settings, as DecodingSession.generate takes them."""
+def _extension(extension: Any) -> SpeculativeConfig:
+    """The edge_specdec object: the request's speculative settings, checked by SpeculativeConfig, whose message
+    (naming the field) the error carries."""
     if extension is None:
-        return {}
+        return SpeculativeConfig()
     if not isinstance(extension, dict):
         raise RequestError("edge_specdec must be an object.", param="edge_specdec")
     unknown = sorted(set(extension) - EXTENSION_FIELDS)
     if unknown:
         raise RequestError(f"unrecognized edge_specdec field: {unknown[0]} (known: "
                            f"{', '.join(sorted(EXTENSION_FIELDS))}).", param="edge_specdec")
-    get = _Fields(extension, "edge_specdec.")
-    options = {"algorithm": extension.get("algorithm", "auto"),
-               "num_assistant_tokens": get.integer("num_assistant_tokens", None, low=1, high=64),
-               "confidence": get.number("confidence", None, low=0.0, high=1.0),
-               "lookup": get.boolean("lookup", None),
-               "draft_policy": extension.get("draft_policy", "fixed")}
-    if options["algorithm"] not in ALGORITHMS:
-        raise RequestError(f"edge_specdec.algorithm must be one of {', '.join(ALGORITHMS)}.", param="edge_specdec")
-    if options["draft_policy"] not in DRAFT_POLICIES:
-        raise RequestError(f"edge_specdec.draft_policy must be one of {', '.join(DRAFT_POLICIES)}.",
-                           param="edge_specdec")
-    if options["confidence"] is not None and options["confidence"] >= 1.0:
-        raise RequestError("edge_specdec.confidence must be below 1 (0 = never stop drafting early).",
-                           param="edge_specdec")
-    return options
+    try:
+        speculative = SpeculativeConfig(**{k: v for k, v in extension.items() if v is not None})
+    except EdgeSpecdecError as exc:
+        raise RequestError(f"edge_specdec.{exc}", param="edge_specdec") from None
+    if (speculative.num_assistant_tokens or 0) > MAX_ASSISTANT_TOKENS:  # a request's bound on its target passes
+        raise RequestError(f"edge_specdec.num_assistant_tokens must be at most {MAX_ASSISTANT_TOKENS}, not "
+                           f"{speculative.num_assistant_tokens}.", param="edge_specdec")
+    return speculative
 
 
 # --- the body --------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ try:
 except ImportError as exc:  # the `serve` extra does not bring Ray: it is only for this module
     raise ImportError('edge_specdec.serve.ray_app needs Ray Serve: pip install "ray[serve]"') from exc
 
+from ..runtime.settings import EngineConfig
 from .app import ServerSettings, create_app
 
 REPLICA_HEADER = "x-edge-specdec-replica"  # host:pid of the replica that answered
@@ -178,7 +179,7 @@ def app_builder(args: dict[str, Any]):
             values[key] = BUILDER_KEYS[key](value)
         except ValueError:
             raise ValueError(f"{key}={value!r} is not a valid value for {key}.") from None
-    engine_options = {k: values.pop(k) for k in ENGINE_KEYS if k in values}
+    engine = EngineConfig(**{k: values.pop(k) for k in ENGINE_KEYS if k in values})
     deployment_args = {k: values.pop(k) for k in DEPLOYMENT_KEYS if k in values}
-    settings = ServerSettings(**values, engine_options=engine_options)
+    settings = ServerSettings(**values, engine=engine)
     return deployment(settings, **deployment_args)

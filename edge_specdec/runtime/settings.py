@@ -1,0 +1,175 @@
+"""The settings of an Engine and of a request's speculative decoding, each a frozen object checked once, when built.
+
+    from edge_specdec.runtime import EngineConfig, GenerationConfig, Pipeline, SpeculativeConfig
+    pipe = Pipeline("bundles/qwen", config=EngineConfig(target_device="CPU", draft_device="GPU"))
+    pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=64), SpeculativeConfig(algorithm="slem"))
+
+Three objects, one per concern: `EngineConfig`, how a bundle is loaded and run (fixed for the Engine's life);
+`GenerationConfig` (sampling.py), what the request generates (the sampling and stopping that decide the output);
+`SpeculativeConfig`, how fast it gets there (the algorithm and its drafting, which never change the output of a
+bit-exact session). Every front end (the Python API, the CLI, the server, the benchmark) builds these and hands
+them down; a wrong value is refused here, in one line that names the field and the fix.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..errors import EdgeSpecdecError
+from .algorithms import ALGORITHMS, AUTO, CONFIDENCE, LOOKUP_FIRST, Algorithm
+from .batching import MAX_WAIT
+from .devices import NPU_MAX_PROMPT, PRECISIONS
+from .drafters import DRAFT_POLICIES
+from .session import ROLLBACK_METHODS
+
+# the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
+DRAFT_VOCAB = 65536
+# with batching, sessions draft their full length only while at most DRAFT_MAX_SESSIONS generate; with more, at
+# most CROWDED_DRAFT_TOKENS each (0: the target's own tokens, verified together). A batched pass costs by its rows,
+# and a draft that shares the target's cores costs every session its calls (benchmarks/RESULTS.md, "Concurrent
+# clients"); with the draft on a device of its own, 1 drafted token (in the row a step of the target alone
+# re-feeds anyway) can pay.
+DRAFT_MAX_SESSIONS = 2
+CROWDED_DRAFT_TOKENS = 0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How an Engine loads a bundle and runs its models. The output is the same whatever these say, except
+    precision and kv_rollback, which choose the arithmetic both the target alone and speculation then share."""
+    target_device: str = "AUTO"           # CPU, GPU, GPU.N, NPU or AUTO (a discrete GPU if any, else the CPU)
+    # the same for the draft; AUTO: an integrated GPU or the NPU if any, its step timed against the CPU's once per
+    # machine and bundle and the faster kept (devices.measure_draft_device)
+    draft_device: str = "AUTO"
+    allow_fallback: bool = False          # a device asked for but absent runs on the CPU instead of failing
+    verify_checksums: bool = True         # check every file's sha256 at each load (False: sizes only)
+    # OpenVINO's compiled-model cache (None: $EDGE_SPECDEC_CACHE_DIR or ~/.cache/edge-specdec/ov-cache; "off": none)
+    cache_dir: Union[str, Path, None] = None
+    precision: str = "dq"                 # CPU arithmetic (devices.PRECISIONS): dq, dynamic int8 activations; f32
+    kv_rollback: Optional[str] = None     # how a KV cache forgets rejected tokens (see open_model); None: the device's
+    concurrent: Optional[bool] = None     # draft while the target verifies; None: when they sit on different devices
+    # the draft computes logits for its first draft_vocab token ids and its special tokens only, so it proposes only
+    # those: a smaller output layer, a faster step (0: its whole vocabulary)
+    draft_vocab: int = DRAFT_VOCAB
+    # OpenVINO CPU threads per model (None: one for a small model, half of the cores each when the two run at once
+    # on one CPU, else all; see Engine.cpu_threads)
+    threads: Optional[int] = None
+    # widen the short blocks of speculation to one size per model, so the device keeps one shape (None: where
+    # probes.fixed_block_pays measures that it wins; see Engine.block_shapes)
+    fixed_blocks: Optional[bool] = None
+    # compile copies at load for the block sizes a model runs most (None: for small models; `run` turns them off:
+    # they pay back their compile over many requests)
+    static_shapes: Optional[bool] = None
+    batching: bool = False                # sessions verify their blocks together in one call (batching.py)
+    batch_wait: float = MAX_WAIT          # seconds a batched call waits for the other sessions' calls
+    # with batching, a session drafts its full length only while at most this many sessions generate (None: always)
+    draft_max_sessions: Optional[int] = DRAFT_MAX_SESSIONS
+    crowded_draft_tokens: int = CROWDED_DRAFT_TOKENS  # the most a session drafts per round beyond that (0: none)
+    npu_max_prompt: int = NPU_MAX_PROMPT  # the longest prompt a model on the NPU is compiled for (npu.py)
+    # a session keeps its KV caches between runs and prefills only what the next prompt does not share with them
+    prefix_reuse: bool = True
+
+    def __post_init__(self):
+        for name in ("target_device", "draft_device"):
+            _check(isinstance(getattr(self, name), str) and getattr(self, name).strip() != "", name,
+                   "a device name: CPU, GPU, GPU.N, NPU or AUTO", getattr(self, name))
+        for name in ("allow_fallback", "verify_checksums", "batching", "prefix_reuse"):
+            _check(isinstance(getattr(self, name), bool), name, "True or False", getattr(self, name))
+        for name in ("concurrent", "fixed_blocks", "static_shapes"):
+            _check(getattr(self, name) is None or isinstance(getattr(self, name), bool), name,
+                   "True, False or None (chosen per machine)", getattr(self, name))
+        _check(self.precision in PRECISIONS, "precision", f"one of {', '.join(PRECISIONS)}", self.precision)
+        _check(self.kv_rollback is None or self.kv_rollback in ROLLBACK_METHODS, "kv_rollback",
+               f"one of {', '.join(ROLLBACK_METHODS)}, or None (the device's own)", self.kv_rollback)
+        _check(_whole(self.draft_vocab, 0), "draft_vocab", "0 (the whole vocabulary) or a number of token ids",
+               self.draft_vocab)
+        _check(self.threads is None or _whole(self.threads, 1), "threads", "at least 1, or None (chosen per model)",
+               self.threads)
+        _check(_number(self.batch_wait) and self.batch_wait >= 0, "batch_wait", "0 or more seconds", self.batch_wait)
+        _check(self.draft_max_sessions is None or _whole(self.draft_max_sessions, 1), "draft_max_sessions",
+               "at least 1, or None (always the full length)", self.draft_max_sessions)
+        _check(_whole(self.crowded_draft_tokens, 0), "crowded_draft_tokens", "0 (the target alone) or more",
+               self.crowded_draft_tokens)
+        _check(_whole(self.npu_max_prompt, 1), "npu_max_prompt", "at least 1 token", self.npu_max_prompt)
+
+    @classmethod
+    def of(cls, config: Optional["EngineConfig"], settings: dict[str, Any]) -> "EngineConfig":
+        """The one way keyword arguments become an EngineConfig: `Engine(bundle, target_device="CPU")` is
+        `Engine(bundle, config=EngineConfig(target_device="CPU"))`. Both at once is refused."""
+        if config is not None and settings:
+            raise EdgeSpecdecError(f"give the engine's settings either as config=EngineConfig(...) or as keyword "
+                                   f"arguments, not both ({', '.join(sorted(settings))} beside config).")
+        unknown = sorted(set(settings) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown Engine setting {unknown[0]!r}: EngineConfig's fields are "
+                            f"{', '.join(f.name for f in fields(cls))}.")
+        return config if config is not None else cls(**settings)
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """How one request drafts: the algorithm, how much it drafts per round, and when it stops drafting. Per request
+    (the server lets each request choose); its defaults are the algorithm's (algorithms.REGISTRY)."""
+    algorithm: str = AUTO                 # one of algorithms.ALGORITHMS; auto: the registry's choice for the bundle
+    # the most tokens drafted per round (the first length of an adaptive policy); None: the algorithm's own
+    num_assistant_tokens: Optional[int] = None
+    # fixed; schedule: +2 after a fully accepted round, -1 otherwise; cost: the length that maximizes the measured
+    # tokens per second (drafters.DraftLength)
+    draft_policy: str = "fixed"
+    # a draft model stops drafting after a token whose top probability is under it (None: algorithms.CONFIDENCE;
+    # 0: it drafts num_assistant_tokens every round)
+    confidence: Optional[float] = None
+    # a draft model's round first looks for the next tokens in the prompt and the output (drafters.LookupFirst)
+    lookup: bool = LOOKUP_FIRST
+    # run the target alone while drafting loses to it, measured as the run goes (drafters.DraftingGuard); None: on
+    # for auto unless the run is seeded sampling, whose text would then depend on the clock
+    guard: Optional[bool] = None
+
+    def __post_init__(self):
+        _check(self.algorithm in ALGORITHMS, "algorithm", f"one of {', '.join(ALGORITHMS)}", self.algorithm)
+        _check(self.num_assistant_tokens is None or _whole(self.num_assistant_tokens, 1), "num_assistant_tokens",
+               "a whole number of at least 1, or None (the algorithm's default)", self.num_assistant_tokens)
+        _check(self.draft_policy in DRAFT_POLICIES, "draft_policy", f"one of {', '.join(DRAFT_POLICIES)}",
+               self.draft_policy)
+        _check(self.confidence is None or (_number(self.confidence) and 0.0 <= self.confidence < 1.0), "confidence",
+               "at least 0 and below 1 (0 = never stop drafting early)", self.confidence)
+        _check(isinstance(self.lookup, bool), "lookup", "True or False", self.lookup)
+        _check(self.guard is None or isinstance(self.guard, bool), "guard", "True, False or None (on for auto)",
+               self.guard)
+
+    def draft_tokens(self, algorithm: Algorithm) -> int:
+        """The most tokens a round drafts with this algorithm: num_assistant_tokens, else the algorithm's own."""
+        return algorithm.draft_tokens if self.num_assistant_tokens is None else self.num_assistant_tokens
+
+    def confidence_stop(self) -> float:
+        """The top probability under which a draft model stops drafting: confidence, else algorithms.CONFIDENCE."""
+        return CONFIDENCE if self.confidence is None else self.confidence
+
+    @classmethod
+    def of(cls, speculative: Optional["SpeculativeConfig"], settings: dict[str, Any]) -> "SpeculativeConfig":
+        """The one way generate()'s keyword arguments become a SpeculativeConfig: `generate(p, algorithm="slem")`
+        is `generate(p, speculative=SpeculativeConfig(algorithm="slem"))`. Both at once is refused."""
+        if speculative is not None and settings:
+            raise EdgeSpecdecError(f"give the speculative settings either as speculative=SpeculativeConfig(...) or "
+                                   f"as keyword arguments, not both ({', '.join(sorted(settings))} beside it).")
+        unknown = sorted(set(settings) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown generate() argument {unknown[0]!r}: SpeculativeConfig's fields are "
+                            f"{', '.join(f.name for f in fields(cls))}.")
+        return speculative if speculative is not None else cls(**settings)
+
+
+def _whole(value: Any, least: int) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool) and value >= least
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check(ok: bool, name: str, wanted: str, value: Any) -> None:
+    if not ok:
+        raise EdgeSpecdecError(f"{name} must be {wanted}, not {value!r}.")
