@@ -13,6 +13,7 @@ always = every session drafts its full length however many generate.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import threading
 import time
@@ -25,7 +26,8 @@ SETTINGS = {"crowded0": (2, 0), "crowded1": (2, 1), "crowded2": (2, 2), "alone-o
 
 def run_clients(engine: Engine, prompts: list, config: GenerationConfig, setting: tuple) -> tuple[float, list]:
     """All prompts at once, a session and a thread each: (aggregate tokens/s, results)."""
-    engine.draft_max_sessions, engine.crowded_draft_tokens = setting
+    max_sessions, crowded = setting  # the engine's config is frozen: a new one with this setting
+    engine.config = dataclasses.replace(engine.config, draft_max_sessions=max_sessions, crowded_draft_tokens=crowded)
     sessions = [engine.session() for _ in prompts]
     results: list = [None] * len(prompts)
 

@@ -11,7 +11,8 @@ from .errors import BundleError, EdgeSpecdecError, ExportError  # noqa: E402
 
 # the runtime's front door, imported when first used: `edge_specdec.cli` and the export stage need no OpenVINO
 # runtime loaded to start
-_RUNTIME = ("Conversation", "DecodingSession", "Engine", "GenerationConfig", "Pipeline", "Result")
+_RUNTIME = ("Conversation", "DecodingSession", "Engine", "EngineConfig", "GenerationConfig", "Pipeline", "Result",
+            "SpeculativeConfig")
 
 
 def __getattr__(name: str):

@@ -29,6 +29,7 @@ from .runtime.algorithms import REGISTRY
 from .runtime.devices import compile_config, draft_candidates, list_devices, resolve_cache_dir
 from .runtime.probes import _scratch, is_block_invariant
 from .runtime.session import open_model
+from .runtime.settings import EngineConfig
 
 PROMPTS = ["def fibonacci(n):", "The capital of France is", "import json\n\ndef load(path):"]
 BLOCKS = (1, 2, 3, 5, 9)  # target block sizes timed
@@ -80,7 +81,7 @@ def step_costs(session, sizes: tuple[int, ...], reps: int = 3) -> dict[int, floa
     return {n: float(np.median(t)) for n, t in times.items()}
 
 
-def draft_steps(engine: Engine, cache_dir, placed_ms: float) -> dict[str, float]:
+def draft_steps(engine: Engine, placed_ms: float) -> dict[str, float]:
     """Milliseconds of a draft step on each device AUTO could put the draft on (the placed one already measured)."""
     devices = list_devices(engine.core)
     steps = {}
@@ -89,7 +90,7 @@ def draft_steps(engine: Engine, cache_dir, placed_ms: float) -> dict[str, float]
             steps[device] = placed_ms
             continue
         model = open_model(engine.bundle.draft.model_xml, device, core=engine.core, block_invariant=False,
-                           config=compile_config(device, resolve_cache_dir(cache_dir), 1))
+                           config=compile_config(device, resolve_cache_dir(engine.config.cache_dir), 1))
         steps[device] = 1000 * step_costs(model.session(), (1,))[1]
     return steps
 
@@ -115,13 +116,13 @@ def predict(acceptance: float, draft_step: float, target: dict[int, float], k_ma
             "rates": {k: rate(k) for k in range(1, k_max + 1)}}
 
 
-def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_device: str = "AUTO",
-              allow_fallback: bool = False, prompts: Optional[list[str]] = None, max_new_tokens: int = 64,
-              say: Callable[[str], None] = lambda _: None, **engine_options) -> dict:
-    """The whole check; `ok` is False when any exactness check failed."""
+def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *,
+              prompts: Optional[list[str]] = None, max_new_tokens: int = 64,
+              say: Callable[[str], None] = lambda _: None, core=None, **settings) -> dict:
+    """The whole check of the Engine that `config` (or its fields as keyword arguments) opens on `core`; `ok` is
+    False when any exactness check failed."""
     start = time.perf_counter()
-    engine = Engine(bundle, target_device=target_device, draft_device=draft_device, allow_fallback=allow_fallback,
-                    **engine_options)
+    engine = Engine(bundle, config, core=core, **settings)
     say(f"placement: {engine.placement.describe()}")
     target = engine.target_model
     invariant = target.rollback_method == "paged" and is_block_invariant(target.session())
@@ -144,8 +145,7 @@ def run_check(bundle: Union[str, Path], target_device: str = "AUTO", draft_devic
             prediction = {"algorithm": name, "acceptance": drafted[name]["acceptance"],
                           "draft_length": ideal["draft_length"], "ideal_speedup": ideal["predicted_speedup"],
                           "rates": ideal["rates"], "predicted_speedup": drafted[name]["measured_speedup"]}
-        costs["draft_step_ms_by_device"] = draft_steps(engine, engine_options.get("cache_dir"),
-                                                       costs["draft_step_ms"])
+        costs["draft_step_ms_by_device"] = draft_steps(engine, costs["draft_step_ms"])
     say("costs: target " + ", ".join(f"{n} token{'' if int(n) == 1 else 's'} {ms:.1f} ms"
                                      for n, ms in costs["target_blocks_ms"].items())
         + (f"; draft step {costs['draft_step_ms']:.1f} ms" if "draft_step_ms" in costs else ""))

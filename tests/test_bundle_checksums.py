@@ -159,9 +159,9 @@ def test_cli_run_refuses_it_and_no_verify_loads_it(bundle_copy):
 @pytest.mark.parametrize("command", ["serve", "check"])
 def test_the_other_commands_that_open_a_bundle_take_no_verify(command):
     from edge_specdec.cli import build_parser
-    from edge_specdec.cli.common import engine_options
+    from edge_specdec.cli.common import engine_config
 
     args = build_parser().parse_args([command, "some/bundle", "--no-verify"])
-    assert engine_options(args)["verify_checksums"] is False
+    assert engine_config(args).verify_checksums is False
     args = build_parser().parse_args([command, "some/bundle"])
-    assert engine_options(args)["verify_checksums"] is True
+    assert engine_config(args).verify_checksums is True

@@ -76,7 +76,7 @@ def test_greedy_stays_lossless_with_and_without_fixed_blocks(pipes, algorithm, m
         del target_sizes[:], draft_sizes[:]
         for pipe in (fixed, loose):
             spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
-            assert spec.token_ids == base.token_ids, (algorithm, pipe.fixed_blocks, prompt)
+            assert spec.token_ids == base.token_ids, (algorithm, pipe.config.fixed_blocks, prompt)
         # the fixed pipeline's target verified in blocks of exactly k + 1 after the prompt (a proposal is cut to
         # k tokens, even where SLEM spells k draft tokens with more target tokens), but for a last round with room
         # for one token only, which drafts nothing and steps as the target alone; its draft stepped in blocks of

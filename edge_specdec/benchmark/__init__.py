@@ -28,12 +28,9 @@ What it reports per row: tokens/s (median, IQR, min-max), the speedup over the t
 peak RSS during the row's runs (and the growth within a run), our time split (draft / target / loop), and
 whether the output equals the same engine's target alone for the same prompt (token ids for ours, text for
 the peers): under greedy decoding a lossless decoder never changes it. Per prompt category: the speedups.
-Ours against GenAI: ours-none vs genai-none and ours-standard-kK vs genai-sd-kK.
-
-Earlier measurements (benchmarks/bench.py, 2 cores, 64 tokens): on a compute-bound CPU verifying 4 tokens
-costs ~1.6x one token, so K=3 beat K=5; GenAI's default CPU properties (u8 KV cache, dynamic quantization)
-are faster but not exact for speculation (blocks and single steps differ by 0.2-0.4 in the logits), which is
-why --genai-ours exists: GenAI with exactly our properties, the loop-against-loop comparison.
+Ours against GenAI: ours-none vs genai-none and ours-standard-kK vs genai-sd-kK. GenAI's default CPU
+properties are not exact for speculation, so --genai-ours adds GenAI with exactly our properties: the
+loop-against-loop comparison. The figures measured with it: benchmarks/RESULTS.md.
 """
 from .prompt_set import CATEGORIES, load_prompt_set
 from .runner import DEFAULT_KS, run_benchmark

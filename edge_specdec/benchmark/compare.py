@@ -1,17 +1,20 @@
 """`edge-specdec run --compare`: one prompt, the speculative run against the target alone on the same pipeline."""
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import EdgeSpecdecError
 
 
-def warm_up(pipe, prompt, config, options: dict) -> None:
+def warm_up(pipe, prompt, config, speculative) -> None:
     """Run both sides once, untimed and at full length, as the benchmark warms up: the first calls of a process
-    prepare kernels for each new block shape and text length, which would otherwise land on the timed run."""
-    if pipe.resolve_algorithm(options.get("algorithm", "auto"), config) == "none":
+    prepare kernels for each new block shape and text length, which would otherwise land on the timed run.
+    speculative: the run's SpeculativeConfig."""
+    if pipe.resolve_algorithm(speculative.algorithm, config) == "none":
         raise EdgeSpecdecError("--compare measures speculative decoding against the target alone: choose an "
                                "algorithm other than none.")
-    for algorithm in (options.get("algorithm", "auto"), "none"):
-        pipe.generate(prompt, config, **{**options, "algorithm": algorithm})
+    for algorithm in (speculative.algorithm, "none"):
+        pipe.generate(prompt, config, dataclasses.replace(speculative, algorithm=algorithm))
 
 
 def against_target_alone(pipe, prompt, config, result) -> dict:

@@ -46,6 +46,7 @@ client_report.py (report.md, report.json, clients.png).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -73,14 +74,15 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
                           setups: Optional[Sequence[str]] = None, max_new_tokens: int = 64, repeats: int = 2,
                           categories: Optional[Sequence[str]] = None, out: Union[str, Path, None] = None,
                           genai: bool = True, genai_draft: Union[str, Path, None] = None,
-                          genai_k: Optional[int] = None, precision: str = "dq", kv_rollback: Optional[str] = None,
-                          draft_vocab: Optional[int] = None, command: Optional[str] = None,
+                          genai_k: Optional[int] = None, engine_config=None, command: Optional[str] = None,
                           progress: Optional[Callable[[str], None]] = None, plot: bool = True,
                           prompts_file: Union[str, Path, None] = None) -> dict[str, Any]:
     """Run the clients benchmark (see the module's docstring) and write report.json, report.md and clients.png
     (with matplotlib) into `out` (default bench-results/<bundle name>-clients). Returns the report with "files".
-    prompts_file: the user's prompts instead of the shipped set, as in run_benchmark."""
+    prompts_file: the user's prompts instead of the shipped set, as in run_benchmark. engine_config: the
+    EngineConfig our Engine loads with (default EngineConfig(); batching is always on)."""
     from ..bundle import load_bundle
+    from ..runtime.settings import EngineConfig
 
     say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     clients = _checked_clients(clients, max_new_tokens, repeats, genai_k)
@@ -104,7 +106,7 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     from ..runtime import Engine
 
     t = time.perf_counter()
-    engine = Engine(b, precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab, batching=True)
+    engine = Engine(b, config=dataclasses.replace(engine_config or EngineConfig(), batching=True))
     sessions = [engine.session() for _ in range(max(clients))]
     # the engine may turn batching off (a target that is not bit-exact batched): it says so in batching_note
     batching_note = engine.batching_note
@@ -129,7 +131,8 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     settings = {"bundle": str(b.path), "relation": relation, "clients": clients, "max_new_tokens": max_new_tokens,
                 "repeats": repeats, "categories": chosen_categories, "prompt_format": prompt_format,
                 "prompts_file": prompt_source(prompts_file, prompt_set),
-                "precision": precision, "kv_rollback": kv_rollback, "draft_vocab": draft_vocab,
+                "precision": engine.config.precision, "kv_rollback": engine.config.kv_rollback,
+                "draft_vocab": engine.config.draft_vocab,
                 "batching": True, "batching_on": engine.scheduler is not None,
                 "batching_note": batching_note,
                 "algorithms": {a: engine.resolve_algorithm(a) for a in ("none", "auto")},

@@ -79,10 +79,10 @@ def other_draft_spec(spec: Spec, label: str, path) -> Spec:
                                description=f"{spec.description}; with the draft of {label} ({path})")
 
 
-def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str, kv_rollback: Optional[str],
-                 say: Callable[[str], None], draft_vocab: Optional[int] = None,
+def build_setups(bundle, specs: list[Spec], max_new_tokens: int, engine, say: Callable[[str], None],
                  other: Optional[tuple[Any, str]] = None, genai_draft=None) -> tuple[list[Setup], list[dict], Any]:
-    """Load what the chosen rows need. A peer that cannot load is skipped with its reason; ours must load.
+    """Load what the chosen rows need: our Pipelines with the EngineConfig `engine` (GenAI with its precision). A
+    peer that cannot load is skipped with its reason; ours must load.
     other: (a bundle with the same target, its label): each of our rows that drafts with the draft model runs
     again with that bundle's draft, beside it (an aligned draft against the stock one, say). genai_draft: a bundle
     of the same target whose draft GenAI's speculative rows use (this bundle's draft has another vocabulary).
@@ -93,13 +93,12 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
     from ..runtime.algorithms import REGISTRY
 
     t = time.perf_counter()
-    pipe = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab)
+    pipe = Pipeline(bundle, config=engine)
     say(f"loaded our Pipeline in {time.perf_counter() - t:.1f} s: {pipe.placement.describe()}; target "
         f"{pipe.target.rollback_method} KV, {pipe.target.precision} precision")
     both = None
     if any(s.concurrent for s in specs):
-        both = Pipeline(bundle, precision=precision, kv_rollback=kv_rollback, concurrent=True,
-                        draft_vocab=draft_vocab)
+        both = Pipeline(bundle, config=dataclasses.replace(engine, concurrent=True))
         say("loaded a second Pipeline with concurrent drafting")
     setups, skipped = [], []
     for spec in specs:
@@ -108,21 +107,21 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
     if other is not None:
         other_bundle, label = other
         t = time.perf_counter()
-        theirs = Pipeline(other_bundle, precision=precision, kv_rollback=kv_rollback, draft_vocab=draft_vocab)
+        theirs = Pipeline(other_bundle, config=engine)
         say(f"loaded {label}'s Pipeline ({other_bundle.path}) in {time.perf_counter() - t:.1f} s")
         setups += [Setup(other_draft_spec(spec, label, other_bundle.path), ours_runner(theirs, spec, max_new_tokens))
                    for spec in specs if spec.engine == "ours" and not spec.concurrent
                    and REGISTRY[spec.algorithm].needs_draft]
 
-    for engine in ("genai", "genai-ours"):
-        rows = [s for s in specs if s.engine == engine]
+    for peer in ("genai", "genai-ours"):
+        rows = [s for s in specs if s.engine == peer]
         if not rows:
             continue
         try:
             t = time.perf_counter()
-            alone, sd, version = load_genai(bundle, engine, precision, any(s.algorithm == "sd" for s in rows),
+            alone, sd, version = load_genai(bundle, peer, engine.precision, any(s.algorithm == "sd" for s in rows),
                                             genai_draft)
-            say(f"loaded OpenVINO GenAI {version} pipelines ({engine}) in {time.perf_counter() - t:.1f} s")
+            say(f"loaded OpenVINO GenAI {version} pipelines ({peer}) in {time.perf_counter() - t:.1f} s")
         except ImportError as exc:
             reason = f"openvino_genai is not importable ({exc})"
         except Exception as exc:  # noqa: BLE001 - report what GenAI says about the folders, go on without it
@@ -160,7 +159,8 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, precision: str,
     return setups, skipped, pipe
 
 
-def _timed(setup: Setup, prompt: Prompt, sampler: RssSampler) -> Run:
+def _run_sampling_rss(setup: Setup, prompt: Prompt, sampler: RssSampler) -> Run:
+    """One run of a row, with the whole process's RSS at its start and its peak during it."""
     start = sampler.start_window()
     try:
         run = setup.run(prompt)
@@ -188,15 +188,14 @@ def run_rows(setups: list[Setup], prompts: list[Prompt], repeats: int, say: Call
         s.failures.append({"prompt": prompt.key, "repeat": repeat, "error": error})
     say(f"warm-up: one uncounted run per setup on {prompts[0].key}")
     return run_interleaved(setups, prompts, repeats, say, name=lambda s: s.name, label=lambda p: f"{p.key:<32} ",
-                           run=lambda s, p, repeat: _timed(s, p, sampler), show=_progress_line, keep=keep,
+                           run=lambda s, p, repeat: _run_sampling_rss(s, p, sampler), show=_progress_line, keep=keep,
                            fail=fail, warm_ups=prompts[:1])
 
 
 def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = None, max_new_tokens: int = 64,
                   repeats: int = 2, ks: Sequence[int] = DEFAULT_KS, categories: Optional[Sequence[str]] = None,
                   out: Union[str, Path, None] = None, genai: bool = True, genai_ours: bool = False,
-                  concurrent: bool = False, hf: bool = False, precision: str = "dq",
-                  kv_rollback: Optional[str] = None, draft_vocab: Optional[int] = None, command: Optional[str] = None,
+                  concurrent: bool = False, hf: bool = False, engine=None, command: Optional[str] = None,
                   progress: Optional[Callable[[str], None]] = None, plot: bool = True,
                   prompts_file: Union[str, Path, None] = None, other_draft: Union[str, Path, None] = None,
                   other_label: str = "other", genai_draft: Union[str, Path, None] = None,
@@ -214,9 +213,11 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
 
     setups: row names or shell patterns (see `edge_specdec.benchmark.setups`); default: every row the bundle
     allows except the optional families. genai_ours / concurrent / hf add those families, with or without setups.
+    engine: the EngineConfig our Pipelines load with (default EngineConfig()); GenAI's rows take its precision.
     Returns the report (the content of report.json) with "files" listing what was written.
     """
     from ..bundle import load_bundle
+    from ..runtime.settings import EngineConfig
     from . import report as _report
 
     say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -227,8 +228,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
     ks = list(dict.fromkeys(int(k) for k in ks))
     if not ks or min(ks) < 1:
         raise EdgeSpecdecError("--ks needs draft lengths of at least 1, e.g. --ks 3 5.")
-    if precision not in ("dq", "f32"):
-        raise EdgeSpecdecError(f"unknown precision {precision!r}: choose dq or f32.")
+    engine = engine or EngineConfig()
     patterns = [p for item in (setups or []) for p in str(item).split(",") if p.strip()]
     prompt_set = load_prompt_set(prompts_file)
     chosen_categories = pick_categories(prompt_set, categories)
@@ -263,8 +263,7 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
             raise EdgeSpecdecError(f"--other-label {other_label!r}: use letters, digits, '.', '_' or '-'.")
         other = (theirs, other_label)
     say(f"bench {b.path} ({relation} vocabulary): {len(specs)} setups: {', '.join(s.name for s in specs)}")
-    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, precision, kv_rollback, say, draft_vocab, other,
-                                         peer_draft)
+    loaded, skipped, pipe = build_setups(b, specs, max_new_tokens, engine, say, other, peer_draft)
     if not loaded:
         raise EdgeSpecdecError("nothing to run: every setup chosen was skipped ("
                                + "; ".join(f"{x['setup']}: {x['reason']}" for x in skipped) + ").")
@@ -280,7 +279,8 @@ def run_benchmark(bundle: Union[str, Path], setups: Optional[Sequence[str]] = No
         sampler.close()
     note_load_at_end(machine)
     settings = {"bundle": str(b.path), "relation": relation, "max_new_tokens": max_new_tokens, "repeats": repeats,
-                "ks": ks, "categories": chosen_categories, "precision": precision, "kv_rollback": kv_rollback,
+                "ks": ks, "categories": chosen_categories, "precision": engine.precision,
+                "kv_rollback": engine.kv_rollback,
                 "draft_output_ids": None if pipe.draft is None or pipe.draft.output_ids is None
                 else len(pipe.draft.output_ids),
                 "prompt_format": prompt_format, "prompts_file": prompt_source(prompts_file, prompt_set),

@@ -64,6 +64,13 @@ class Spec:
     def baseline(self) -> str:
         return f"{self.engine}-none"
 
+    def speculative(self):
+        """Our row's SpeculativeConfig (an ours row only)."""
+        from ..runtime.settings import SpeculativeConfig
+
+        return SpeculativeConfig(algorithm=self.algorithm, num_assistant_tokens=self.k or 1,
+                                 draft_policy=self.policy, confidence=self.confidence, lookup=self.lookup)
+
 
 @dataclass
 class Run:
@@ -209,12 +216,11 @@ def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run
     from ..runtime import GenerationConfig
 
     config = GenerationConfig(max_new_tokens=max_new_tokens)
-    options = dict(draft_policy=spec.policy, lookup=spec.lookup)
+    speculative = spec.speculative()
 
     def run(prompt: Prompt) -> Run:
         t = time.perf_counter()
-        r = pipe.generate(prompt.ours, config, algorithm=spec.algorithm, num_assistant_tokens=spec.k or 1,
-                          confidence=spec.confidence, **options)
+        r = pipe.generate(prompt.ours, config, speculative)
         wall = time.perf_counter() - t
         if r.stop_reason == "interrupted":  # the Pipeline swallowed a Ctrl-C: hand it on to the runner
             raise KeyboardInterrupt

@@ -45,14 +45,22 @@ def _cmd_bench_clients(args: argparse.Namespace) -> int:
     report = run_clients_benchmark(args.bundle, clients=args.clients, setups=args.setups,
                                    max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                                    categories=args.categories, out=args.out, genai=not args.no_genai,
-                                   genai_draft=args.genai_draft, genai_k=args.genai_k, precision=args.precision,
-                                   kv_rollback=args.kv_rollback, draft_vocab=args.draft_vocab,
-                                   prompts_file=args.prompts, command=_typed(spelled), progress=say)
+                                   genai_draft=args.genai_draft, genai_k=args.genai_k,
+                                   engine_config=_engine_config(args), prompts_file=args.prompts,
+                                   command=_typed(spelled), progress=say)
     print(render_clients_markdown(report))
     if report["not_identical"]:
         say(f"edge-specdec: warning: output NOT identical to the target alone: {', '.join(report['not_identical'])} "
             f"(see report.md)")
     return 130 if report["settings"]["interrupted"] else 0
+
+
+def _engine_config(args: argparse.Namespace):
+    """The EngineConfig of bench's engine options (--precision, --kv-rollback, --draft-vocab)."""
+    from ..runtime.settings import EngineConfig
+
+    return EngineConfig(precision=args.precision, kv_rollback=args.kv_rollback,
+                        **({} if args.draft_vocab is None else {"draft_vocab": args.draft_vocab}))
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -83,8 +91,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     report = run_benchmark(args.bundle, setups=args.setups, max_new_tokens=args.max_new_tokens,
                            repeats=args.repeats, ks=args.ks, categories=args.categories, out=args.out,
                            genai=not args.no_genai, genai_ours=args.genai_ours, concurrent=args.concurrent,
-                           hf=args.hf, precision=args.precision, kv_rollback=args.kv_rollback,
-                           draft_vocab=args.draft_vocab, prompts_file=args.prompts, other_draft=args.other_draft,
+                           hf=args.hf, engine=_engine_config(args), prompts_file=args.prompts,
+                           other_draft=args.other_draft,
                            other_label=args.other_label, genai_draft=args.genai_draft,
                            genai_confidences=args.genai_confidences or (), command=command, progress=say)
     print(render_markdown(report))

@@ -31,7 +31,7 @@ COMMANDS = {"/reset": "start a new conversation (the system message, if any, sta
             "/exit": "end the chat (also /quit, Ctrl-D)", "/help": "this list"}
 
 
-def chat_loop(pipe, config, options: dict, system: Optional[str] = None, lines: Optional[TextIO] = None,
+def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Optional[TextIO] = None,
               interactive: Optional[bool] = None, out: Optional[TextIO] = None) -> int:
     """Hold a conversation: user turns from `lines` (stdin), answers streamed to `out` (stdout). interactive
     (default: whether stdin and stdout are terminals) shows the prompt marker and the greeting. Returns the exit
@@ -65,7 +65,7 @@ def chat_loop(pipe, config, options: dict, system: Optional[str] = None, lines: 
             say("\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items()))
             continue
         result = chat.ask(line.rstrip("\r\n"), config,  # an answer stopped by Ctrl-C stays in the conversation
-                          on_text=lambda piece: print(piece, end="", flush=True, file=out), **options)
+                          on_text=lambda piece: print(piece, end="", flush=True, file=out), speculative=speculative)
         print(file=out, flush=True)
         say(stats_line(result))
 
@@ -97,9 +97,9 @@ def _use_readline() -> None:
 
 def _cmd_chat(args: argparse.Namespace) -> int:
     args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
-    config, options = decoding_settings(args)
+    config, speculative = decoding_settings(args)
     pipe = open_pipeline(args)
-    return chat_loop(pipe, config, options, system=args.system)
+    return chat_loop(pipe, config, speculative, system=args.system)
 
 
 def add_parser(sub) -> None:

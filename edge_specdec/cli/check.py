@@ -5,7 +5,7 @@ import argparse
 import json
 
 from ..demo import DEMO_BUNDLE
-from .common import add_engine_options, engine_options
+from .common import add_engine_options, engine_config
 
 CHECK_EXAMPLES = """\
 examples:
@@ -30,8 +30,8 @@ def report_line(line: str) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     from ..check import run_check
 
-    report = run_check(args.bundle or str(DEMO_BUNDLE), max_new_tokens=args.max_new_tokens,
-                       say=(lambda _: None) if args.json else report_line, **engine_options(args))
+    report = run_check(args.bundle or str(DEMO_BUNDLE), engine_config(args), max_new_tokens=args.max_new_tokens,
+                       say=(lambda _: None) if args.json else report_line)
     if args.json:
         print(json.dumps(report, indent=1))
     else:

@@ -6,10 +6,11 @@ import argparse
 import sys
 
 from ..demo import DEMO_REPETITION_PENALTY
-from ..runtime.algorithms import ALGORITHMS
+from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
 from ..runtime.devices import NPU_MAX_PROMPT, PRECISIONS
 from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.session import ROLLBACK_METHODS
+from ..runtime.settings import DRAFT_VOCAB, SMALL_MODEL_BYTES
 
 
 def say(message: str) -> None:
@@ -23,13 +24,13 @@ def plural(count: int, noun: str, nouns: str = "") -> str:
 
 
 DRAFT_VOCAB_HELP = ("the draft computes logits only for its first N token ids and its special tokens: a smaller "
-                    "output layer, a faster draft step (default 65536; 0 = its whole vocabulary). The output "
+                    f"output layer, a faster draft step (default {DRAFT_VOCAB}; 0 = its whole vocabulary). The output "
                     "stays exact either way.")
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """Where and how the engine runs, as run, serve and check take it: the devices, the compiled-model cache,
-    CPU threads and arithmetic, the draft's vocabulary cut (see engine_options)."""
+    CPU threads and arithmetic, the draft's vocabulary cut, checksums (see engine_config)."""
     p.add_argument("--target-device", default="AUTO", metavar="DEV",
                    help="CPU, GPU, GPU.N, NPU or AUTO (default: a discrete GPU if any, else the CPU)")
     p.add_argument("--draft-device", default="AUTO", metavar="DEV",
@@ -41,13 +42,15 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="OpenVINO compiled-model cache (default ~/.cache/edge-specdec/ov-cache or "
                         "$EDGE_SPECDEC_CACHE_DIR; 'off' disables it)")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="CPU threads per model (default: 1 for a model under 32 MB, whose narrow layers lose more "
-                        "to thread barriers than they gain; else all cores, or half each with --concurrent)")
+                   help=f"CPU threads per model (default: 1 for a model under {SMALL_MODEL_BYTES >> 20} MB, whose "
+                        f"narrow layers lose more to thread barriers than they gain; else all cores, or half each "
+                        f"with --concurrent)")
     p.add_argument("--precision", default="dq", choices=PRECISIONS,
                    help="CPU arithmetic: dq = dynamic int8 activations, in groups as large as the int4 weights' "
-                        "groups (default, about 1.5x faster here), f32 = plain float32, closest to the original "
-                        "model. The speculative output equals the target alone's under the same setting either way.")
-    p.add_argument("--draft-vocab", type=int, metavar="N", help=DRAFT_VOCAB_HELP)
+                        "groups (the default: faster, benchmarks/RESULTS.md), f32 = plain float32, closest to the "
+                        "original model. The speculative output equals the target alone's under the same setting "
+                        "either way.")
+    p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
                    help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "
                         f"{NPU_MAX_PROMPT}; the NPU compiles static shapes, and a longer prompt is refused)")
@@ -56,11 +59,14 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "models compile (sizes are still checked): damaged or tampered weights then load silently")
 
 
-def engine_options(args: argparse.Namespace) -> dict:
-    """The Engine keyword arguments of the options add_engine_options added."""
-    return dict(target_device=args.target_device, draft_device=args.draft_device, allow_fallback=args.allow_fallback,
-                cache_dir=args.cache_dir, threads=args.threads, precision=args.precision, draft_vocab=args.draft_vocab,
-                npu_max_prompt=args.npu_max_prompt, verify_checksums=not args.no_verify)
+def engine_config(args: argparse.Namespace, **more):
+    """The EngineConfig of the options add_engine_options added, and of `more` (a subcommand's own settings)."""
+    from ..runtime.settings import EngineConfig
+
+    return EngineConfig(target_device=args.target_device, draft_device=args.draft_device,
+                        allow_fallback=args.allow_fallback, cache_dir=args.cache_dir, threads=args.threads,
+                        precision=args.precision, draft_vocab=args.draft_vocab, npu_max_prompt=args.npu_max_prompt,
+                        verify_checksums=not args.no_verify, **more)
 
 
 def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
@@ -71,11 +77,11 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
                    help=f"tokens to generate (default {max_new_tokens})")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help=algorithm_help)
     p.add_argument("--num-assistant-tokens", type=int, metavar="K",
-                   help="the most tokens drafted per round (the first K of the adaptive policies; default 8 with "
-                        "a draft model, 3 for prompt lookup)")
+                   help=f"the most tokens drafted per round (the first K of the adaptive policies; default "
+                        f"{DRAFT_TOKENS} with a draft model, {LOOKUP_TOKENS} for prompt lookup)")
     p.add_argument("--confidence", type=float, metavar="P",
-                   help="a draft model stops drafting after a token whose top probability is under P (default "
-                        "0.7, measured best on our real pairs; 0 drafts K tokens every round)")
+                   help=f"a draft model stops drafting after a token whose top probability is under P (default "
+                        f"{CONFIDENCE}; 0 drafts K tokens every round)")
     p.add_argument("--draft-policy", default="fixed", choices=DRAFT_POLICIES,
                    help="how K changes: fixed (the default); schedule: +2 after a fully accepted round, -1 "
                         "otherwise; cost: the K that maximizes tokens/s from the acceptance and the draft and "
@@ -104,9 +110,10 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
 
 
 def decoding_settings(args: argparse.Namespace):
-    """The GenerationConfig (validated) and generate()'s drafting keyword arguments of add_decoding_options'
-    options; args.repetition_penalty must be resolved already (demo.run_defaults)."""
+    """The GenerationConfig (validated here, before anything loads) and the SpeculativeConfig of
+    add_decoding_options' options; args.repetition_penalty must be resolved already (demo.run_defaults)."""
     from ..runtime import GenerationConfig
+    from ..runtime.settings import SpeculativeConfig
 
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
@@ -114,10 +121,10 @@ def decoding_settings(args: argparse.Namespace):
                               logprobs=getattr(args, "logprobs", None) is not None,
                               top_logprobs=getattr(args, "logprobs", None) or 0)
     config.validate()
-    options = dict(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
-                   draft_policy="schedule" if args.adaptive else args.draft_policy, confidence=args.confidence,
-                   lookup=not args.no_lookup)
-    return config, options
+    speculative = SpeculativeConfig(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
+                                    draft_policy="schedule" if args.adaptive else args.draft_policy,
+                                    confidence=args.confidence, lookup=not args.no_lookup)
+    return config, speculative
 
 
 def open_pipeline(args: argparse.Namespace, announce: bool = True):
@@ -129,8 +136,8 @@ def open_pipeline(args: argparse.Namespace, announce: bool = True):
         print(f"edge-specdec: loading {args.bundle} ...", end="", file=sys.stderr, flush=True)
     # no static copies: they pay back their compile over many requests (serve), not over one run or a chat
     try:
-        pipe = Pipeline(args.bundle, kv_rollback=args.kv_rollback, concurrent=args.concurrent, static_shapes=False,
-                        **engine_options(args))
+        pipe = Pipeline(args.bundle, config=engine_config(args, kv_rollback=args.kv_rollback,
+                                                          concurrent=args.concurrent, static_shapes=False))
     except BaseException:
         if announce:  # the progress line ends before the error's own line
             say(" failed.")

@@ -87,19 +87,19 @@ def _check_text(text: str, where: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
     prompt = _read_prompt(args)
-    config, options = decoding_settings(args)
+    config, speculative = decoding_settings(args)
     if args.chat and prompt is None and args.compare:
         raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "
                                "interactive --chat session.")
     pipe = open_pipeline(args, announce=not args.json)
     if args.chat and prompt is None:
-        return chat_loop(pipe, config, options)
+        return chat_loop(pipe, config, speculative)
     if args.chat:
         prompt = pipe.chat_prompt([{"role": "user", "content": prompt}])
     if args.compare:
-        compare.warm_up(pipe, prompt, config, options)
+        compare.warm_up(pipe, prompt, config, speculative)
     stream = None if args.json else (lambda text: print(text, end="", flush=True))
-    result = pipe.generate(prompt, config, on_text=stream, **options)
+    result = pipe.generate(prompt, config, speculative, on_text=stream)
     comparison = compare.against_target_alone(pipe, prompt, config, result) if args.compare else None
     if not result.exact:
         say("edge-specdec: warning: this run is exact only up to float noise (the target's session is not "

@@ -8,8 +8,8 @@ import os
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
-from ..runtime.settings import CROWDED_DRAFT_TOKENS, DRAFT_MAX_SESSIONS, EngineConfig
-from .common import add_engine_options, engine_options, say
+from ..runtime.settings import CROWDED_DRAFT_TOKENS, DRAFT_MAX_SESSIONS
+from .common import add_engine_options, engine_config, say
 
 SERVE_EXAMPLES = """\
 examples:
@@ -63,13 +63,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and not api_key:
         raise EdgeSpecdecError(f"--host {args.host} is reachable from other machines: give an --api-key (or set "
                                f"EDGE_SPECDEC_API_KEY) that clients must send, or serve on 127.0.0.1.")
-    engine = EngineConfig(**engine_options(args), prefix_reuse=args.prefix_reuse,
-                          draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions,
-                          crowded_draft_tokens=args.crowded_draft_tokens)
+    engine = engine_config(args, prefix_reuse=args.prefix_reuse, crowded_draft_tokens=args.crowded_draft_tokens,
+                           draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
                               batching=args.batching, host=args.host, allowed_hosts=args.allowed_host or [],
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
-                              max_body_bytes=args.max_body_bytes, engine=engine).check()
+                              max_body_bytes=args.max_body_bytes, engine=engine,
+                              prefix_cache_mb=args.prefix_cache_mb).check()
     app = create_app(settings)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
@@ -117,6 +117,11 @@ def add_parser(sub) -> None:
                         "shares the longest prefix with its prompt (a conversation's earlier turns, a shared system "
                         "prompt) and prefills only the rest, exactly (default on; --no-prefix-reuse prefills every "
                         "prompt whole)")
+    p.add_argument("--prefix-cache-mb", type=float, default=0, metavar="N",
+                   help="keep the KV caches of recent conversations in up to N MiB of host memory when their slot is "
+                        "taken by another one, least recently used dropped first, and restore one for a request "
+                        "that shares more with it than with any slot: a conversation that comes back is not "
+                        "prefilled again (default 0: no store)")
     p.add_argument("--queue", type=int, default=16, metavar="M",
                    help="requests that may wait for a slot; more get 429 with Retry-After (default 16)")
     p.add_argument("--api-key", metavar="KEY",

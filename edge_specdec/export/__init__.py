@@ -57,7 +57,7 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
     written into a temporary folder beside `out` and renamed into place only when complete, so a failed or
     interrupted export leaves no half bundle and never damages an existing one.
     """
-    say = _timed(progress)
+    say = _with_elapsed(progress)
     out = Path(out).expanduser().absolute()
     _check_output(out, force)
     sources = {"target": target, "draft": draft}
@@ -131,7 +131,7 @@ def check_export(target: str, draft: Optional[str], out: Optional[str | Path] = 
     dequantized .gguf, the trial tokenizer IRs) go to a temporary folder that is removed; nothing is written beside
     `out`. Raises ExportError on the first failure.
     """
-    say = _timed(progress)
+    say = _with_elapsed(progress)
     if out is not None:
         _check_output(Path(out).expanduser().absolute(), force)
     sources = {"target": target, "draft": draft}
@@ -255,7 +255,8 @@ def _resolve_and_check(sources: dict[str, Optional[str]], checked: dict[str, Any
     return resolved, params
 
 
-def _timed(progress: Optional[Callable[[str], None]]) -> Callable[[str], None]:
+def _with_elapsed(progress: Optional[Callable[[str], None]]) -> Callable[[str], None]:
+    """progress, each message prefixed with the seconds since the export began (None: no messages)."""
     start = time.monotonic()
 
     def say(message: str) -> None:

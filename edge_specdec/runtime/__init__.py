@@ -5,5 +5,7 @@ from .generate import Result, Stats
 from . import npu  # noqa: F401  (adds the NPU's rollback, npuw, to session.open_model)
 from .pipeline import DecodingSession, Engine, Pipeline
 from .sampling import GenerationConfig
+from .settings import EngineConfig, SpeculativeConfig
 
-__all__ = ["ALGORITHMS", "Conversation", "DecodingSession", "Engine", "GenerationConfig", "Pipeline", "Result", "Stats"]
+__all__ = ["ALGORITHMS", "Conversation", "DecodingSession", "Engine", "EngineConfig", "GenerationConfig", "Pipeline",
+           "Result", "SpeculativeConfig", "Stats"]

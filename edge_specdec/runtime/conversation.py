@@ -57,8 +57,8 @@ class Conversation:
     def ask(self, text: str, config: Optional[GenerationConfig] = None,
             on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result:
         """Add a user message and generate the assistant's answer, which joins the messages. Options as for
-        DecodingSession.generate; `result.stats.prompt_tokens_reused` counts the prompt tokens whose KV the
-        session kept from the turns before."""
+        DecodingSession.generate (speculative=SpeculativeConfig(...), or its fields); `result.stats.
+        prompt_tokens_reused` counts the prompt tokens whose KV the session kept from the turns before."""
         with self._lock:
             self.add("user", text)
             return self._answer(config, on_text, options)

@@ -48,16 +48,10 @@ from .devices import (DRAFT_GENERATION_TOKENS, TARGET_GENERATION_TOKENS, Placeme
 from .plan import BlockPlan, machine_name
 from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
 from .session import BlockPool, ModelSession, open_model
-from .settings import EngineConfig, SpeculativeConfig
+from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig
 from .text import PromptTokenizer, TextStream
 
-# a model whose weights are smaller than this runs on one CPU thread: it sits in the caches and its layers are
-# narrow, so barriers between threads cost more than they share
-SMALL_MODEL_BYTES = 32 * 2**20
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
-# a model whose weights are smaller than this gets copies compiled for the block sizes it runs most (static
-# shapes, see CompiledLM.add_static); each copy holds the weights again
-STATIC_MAX_BYTES = 256 * 2**20
 
 
 class Engine:

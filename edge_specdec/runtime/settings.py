@@ -27,6 +27,12 @@ from .session import ROLLBACK_METHODS
 
 # the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
 DRAFT_VOCAB = 65536
+# a model whose weights are smaller than this runs on one CPU thread unless told otherwise: it sits in the caches and
+# its layers are narrow, so barriers between threads cost more than they share
+SMALL_MODEL_BYTES = 32 * 2**20
+# a model whose weights are smaller than this gets static copies unless told otherwise (see CompiledLM.add_static);
+# each copy holds the weights again
+STATIC_MAX_BYTES = 256 * 2**20
 # with batching, sessions draft their full length only while at most DRAFT_MAX_SESSIONS generate; with more, at
 # most CROWDED_DRAFT_TOKENS each (0: the target's own tokens, verified together). A batched pass costs by its rows,
 # and a draft that shares the target's cores costs every session its calls (benchmarks/RESULTS.md, "Concurrent
@@ -54,14 +60,14 @@ class EngineConfig:
     # the draft computes logits for its first draft_vocab token ids and its special tokens only, so it proposes only
     # those: a smaller output layer, a faster step (0: its whole vocabulary)
     draft_vocab: int = DRAFT_VOCAB
-    # OpenVINO CPU threads per model (None: one for a small model, half of the cores each when the two run at once
-    # on one CPU, else all; see Engine.cpu_threads)
+    # OpenVINO CPU threads per model (None: one for a model under SMALL_MODEL_BYTES, half of the cores each when the
+    # two run at once on one CPU, else all)
     threads: Optional[int] = None
     # widen the short blocks of speculation to one size per model, so the device keeps one shape (None: where
     # probes.fixed_block_pays measures that it wins; see Engine.block_shapes)
     fixed_blocks: Optional[bool] = None
-    # compile copies at load for the block sizes a model runs most (None: for small models; `run` turns them off:
-    # they pay back their compile over many requests)
+    # compile copies at load for the block sizes a model runs most (None: for models under STATIC_MAX_BYTES; `run`
+    # turns them off: they pay back their compile over many requests, not over one run)
     static_shapes: Optional[bool] = None
     batching: bool = False                # sessions verify their blocks together in one call (batching.py)
     batch_wait: float = MAX_WAIT          # seconds a batched call waits for the other sessions' calls

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from ...bundle import Bundle, load_bundle, sha256_file
 from ...errors import ExportError
-from .. import _check_output, _timed
+from .. import _check_output, _with_elapsed
 from ..sources import count_parameters, resolve_source
 from .assemble import build_bundle, export_aligned_draft, move_into_place, weight_settings, write_manifest
 from .evaluate import evaluate_bundle
@@ -85,7 +85,7 @@ def align_bundle(bundle: str | Path, out: str | Path, settings: AlignSettings = 
                  on_train_step: Optional[Callable[[int], None]] = None) -> Optional[Path]:
     """Align the draft of `bundle` to its target and write the aligned bundle to `out`; return out (None when
     stop_after ended the run early: `resume=True` continues it)."""
-    say = _timed(progress)
+    say = _with_elapsed(progress)
     settings.validate()
     if stop_after is not None and stop_after not in STAGES:
         raise ExportError(f"--stop-after {stop_after!r}: choose one of {', '.join(STAGES)}.")
