@@ -41,6 +41,7 @@ from ..runtime.settings import EngineConfig
 from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
 from .protocol import ParsedRequest, RequestError, Responder, decode_json, error_body, parse_request
+from .prefix_store import Prepared, PrefixStore
 from .slots import SlotPool
 
 log = logging.getLogger("edge_specdec.serve")
@@ -63,6 +64,7 @@ class ServerSettings:
     engine: EngineConfig = field(default_factory=EngineConfig)  # how the engine loads and runs (but batching)
     warm_up: bool = True  # one short generation before /health says ok
     batching: Optional[bool] = None  # verify the slots' blocks together (Engine(batching=)); None: when slots > 1
+    prefix_cache_mb: float = 0  # the prefix store's bound in MiB (see prefix_store.py); 0: no store
 
     def check(self) -> "ServerSettings":
         if self.slots < 1:
@@ -71,6 +73,8 @@ class ServerSettings:
             raise EdgeSpecdecError(f"--queue must be 0 (no waiting) or more, not {self.queue}.")
         if self.max_tokens < 1:
             raise EdgeSpecdecError(f"--max-tokens must be at least 1, not {self.max_tokens}.")
+        if not 0 <= self.prefix_cache_mb < float("inf"):
+            raise EdgeSpecdecError(f"--prefix-cache-mb must be 0 (no store) or more MiB, not {self.prefix_cache_mb}.")
         return self
 
 
@@ -83,6 +87,7 @@ class Server:
         self.model_name = settings.model_name or Path(self.bundle).name
         self.engine: Optional[Engine] = None
         self.slots: Optional[SlotPool[DecodingSession]] = None
+        self.store: Optional[PrefixStore] = None  # the prefix store, once loaded (with --prefix-cache-mb)
         self.load_error: Optional[str] = None
         self.on_load_error: Optional[Callable[[str], None]] = None  # the CLI stops the server
         self.executor = ThreadPoolExecutor(settings.slots, thread_name_prefix="decode")
@@ -94,6 +99,12 @@ class Server:
                               lambda: self.batching_stats()["batched_calls"]),
             "sequences_per_batched_call": ("the mean number of sessions' blocks in a batched call",
                                            lambda: self.batching_stats()["mean_sequences_per_batched_call"]),
+            "prefix_store_bytes": ("bytes of KV caches held in the prefix store (host memory)",
+                                   lambda: self.store.nbytes if self.store else 0),
+            "prefix_store_entries": ("conversations' caches held in the prefix store",
+                                     lambda: len(self.store) if self.store else 0),
+            "prefix_store_limit_bytes": ("the prefix store's bound (--prefix-cache-mb; 0: no store)",
+                                         lambda: self.store.max_bytes if self.store else 0),
         })
         self._given_engine = engine
 
@@ -108,6 +119,7 @@ class Server:
             sessions = [engine.session() for _ in range(self.settings.slots)]
             if self.settings.warm_up:  # measures and compiles what the first requests would otherwise wait for
                 sessions[0].generate(engine.tokenizer.encode("Hello") or [0], GenerationConfig(max_new_tokens=4))
+            self.store = self.prefix_store(engine)
             self.engine, self.slots = engine, SlotPool(sessions, self.settings.queue)
             log.info("edge-specdec serve: %s loaded (%s); %d slots%s", self.model_name, engine.placement.describe(),
                      self.settings.slots, f"; {engine.batching_note}" if engine.batching_note else "")
@@ -116,6 +128,18 @@ class Server:
             log.error("edge-specdec serve: loading %s failed: %s", self.bundle, self.load_error)
             if self.on_load_error:
                 self.on_load_error(self.load_error)
+
+    def prefix_store(self, engine: Engine) -> Optional[PrefixStore]:
+        """The store of --prefix-cache-mb: only where slots reuse prefixes at all (prefix reuse on, a
+        block-invariant target) and the target's cache can be copied (see prefix_store.py)."""
+        if not self.settings.prefix_cache_mb or not engine.config.prefix_reuse:
+            return None
+        target = engine.target_model
+        if target.rollback_method != "paged" or not target.block_invariant:
+            log.warning("edge-specdec serve: no prefix store: the target's cache (%s, exact: %s) is not reused or "
+                        "cannot be copied", target.rollback_method, target.block_invariant)
+            return None
+        return PrefixStore(int(self.settings.prefix_cache_mb * 2**20))
 
     def batching_stats(self) -> dict:
         scheduler = self.engine.scheduler if self.engine is not None else None
@@ -267,7 +291,7 @@ class Server:
         count("prompt_tokens_total", len(job.prompt_ids))
         count("prompt_tokens_reused_total", stats.prompt_tokens_reused)
         count("prompt_tokens_prefilled_total", len(job.prompt_ids) - stats.prompt_tokens_reused)
-        count("slot_prefix_hits_total", int(stats.prompt_tokens_reused > 0))
+        count("slot_prefix_hits_total", int(stats.prompt_tokens_reused > 0 and not job.prepared.restored))
         count("generation_tokens_total", stats.new_tokens)
         count("draft_tokens_proposed_total", stats.draft_tokens_proposed)
         count("draft_tokens_accepted_total", stats.draft_tokens_accepted)
@@ -339,13 +363,20 @@ class Job:
         self.request, self.prompt_ids, self.queued_seconds = request, prompt_ids, queued_seconds
         self.cancel = threading.Event()
         self.pieces: asyncio.Queue = asyncio.Queue()
+        self.prepared = Prepared()  # what the prefix store did for this request's slot
 
         def on_text(piece) -> None:
             loop.call_soon_threadsafe(self.pieces.put_nowait, piece)
 
-        work = server.executor.submit(partial(
-            session.generate, prompt_ids, request.config, on_text=on_text if request.stream else None,
-            speculative=request.speculative, cancel=self.cancel))
+        def run() -> Result:
+            if server.store is not None:  # the slot's cache to the store, the prompt's from it (see prefix_store.py)
+                self.prepared = server.store.prepare(session, prompt_ids)
+                server.metrics.count("prefix_store_hits_total", int(self.prepared.restored))
+                server.metrics.count("prefix_store_evictions_total", self.prepared.evicted)
+            return session.generate(prompt_ids, request.config, on_text=on_text if request.stream else None,
+                                    speculative=request.speculative, cancel=self.cancel)
+
+        work = server.executor.submit(run)
         # what the request awaits (cancelling it stops no thread); resolved only once the run is counted and its
         # slot is back, so that a client that has its answer finds both done
         self.future: asyncio.Future = loop.create_future()

@@ -33,6 +33,8 @@ class Metrics:
         "prompt_tokens_reused_total": "prompt tokens whose KV a slot kept from its earlier requests (not prefilled)",
         "prompt_tokens_prefilled_total": "prompt tokens the target prefilled",
         "slot_prefix_hits_total": "requests whose slot's cache shared a prefix with their prompt",
+        "prefix_store_hits_total": "requests whose slot got its cache from the prefix store (--prefix-cache-mb)",
+        "prefix_store_evictions_total": "caches the prefix store dropped to stay within its bound",
         "generation_tokens_total": "tokens generated",
         "draft_tokens_proposed_total": "tokens the drafter proposed to the target",
         "draft_tokens_accepted_total": "proposed tokens the target accepted",
