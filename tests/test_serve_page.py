@@ -399,5 +399,13 @@ def test_chat_mode(browser):
             expected = reference["choices"][0]["message"]["content"]
             assert spans and "".join(s["text"] for s in spans) == expected
             history.append({"role": "assistant", "content": expected})
+            # the stats line says how many prompt tokens the server reused (the usage chunk's cached_tokens): from
+            # the second turn on, the conversation so far
+            wait_for(browser, lambda d: "prompt tokens reused" in text_of(d, "final-stats"), "the usage in the stats")
+            cached, prompt = map(int, re.search(r"(\d+) of (\d+) prompt tokens reused",
+                                                text_of(browser, "final-stats")).groups())
+            usage = json.loads(browser.find_element("id", "stats").get_attribute("data-usage"))
+            assert (cached, prompt) == (usage["prompt_tokens_details"]["cached_tokens"], usage["prompt_tokens"])
+            assert cached > 0 if len(history) > 2 else cached < prompt
         users = browser.find_elements("css selector", "#transcript .msg.user .body")
         assert [u.get_attribute("textContent") for u in users] == ["def parse_args(", "import os"]

@@ -146,13 +146,20 @@ class Tally {
   }
 }
 
-// The last chunk's statistics, as a line: acceptance, tokens per target pass, algorithm, the server's speed.
-function summaryText(s) {
+// The last chunk's statistics, as a line: acceptance, tokens per target pass, algorithm, the server's speed, and
+// once the usage chunk came, how many prompt tokens the server reused from its cache (a conversation's earlier
+// turns: usage.prompt_tokens_details.cached_tokens) instead of prefilling them.
+function summaryText(s, usage) {
   const percent = s.draft_tokens_proposed ? ` (${(100 * s.acceptance).toFixed(1)}%)` : "";
-  return `acceptance ${s.draft_tokens_accepted}/${s.draft_tokens_proposed}${percent} · ` +
+  let line = `acceptance ${s.draft_tokens_accepted}/${s.draft_tokens_proposed}${percent} · ` +
     `${Number(s.mean_tokens_per_target_pass).toFixed(2)} tokens per target pass · ` +
     `${s.target_passes} target passes · algorithm ${s.algorithm} · ` +
     `${Number(s.tokens_per_s).toFixed(1)} tokens/s on the server`;
+  if (usage) {
+    const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
+    line += ` · ${cached} of ${usage.prompt_tokens} prompt tokens reused`;
+  }
+  return line;
 }
 
 // Build the request for the current mode and the controls' values.
@@ -160,6 +167,7 @@ function requestFor(text) {
   const body = {
     model: state.model,
     stream: true,
+    stream_options: { include_usage: true },  // the last chunk: usage, with the prompt tokens reused
     max_tokens: Number($("max-tokens").value),
     temperature: Number($("temperature").value),
     edge_specdec: { algorithm: $("algorithm").value },
@@ -197,6 +205,7 @@ async function send(text) {
   $("live-stats").textContent = "";
   $("final-stats").textContent = "";
   delete $("stats").dataset.summary;
+  delete $("stats").dataset.usage;
   const [url, body] = requestFor(text);
   const { turn, output } = addTurn(text);
   const transcript = $("transcript");
@@ -209,6 +218,7 @@ async function send(text) {
   setStatus("generating…", "busy");
   const tally = new Tally();
   let reply = "";
+  let summary = null;  // the finishing chunk's statistics
   let outcome = "error";
   try {
     const response = await fetch(url, { method: "POST", headers: headers(), body: JSON.stringify(body),
@@ -220,6 +230,10 @@ async function send(text) {
     }
     for await (const chunk of events(response)) {
       if (chunk.error) throw new Error(chunk.error.message);  // a failure after the stream started
+      if (chunk.usage) {  // the usage chunk, after the finishing one
+        $("stats").dataset.usage = JSON.stringify(chunk.usage);
+        if (summary) $("final-stats").textContent = summaryText(summary, chunk.usage);
+      }
       const choice = chunk.choices && chunk.choices[0];
       if (!choice) continue;
       const piece = state.chat ? (choice.delta || {}).content : choice.text;
@@ -241,6 +255,7 @@ async function send(text) {
       }
       if (choice.finish_reason) {
         $("stats").dataset.summary = JSON.stringify(info);  // the last chunk's statistics, as the server sent them
+        summary = info;
         $("final-stats").textContent = summaryText(info);
         outcome = "done";
         setStatus(`done: ${info.stop_reason || choice.finish_reason}`, "done");
