@@ -158,7 +158,7 @@ BUILDER_KEYS = {
     "bundle": str, "replicas": int, "slots": int, "queue": int, "max_tokens": int, "api_key": str,
     "model_name": str, "cors": lambda v: [o for o in str(v).split(",") if o],
     "allowed_hosts": lambda v: [h for h in str(v).split(",") if h], "num_cpus": float,
-    "max_ongoing_requests": int, "max_queued_requests": int, "load_timeout": float,
+    "max_ongoing_requests": int, "max_queued_requests": int, "load_timeout": float, "prefix_cache_mb": float,
     # Engine options
     "target_device": str, "draft_device": str, "threads": int,
 }
