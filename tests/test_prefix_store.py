@@ -57,6 +57,27 @@ def test_a_conversation_restored_from_the_store_writes_what_a_fresh_session_writ
     assert restored.stats.prompt_tokens_reused >= len(encode(A)) - 1
 
 
+def test_a_cache_stored_from_one_slot_is_restored_into_another_of_a_batching_engine(bundle_dir):
+    """Slots of a batching engine share one block pool per model: the copy is taken from one slot's blocks and
+    written into another slot's, and that slot then writes what a fresh session writes."""
+    engine = Engine(bundle_dir(*OTHER_VOCAB), batching=True)
+    encode = engine.tokenizer.encode
+    store = PrefixStore(64 * 2**20, min_tokens=1)
+    first_slot, second_slot = engine.session(), engine.session()
+    assert first_slot.target.pool is second_slot.target.pool, engine.batching_note
+    first = first_slot.generate(A, GREEDY)
+    second_slot.generate(C, GREEDY)
+    turn2 = encode(A) + first.token_ids + encode("\n    return None\n")
+    store.prepare(first_slot, encode(B))  # A's caches to the store
+    first_slot.generate(B, GREEDY)
+    assert store.prepare(second_slot, turn2).restored  # into the other slot, whose blocks are others
+    restored = second_slot.generate(turn2, GREEDY)
+    fresh = engine.session().generate(turn2, GREEDY)
+    assert restored.token_ids == fresh.token_ids and bits(restored) == bits(fresh)
+    assert restored.stats.prompt_tokens_reused >= len(encode(A)) - 1
+    assert first_slot.generate(B, GREEDY).token_ids == engine.session().generate(B, GREEDY).token_ids  # untouched
+
+
 def common(a, b) -> int:
     from edge_specdec.runtime.session import common_prefix
     return common_prefix(a, b)
