@@ -8,6 +8,7 @@ the one-hot of the token). The decode loop verifies at most k of a proposal's to
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -23,13 +24,21 @@ class Proposal:
     # the distribution each token was drawn from (over the target's vocabulary); None, or a None entry, where
     # there is none (a deterministic draft): verification then treats it as one-hot
     q: Optional[list[Optional[np.ndarray]]] = None
+    forced: int = 0  # how many tokens at its front a grammar forced (proposed without the drafter)
 
     def after_first(self) -> "Proposal":
         """The proposal without its first token (what is left once that token is known to be right)."""
-        return Proposal(self.tokens[1:], None if self.q is None else self.q[1:])
+        return Proposal(self.tokens[1:], None if self.q is None else self.q[1:], max(0, self.forced - 1))
 
     def head(self, k: int) -> "Proposal":
-        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k])
+        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k], min(self.forced, k))
+
+    @classmethod
+    def grammar_forced(cls, tokens: list[int], then: Optional["Proposal"] = None) -> "Proposal":
+        """A grammar's forced tokens (deterministic: q one-hot), then a drafter's proposal after them."""
+        then = then or Proposal()
+        q = None if then.q is None else [None] * len(tokens) + list(then.q)
+        return cls(list(tokens) + then.tokens, q, len(tokens))
 
 
 class Drafter:
@@ -52,6 +61,10 @@ class Drafter:
         """What this drafter counted in its run, for Result.extra (empty when nothing of its own)."""
         return {}
 
+    def constrain(self, grammar) -> None:
+        """The run's output follows this grammar (a grammar.GrammarState): a drafter that can, proposes only what it
+        allows. The default proposes freely: the decode loop cuts every proposal to the part the grammar allows."""
+
 
 class DraftModelDrafter(Drafter):
     """A same-vocabulary draft model: k tokens one at a time, from the same distribution transform as the target.
@@ -63,16 +76,29 @@ class DraftModelDrafter(Drafter):
                  confidence: float = 0.0, width: Optional[int] = None):
         self.session, self.config, self.rng, self.confidence = session, config, rng, confidence
         self.width = width  # the target's number of logits, which may differ from the draft's (padding)
+        self.grammar = None
+
+    def constrain(self, grammar) -> None:
+        self.grammar = grammar
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
-        def shape(row: np.ndarray, drafted: list[int]) -> np.ndarray:  # the target's width, and its penalty
-            row = to_width(row, self.width)
-            if self.config.repetition_penalty != 1.0:
-                row = penalize(row[None], self.config, sequence + drafted, [])[0]
-            return row
+        with self.grammar.walk(sequence) if self.grammar else nullcontext() as walk:
+            if self.grammar and walk is None:  # the sequence already left the grammar: nothing can be accepted
+                return Proposal()
 
-        row = self.session.sync(sequence)[-1]
-        steps = draft_steps(self.session, row, k, self.config, self.rng, self.confidence, shape)
+            def shape(row: np.ndarray, drafted: list[int]) -> np.ndarray:  # the target's width, penalty, grammar
+                row = to_width(row, self.width)
+                if self.config.repetition_penalty != 1.0:
+                    row = penalize(row[None], self.config, sequence + drafted, [])[0]
+                if walk is not None:
+                    if drafted:
+                        walk.step(drafted[-1])
+                    masked = np.where(self.grammar.allowed(), row, -np.inf)
+                    row = masked if np.isfinite(masked).any() else row  # the draft knows none of the allowed ids
+                return row
+
+            row = self.session.sync(sequence)[-1]
+            steps = draft_steps(self.session, row, k, self.config, self.rng, self.confidence, shape)
         return Proposal([t for t, _ in steps], None if self.config.greedy else [q for _, q in steps])
 
 
@@ -159,6 +185,7 @@ class LookupFirst(Drafter):
         self.model, self.min_tokens = model, min_tokens
         self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_rounds = 0
+        self.grammar = None
 
     def accept(self, n_accepted: int, next_token: int) -> None:
         self.model.accept(n_accepted, next_token)
@@ -166,8 +193,14 @@ class LookupFirst(Drafter):
     def stats(self) -> dict:
         return {"lookup_rounds": self.lookup_rounds, **self.model.stats()}
 
+    def constrain(self, grammar) -> None:
+        self.grammar = grammar
+        self.model.constrain(grammar)
+
     def propose(self, sequence: list[int], k: int) -> Proposal:
         n, found = self.lookup.find(sequence, k)
+        if self.grammar is not None:  # copied text the grammar refuses is no proposal: the model drafts instead
+            found = found.head(self.grammar.valid_prefix(sequence, found.tokens))
         if len(found.tokens) >= self.min_tokens:
             self.lookup_rounds += 1
             return found if n >= self.lookup.max_ngram else found.head(max(self.min_tokens, 2 * n))

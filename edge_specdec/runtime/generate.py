@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .drafters import Drafter, DraftLength, Proposal
+from .grammar import GrammarState
 from .sampling import GenerationConfig, TokenLogprob, token_logprobs
 from .session import ContextOverflowError, ModelSession
 from .text import Span, TextPiece, TextStream
@@ -30,6 +31,8 @@ class Stats:
     first_token_seconds: float = 0.0  # time to the first generated token (prefill and the first round)
     prompt_tokens_reused: int = 0  # prompt tokens whose KV the target's cache kept from the previous run
     rounds_drafting_paused: int = 0  # rounds the target ran alone because drafting lost to it (DraftingGuard)
+    grammar_tokens_proposed: int = 0  # tokens a grammar forced, proposed without the drafter (structured output)
+    grammar_tokens_accepted: int = 0  # of those, the ones the target kept (not counted as draft tokens)
 
     def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float,
                     drafted_ahead: bool = False, start: Optional[float] = None) -> None:
@@ -104,7 +107,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
              concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True,
-             alone_block: Optional[int] = None) -> Result:
+             alone_block: Optional[int] = None, grammar: Optional[GrammarState] = None) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     Each round has four phases (see `decode`): draft (the drafter proposes up to k tokens), verify (one target
@@ -125,6 +128,9 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     context), which then steps as the target alone steps; None: the session's own.
     reuse_prefix: keep the part of the target's cache that the prompt starts with (a block-invariant target
     only, where that is exact); Stats.prompt_tokens_reused counts it. False: prefill the whole prompt.
+    grammar: the output follows it (structured output, see grammar.py): every verified row is masked to what it
+    allows, proposals are cut to the part it allows, a drafting round first proposes the tokens it forces, and
+    the run ends ("grammar") once it allows nothing more.
     """
     config.validate()
     if target.max_context is not None and len(prompt_ids) + config.max_new_tokens > target.max_context:
@@ -135,6 +141,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     stats, output = Stats(), Output(config, stream, on_text)
     exact = target.block_invariant or drafter is None
     ahead = DraftAhead() if concurrent and drafter else None
+    if grammar is not None and drafter is not None:
+        drafter.constrain(grammar)
     start = time.perf_counter()
     # the target's cache keeps what it shares with the prompt (a conversation's earlier turns, a shared system
     # prompt): exact only where a block's rows are the bits of single steps, else it starts empty
@@ -146,7 +154,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
     try:
         reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,
-                            floors), list(prompt_ids))
+                            floors, grammar), list(prompt_ids))
     finally:
         target.min_block = floors[0]  # as the caller set it
         if ahead:
@@ -155,7 +163,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     if draft_length is not None and draft_length.guard is not None:
         stats.rounds_drafting_paused = draft_length.guard.alone_rounds
     stats.seconds = time.perf_counter() - start
-    return Result(output.finish(reason), output.tokens, stats, reason, exact=exact,
+    extra = {"constraint_complete": grammar.complete} if grammar is not None else {}
+    return Result(output.finish(reason), output.tokens, stats, reason, extra, exact=exact,
                   logprobs=output.logprobs if config.wants_logprobs else None)
 
 
@@ -173,6 +182,7 @@ class Run:
     cancel: Optional[threading.Event]    # stops the run when set (checked every round)
     start: float                         # the run's start on time.perf_counter()'s clock
     floors: tuple[int, int] = (1, 1)     # the target's min_block in a round that drafts, and in one that does not
+    grammar: Optional[GrammarState] = None  # structured output: what the output must match
 
 
 def decode(r: Run, seq: list[int]) -> str:
@@ -185,22 +195,18 @@ def decode(r: Run, seq: list[int]) -> str:
             # draft: up to k tokens in the target's vocabulary (k 0: the target alone this round)
             k = min(r.draft_length.round_k(), r.output.room - 1) if r.drafter and r.draft_length else 0
             r.target.min_block = r.floors[k == 0]  # a round of the target alone steps as the target alone does
-            ready = r.ahead.take() if r.ahead else None  # drafted during the previous target pass
-            proposal = (ready or propose(r.drafter, seq, k)) if k > 0 else Proposal()
+            proposal = draft(r, seq, k)
             if proposal is None:  # the draft's context is full: the target alone finishes the run
                 r.drafter, proposal = None, Proposal()
-            # at most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with
-            # more: a target with fixed blocks of k + 1 then keeps its shape
-            proposal = proposal.head(k)
             t1 = time.perf_counter()
             # verify: one target pass over the proposal, then the accepted tokens and the next one. The drafter
             # hears the outcome at once; in concurrent mode, after it drafted the next round on its guess
             rows = (r.ahead.target_pass(r.target, seq, proposal, r.drafter, k) if r.ahead
                     else r.target.sync(seq, proposal.tokens))
             # (_make: a stand-in rule, such as the tests' deliberately broken ones, may return a plain tuple)
-            verdict = Verdict._make(verify(rows, proposal, r.config, r.rng, seq))
-            if r.drafter:
-                r.drafter.accept(verdict.accepted, verdict.next_token)
+            verdict = Verdict._make(verify(rows, proposal, r.config, r.rng, seq, r.grammar))
+            if r.drafter:  # the outcome of the drafter's own tokens, after the grammar's forced ones
+                r.drafter.accept(max(0, verdict.accepted - proposal.forced), verdict.next_token)
             # roll back: the target's cache forgets the drafted tokens it rejected
             r.target.rollback(len(proposal.tokens) - verdict.accepted)
             t2 = time.perf_counter()
@@ -210,10 +216,16 @@ def decode(r: Run, seq: list[int]) -> str:
             # emit: the accepted tokens and the next one, up to the first stop; the sequence gets what was taken
             n = verdict.accepted
             taken = proposal.tokens[:n] + [verdict.next_token]
+            if r.grammar is not None:  # nothing after the token that completes the grammar's text
+                taken = taken[:r.grammar.until_done(taken)]
             logprobs = token_logprobs(verdict.rows, taken, r.config) if r.config.wants_logprobs else None
             before = len(r.output.tokens)
-            reason = r.output.add(taken, logprobs, drafted=n)
+            reason = r.output.add(taken, logprobs, drafted=n, forced=min(n, proposal.forced))
             seq += r.output.tokens[before:]
+            if r.grammar is not None:
+                r.grammar.commit(r.output.tokens[before:])
+                if reason == "length" and r.grammar.done:  # the constraint's text is complete
+                    reason = "grammar"
             if r.cancel is not None and r.cancel.is_set() and reason == "length":
                 reason = "stopped"
     except KeyboardInterrupt:
@@ -221,10 +233,39 @@ def decode(r: Run, seq: list[int]) -> str:
     return reason
 
 
+def draft(r: Run, seq: list[int], k: int) -> Optional[Proposal]:
+    """The round's proposal, at most k tokens: the grammar's forced tokens, then the drafter's (or the one it drafted
+    during the previous target pass), cut to the part the grammar allows; None when the draft's context is full.
+    At most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with more: a target
+    with fixed blocks of k + 1 then keeps its shape."""
+    if k == 0:
+        return Proposal()
+    ready = r.ahead.take() if r.ahead else None  # drafted during the previous target pass
+    forced = r.grammar.forced(k) if r.grammar is not None else []
+    if ready is not None and not forced:
+        proposal = ready
+    elif len(forced) < k:
+        proposal = propose(r.drafter, seq + forced, k - len(forced))
+        if proposal is None:
+            return None
+        proposal = Proposal.grammar_forced(forced, proposal) if forced else proposal
+    else:
+        proposal = Proposal.grammar_forced(forced)
+    proposal = proposal.head(k)
+    if r.grammar is not None and proposal.tokens:
+        proposal = proposal.head(r.grammar.valid_prefix(seq, proposal.tokens))
+    return proposal
+
+
 def count_round(r: Run, proposal: Proposal, verdict: Verdict, k: int, draft_seconds: float,
                 target_seconds: float) -> None:
-    """A round's outcome to the draft length (which adapts to it) and the statistics."""
-    n, proposed = verdict.accepted, len(proposal.tokens)
+    """A round's outcome to the draft length (which adapts to it) and the statistics; a grammar's forced tokens
+    are counted on their own, not as the drafter's."""
+    forced, n = proposal.forced, verdict.accepted
+    kept_forced = min(n, forced)
+    r.stats.grammar_tokens_proposed += forced
+    r.stats.grammar_tokens_accepted += kept_forced
+    proposed, n = len(proposal.tokens) - forced, n - kept_forced
     if r.draft_length:
         r.draft_length.update(n, proposed, draft_seconds, target_seconds, drafted=k > 0, first=r.stats.rounds == 0)
     r.stats.count_round(proposed, n, draft_seconds, target_seconds, bool(r.ahead and r.ahead.ready), r.start)
@@ -290,15 +331,17 @@ class Output:
         self.logprobs: list[TokenLogprob] = []
         self.sent = 0  # characters of the text handed to on_text
         self.handed = 0  # tokens whose text was handed to on_text
-        self.unsent: list[tuple[bool, int]] = []  # the other tokens in the text: (drafted, where their text ends)
+        self.unsent: list[tuple[str, int]] = []  # the other tokens in the text: (source, where their text ends)
 
     @property
     def room(self) -> int:
         return self.config.max_new_tokens - len(self.tokens)
 
-    def add(self, tokens: list[int], logprobs: Optional[list[TokenLogprob]] = None, drafted: int = 0) -> str:
+    def add(self, tokens: list[int], logprobs: Optional[list[TokenLogprob]] = None, drafted: int = 0,
+            forced: int = 0) -> str:
         """Take tokens up to the first stop; return why it stopped, or "length" to go on. The first `drafted`
-        tokens are the drafter's, accepted by the target."""
+        tokens were proposed and accepted by the target: the first `forced` of them forced by a grammar, the
+        rest the drafter's."""
         for i, token in enumerate(tokens[:self.room]):
             self.tokens.append(token)
             if logprobs:
@@ -307,7 +350,8 @@ class Output:
                 return "eos"
             self.stream.push([token])
             if self.on_text is not None:  # only pieces handed to on_text need to know their tokens
-                self.unsent.append((i < drafted, len(self.stream.text)))
+                source = "grammar" if i < forced else "draft" if i < drafted else "target"
+                self.unsent.append((source, len(self.stream.text)))
             cut = self.stop_at()
             if cut is not None:
                 self.send(cut)
@@ -332,21 +376,21 @@ class Output:
         completes (a token cut by `end` counts in a later piece). True if the callback asked to stop."""
         if self.on_text is None or end <= self.sent:
             return False
-        spans: list[list] = []  # [text, drafted, tokens completed]
+        spans: list[list] = []  # [text, source, tokens completed]
         position, done = self.sent, 0
-        for drafted, token_end in self.unsent:
+        for source, token_end in self.unsent:
             text, complete = self.stream.text[position:min(token_end, end)], token_end <= end
-            if spans and spans[-1][1] == drafted:
+            if spans and spans[-1][1] == source:
                 spans[-1][0] += text
                 spans[-1][2] += complete
             else:
-                spans.append([text, drafted, int(complete)])
+                spans.append([text, source, int(complete)])
             position = min(token_end, end)
             if not complete:
                 break
             done += 1
         if position < end:  # text that no token ends in: the decoder's flush of a cut-off character at the end
-            spans.append([self.stream.text[position:end], False, 0])
+            spans.append([self.stream.text[position:end], "target", 0])
         del self.unsent[:done]
         token_ids = self.tokens[self.handed:self.handed + done]
         logprobs = self.logprobs[self.handed:self.handed + done]

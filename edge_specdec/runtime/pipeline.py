@@ -39,6 +39,7 @@ from .algorithms import (AUTO, DRAFT_TOKENS, REGISTRY, Algorithm, DraftContext, 
 from .batching import Scheduler, batch_invariant
 from .drafters import DraftingGuard, DraftLength, LookupFirst
 from .generate import Result, generate
+from .grammar import GrammarTokenizer
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate, special_token_texts
@@ -207,6 +208,14 @@ class Engine:
         return ChatTemplate.from_model_folder(self.bundle.target.folder)
 
     @cached_property
+    def grammar_tokenizer(self) -> GrammarTokenizer:
+        """The target's vocabulary as structured output's grammar engine reads it (built at the first request
+        with a constraint, then kept)."""
+        return GrammarTokenizer(self.vocab_map.target, self.target_model.vocab_size,
+                                list(self.bundle.target.eos_token_ids or []), self.tokenizer.encode,
+                                self.special_token_texts)
+
+    @cached_property
     def special_token_texts(self) -> dict[int, str]:
         """How a chat template spells the target's special tokens (read once per engine: tokenizer.json is
         megabytes for a large vocabulary)."""
@@ -335,6 +344,8 @@ class DecodingSession:
         if not prompt_ids:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
         check_token_ids(prompt_ids, self.target.vocab_size)
+        grammar = (engine.grammar_tokenizer.compile(config.constraint, base=len(prompt_ids))
+                   if config.constraint is not None else None)
         entry = REGISTRY[engine.resolve_algorithm(speculative.algorithm, config)]
         k, confidence = speculative.draft_tokens(entry), speculative.confidence_stop()
         self._set_block_shapes(k if entry.speculates else 0, entry.needs_draft)
@@ -351,7 +362,7 @@ class DecodingSession:
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
                               rng, on_text, concurrent=concurrent, cancel=cancel,
                               reuse_prefix=engine.config.prefix_reuse,
-                              alone_block=engine.block_shapes(0, False)["target"])
+                              alone_block=engine.block_shapes(0, False)["target"], grammar=grammar)
         result.extra.update(algorithm=entry.name, **(drafter.stats() if drafter else {}))
         if engine.config.prefix_reuse and not self.target.block_invariant:
             result.extra["prefix_reuse"] = "off: the target is not block-invariant here, so the prompt was fed whole"

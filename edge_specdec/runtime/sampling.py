@@ -9,6 +9,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import EdgeSpecdecError
+from .grammar import Constraint
 
 
 MAX_TOP_LOGPROBS = 20  # as in OpenAI's API
@@ -31,6 +32,9 @@ class GenerationConfig:
     logprobs: put on the result the target's log-probability of each output token, from the logits that decided
     it (after the repetition penalty and the temperature, before top-k and top-p); top_logprobs (at most
     MAX_TOP_LOGPROBS) adds that many most likely tokens per position and implies logprobs.
+    constraint: the output must match it (a JSON schema, any JSON object, a regex or a grammar; see
+    grammar.Constraint): the target's logits are masked to what it allows at every position, and the logprobs
+    are those of the masked distribution.
     """
     max_new_tokens: int = 128
     temperature: float = 0.0
@@ -43,6 +47,7 @@ class GenerationConfig:
     repetition_penalty: float = 1.0
     logprobs: bool = False
     top_logprobs: int = 0
+    constraint: Optional[Constraint] = None
 
     @property
     def greedy(self) -> bool:
@@ -73,6 +78,10 @@ class GenerationConfig:
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise EdgeSpecdecError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (got "
                                    f"{self.top_logprobs}).")
+        if self.constraint is not None:
+            if not isinstance(self.constraint, Constraint):
+                raise EdgeSpecdecError(f"constraint must be a grammar.Constraint (got {self.constraint!r}).")
+            self.constraint.check()
         return self
 
     @property
@@ -158,6 +167,6 @@ def token_logprobs(rows: np.ndarray, tokens: list[int], config: GenerationConfig
         if config.top_logprobs:
             ids = np.argpartition(-logp, config.top_logprobs - 1)[:config.top_logprobs]
             ids = sorted(ids.tolist(), key=lambda i: (-logp[i], i))
-            best = [(int(i), float(logp[i])) for i in ids]
+            best = [(int(i), float(logp[i])) for i in ids if np.isfinite(logp[i])]  # not ids a grammar forbids
         out.append(TokenLogprob(int(token), float(logp[token]), best))
     return out

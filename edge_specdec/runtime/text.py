@@ -25,11 +25,17 @@ class PromptTokenizer:
 
 
 class Span(NamedTuple):
-    """A run of generated text from one source: drafted (proposed by the drafter and accepted by the target) or
-    not (the target's own token of the round), and how many tokens it holds."""
+    """A run of generated text from one source, and how many tokens it holds. source: "draft" (proposed by the
+    drafter and accepted by the target), "grammar" (forced by the request's grammar, proposed without the
+    drafter and accepted by the target) or "target" (the target's own token of the round)."""
     text: str
-    drafted: bool
+    source: str
     tokens: int
+
+    @property
+    def drafted(self) -> bool:
+        """Proposed by the drafter and accepted by the target."""
+        return self.source == "draft"
 
 
 class TextPiece(str):

@@ -9,11 +9,12 @@ any proposal, however it was made: the output token has distribution p either wa
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .drafters import Proposal
+from .grammar import GrammarState
 from .sampling import GenerationConfig, distribution, penalize, sample
 
 
@@ -25,10 +26,14 @@ class Verdict(NamedTuple):
 
 
 def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: np.random.Generator,
-           context: list[int]) -> Verdict:
-    """rows: target logits, len(proposal.tokens) + 1 of them, following context."""
+           context: list[int], grammar: Optional[GrammarState] = None) -> Verdict:
+    """rows: target logits, len(proposal.tokens) + 1 of them, following context. With a grammar, each row is
+    masked to what the grammar allows at its position (after the penalty): the target's distribution becomes
+    the constrained one, for the drafted tokens and the next one alike."""
     tokens = proposal.tokens
     rows = penalize(rows, config, context, tokens)
+    if grammar is not None:
+        rows = grammar.mask(rows, tokens)
     if config.greedy:
         choice = rows.argmax(axis=-1)
         n = 0

@@ -1,0 +1,255 @@
+"""Structured output: a constraint (JSON schema, any JSON object, regular expression, Lark or GBNF grammar) that
+every generated token must follow, enforced with llguidance's byte-level matcher.
+
+The decode loop masks the target's logits with the grammar at every position it verifies (`GrammarState.mask`),
+so the output is what the constrained target alone writes, whatever was proposed; the drafter's proposals are
+cut to the part the grammar allows (`GrammarState.valid_prefix`), a draft model's own picks are masked as it
+drafts (`GrammarState.walk`), and where the grammar forces the next tokens they are proposed without the draft
+(`GrammarState.forced`). llguidance is imported only when a request carries a constraint.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Union
+
+import numpy as np
+
+from ..errors import EdgeSpecdecError
+from ..vocab_map import TokenBytes
+
+KINDS = ("json_schema", "json_object", "regex", "grammar")
+# JSON is written on one line, with ", " and ": " between items (a schema's "x-guidance" may say otherwise): the
+# grammar then fixes every byte between the values, which the loop proposes without the draft, and a model cannot
+# loop on whitespace
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+SPECIAL = b"\xff"  # llguidance's mark for a token that is not text (its bytes can never match a grammar)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What the output must match: one of KINDS and its text. json_schema: a JSON schema (a dict, or its JSON
+    text); json_object: any JSON object (no spec); regex: a regular expression the whole output matches;
+    grammar: a Lark grammar (llguidance's dialect, `start:` its first rule) or a GBNF one (`root ::= ...`)."""
+    kind: str
+    spec: Union[str, dict, None] = None
+
+    @classmethod
+    def json_schema(cls, schema: Union[str, dict]) -> "Constraint":
+        return cls("json_schema", schema)
+
+    @classmethod
+    def json_object(cls) -> "Constraint":
+        return cls("json_object")
+
+    @classmethod
+    def regex(cls, pattern: str) -> "Constraint":
+        return cls("regex", pattern)
+
+    @classmethod
+    def grammar(cls, text: str) -> "Constraint":
+        return cls("grammar", text)
+
+    def check(self) -> None:
+        """Refuse a constraint of the wrong shape (what it means is checked when it is compiled)."""
+        if self.kind not in KINDS:
+            raise EdgeSpecdecError(f"unknown constraint kind {self.kind!r}: use one of {', '.join(KINDS)}.")
+        if self.kind == "json_object":
+            return
+        if self.kind == "json_schema":
+            if isinstance(self.spec, str):
+                try:
+                    schema = json.loads(self.spec)
+                except ValueError as e:
+                    raise EdgeSpecdecError(f"the JSON schema is not valid JSON: {e}.") from None
+            else:
+                schema = self.spec
+            if not isinstance(schema, dict):
+                raise EdgeSpecdecError(f"a JSON schema must be a JSON object, not {type(schema).__name__}.")
+        elif not isinstance(self.spec, str) or not self.spec.strip():
+            raise EdgeSpecdecError(f"a {self.kind} constraint needs its text (got {self.spec!r}).")
+
+    def llguidance_grammar(self) -> str:
+        """The constraint as an llguidance grammar (its JSON form); nothing is compiled yet."""
+        from llguidance import LLMatcher
+
+        self.check()
+        if self.kind in ("json_object", "json_schema"):
+            schema = {"type": "object"} if self.kind == "json_object" else self.spec
+            return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)
+        if self.kind == "regex":
+            return LLMatcher.grammar_from_regex(self.spec)
+        text = self.spec
+        if "::=" in text and "start:" not in text:  # GBNF, as llama.cpp writes it
+            from llguidance.gbnf_to_lark import gbnf_to_lark
+            try:
+                text = gbnf_to_lark(text)
+            except Exception as e:  # the converter raises plain exceptions for syntax it cannot read
+                raise EdgeSpecdecError(f"the GBNF grammar could not be read: {e}") from None
+        return LLMatcher.grammar_from_lark(text)
+
+
+class GrammarTokenizer:
+    """A vocabulary as llguidance sees it, built from the bundle's token-bytes table (no tokenizers or
+    transformers import): every id's bytes, special tokens marked as never-text, the logits' width (ids past
+    the tokenizer's, padding, are special too) and the end-of-sequence ids. `encode` (text -> ids, specials
+    dropped) spells the forced bytes the way the model's own tokenizer does. Build one per vocabulary and keep
+    it: it indexes the whole vocabulary."""
+
+    def __init__(self, pieces: TokenBytes, width: int, eos_ids: list[int], encode: Callable[[str], list[int]],
+                 special_texts: Optional[dict[int, str]] = None):
+        from llguidance import LLTokenizer
+
+        self.width = width
+        special_texts = special_texts or {}
+        tokens, specials = [], []
+        for i in range(width):
+            piece = pieces.piece(i) if i < len(pieces) else None
+            if piece is None:
+                specials.append(i)
+                piece = SPECIAL + special_texts.get(i, f"<[{i}]>").encode()
+            tokens.append(piece)
+        has_text = pieces.has_text
+
+        class Wrapper:  # the duck type llguidance's TokenizerWrapper describes
+            is_tokenizer_wrapper = True
+
+            def __call__(self, text: Union[str, bytes]) -> list[int]:
+                if isinstance(text, bytes):
+                    text = text.decode("utf-8", "replace")
+                return [t for t in encode(text) if t < len(has_text) and has_text[t]]
+
+        wrapper = Wrapper()
+        wrapper.tokens, wrapper.special_token_ids = tokens, specials
+        wrapper.eos_token_id = eos_ids[0] if eos_ids else None
+        wrapper.bos_token_id = None
+        self.tokenizer = LLTokenizer(wrapper, n_vocab=width, eos_token=list(eos_ids) or None)
+
+    def compile(self, constraint: Constraint, base: int = 0) -> "GrammarState":
+        """A run's grammar state for the constraint; `base`: the prompt's length (see GrammarState)."""
+        return GrammarState(self, constraint, base)
+
+
+class GrammarState:
+    """One run's grammar: the generated tokens are committed to it (`commit`), and masks, forced tokens and
+    walks along proposals start from there. `base` is where the output starts in the decode loop's sequence
+    (the prompt's length), so that a drafter handed a longer sequence is walked to its end first."""
+
+    def __init__(self, tokenizer: GrammarTokenizer, constraint: Constraint, base: int = 0):
+        from llguidance import LLMatcher
+
+        self.width, self.base, self.committed = tokenizer.width, base, 0
+        self.forced_proposed = 0  # forced tokens put into proposals, and how many of them the target kept
+        self.forced_accepted = 0
+        grammar = constraint.llguidance_grammar()
+        self.matcher = LLMatcher(tokenizer.tokenizer, grammar, log_level=0)
+        if self.matcher.is_error():
+            raise EdgeSpecdecError(f"the {constraint.kind.replace('_', ' ')} constraint cannot be used: "
+                                   f"{first_line(self.matcher.get_error())}")
+
+    def allowed(self) -> np.ndarray:
+        """The ids the grammar allows next, as a bool array over the logits' width."""
+        bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
+        return np.unpackbits(bits, bitorder="little")[:self.width].astype(bool)
+
+    def mask(self, rows: np.ndarray, tokens: list[int]) -> np.ndarray:
+        """rows (logits; row i follows tokens[:i]) with every id the grammar forbids at its position set to -inf.
+        Rows after the first token the grammar refuses stay as they are: verification rejects that token at the
+        latest, so they decide nothing."""
+        rows = np.array(rows, dtype=np.float32)
+        with self.walk() as walk:
+            for i in range(len(rows)):
+                rows[i, ~self.allowed()] = -np.inf
+                if i == len(tokens) or not walk.step(tokens[i]):
+                    break
+        return rows
+
+    def valid_prefix(self, sequence: list[int], tokens: list[int]) -> int:
+        """How many of tokens, from the first, the grammar allows after `sequence` (the decode loop's)."""
+        with self.walk(sequence) as walk:
+            return 0 if walk is None or not tokens else self.matcher.validate_tokens(tokens)
+
+    def forced(self, limit: int) -> list[int]:
+        """Up to `limit` tokens the grammar forces next (its fast-forward tokens: the bytes it allows are one
+        string, spelled as the tokenizer spells it)."""
+        if limit <= 0 or self.done:
+            return []
+        return list(self.matcher.compute_ff_tokens())[:limit]
+
+    def until_done(self, tokens: list[int]) -> int:
+        """How many of tokens the run keeps: all, or up to the one after which the grammar allows nothing more."""
+        with self.walk() as walk:
+            for i, token in enumerate(tokens):
+                if not walk.step(token) or self.done:
+                    return i + 1
+        return len(tokens)
+
+    @contextmanager
+    def walk(self, sequence: Optional[list[int]] = None) -> Iterator[Optional["Walk"]]:
+        """A walk from the committed state that is rolled back on exit. With a sequence (the decode loop's,
+        perhaps with proposed tokens after the output so far), first along its tokens past the committed ones;
+        None when the grammar refuses one of them."""
+        walk = Walk(self.matcher)
+        try:
+            extra = [] if sequence is None else sequence[self.base + self.committed:]
+            yield walk if all(walk.step(t) for t in extra) else None
+        finally:
+            walk.undo()
+
+    def commit(self, tokens: list[int]) -> None:
+        """The tokens the run wrote this round (each one the masked target's, so the grammar allows them)."""
+        if tokens and not self.matcher.consume_tokens(tokens):
+            raise RuntimeError(f"the grammar refused a token the masked target wrote: "
+                               f"{first_line(self.matcher.get_error())}")
+        self.committed += len(tokens)
+
+    @property
+    def done(self) -> bool:
+        """The grammar allows nothing more (its text is complete): the run ends."""
+        return self.matcher.is_stopped()
+
+    @property
+    def complete(self) -> bool:
+        """The output so far is a whole match of the constraint."""
+        return self.matcher.is_accepting()
+
+
+class Walk:
+    """Tokens consumed on trial; `undo` rolls them back."""
+
+    def __init__(self, matcher):
+        self.matcher, self.steps = matcher, 0
+
+    def step(self, token: int) -> bool:
+        """Consume token if the grammar allows it here; False (and nothing consumed) if not."""
+        if self.matcher.is_stopped() or not self.matcher.validate_tokens([token]):
+            return False
+        self.matcher.consume_token(token)
+        self.steps += 1
+        return True
+
+    def undo(self) -> None:
+        if self.steps:
+            self.matcher.rollback(self.steps)
+        self.steps = 0
+
+
+def first_line(message: str) -> str:
+    """llguidance's error message on one line: its first line, and the line that says what the error is when
+    the message draws a picture of where it is in between."""
+    lines = [line.strip() for line in (message or "unknown error").strip().splitlines() if line.strip()]
+    detail = next((line for line in lines[1:] if line.startswith("error:")), None)
+    return lines[0] if detail is None else f"{lines[0]} {detail[len('error:'):].strip()}"
+
+
+def as_constraint(value: Any) -> Optional[Constraint]:
+    """None, a Constraint, or the short forms users write: {"json_schema": {...}}, {"regex": "..."},
+    {"grammar": "..."}, {"json_object": True}."""
+    if value is None or isinstance(value, Constraint):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, spec), = value.items()
+        return Constraint("json_object") if kind == "json_object" and spec else Constraint(kind, spec)
+    raise EdgeSpecdecError(f"a constraint is a Constraint or one of {{'json_schema': ...}}, {{'regex': ...}}, "
+                           f"{{'grammar': ...}}, {{'json_object': True}}; got {value!r}.")

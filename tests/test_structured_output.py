@@ -1,0 +1,207 @@
+"""Structured output: every algorithm under a JSON schema, a regex and a grammar writes what the constrained target
+alone writes (token ids and logprob bits of the masked distribution), sampled runs follow the masked distribution,
+the output matches its constraint, forced tokens are counted as the grammar's, and bad constraints are clear
+errors."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import jsonschema
+import numpy as np
+import pytest
+
+from edge_specdec.errors import EdgeSpecdecError
+from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime.grammar import Constraint
+from edge_specdec.runtime.sampling import penalize, token_logprobs
+from support import ALPHA, OTHER_VOCAB, SAME_VOCAB, homogeneity_pvalue
+
+PERSON = {"type": "object", "additionalProperties": False, "required": ["first_name_of_the_person", "age", "kind"],
+          "properties": {"first_name_of_the_person": {"type": "string", "maxLength": 12},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                         "kind": {"enum": ["employee", "contractor", "visitor"]}}}
+REGEX = r"def [a-z_]{1,12}\((x|y|self)(, [a-z]{1,6}){0,2}\):"
+LARK = 'start: "SELECT " COLUMN (", " COLUMN)* " FROM " TABLE ";"\nCOLUMN: /[a-z]{1,8}/\nTABLE: "users" | "orders"'
+GBNF = 'root ::= "answer: " ("yes" | "no" | "maybe") "."'
+CONSTRAINTS = {"json_schema": Constraint.json_schema(PERSON), "json_object": Constraint.json_object(),
+               "regex": Constraint.regex(REGEX), "lark": Constraint.grammar(LARK), "gbnf": Constraint.grammar(GBNF)}
+RUNS = [(SAME_VOCAB, "standard", {}), (SAME_VOCAB, "standard", {"num_assistant_tokens": 3, "lookup": False}),
+        (SAME_VOCAB, "prompt-lookup", {}), (OTHER_VOCAB, "slem", {}), (OTHER_VOCAB, "tli", {}),
+        (OTHER_VOCAB, "slrs", {}), (OTHER_VOCAB, "auto", {})]
+
+
+@pytest.fixture(scope="module")
+def pipes(bundle_dir):
+    cache: dict = {}
+
+    def get(pair, **options) -> Pipeline:
+        key = (pair, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = Pipeline(bundle_dir(*pair), **options)
+        return cache[key]
+    return get
+
+
+def bits(logprobs) -> list:
+    return [(lp.token, np.float64(lp.logprob).view(np.int64), [(t, np.float64(v).view(np.int64)) for t, v in lp.top])
+            for lp in logprobs]
+
+
+def matches(name: str, text: str) -> bool:
+    """Does the text fit the constraint (checked by other code than the grammar engine's)?"""
+    if name in ("json_schema", "json_object"):
+        value = json.loads(text)
+        jsonschema.validate(value, PERSON if name == "json_schema" else {"type": "object"})
+        return True
+    if name == "regex":
+        return re.fullmatch(REGEX, text) is not None
+    if name == "lark":
+        return re.fullmatch(r"SELECT [a-z]{1,8}(, [a-z]{1,8})* FROM (users|orders);", text) is not None
+    return re.fullmatch(r"answer: (yes|no|maybe)\.", text) is not None
+
+
+# every algorithm under a schema, a regex and a Lark grammar; the other two forms through one drafter of each kind
+CASES = ([(run, name) for run in RUNS for name in ("json_schema", "regex", "lark")]
+         + [(RUNS[0], "gbnf"), (RUNS[3], "gbnf"), (RUNS[0], "json_object"), (RUNS[3], "json_object")])
+
+
+@pytest.mark.parametrize("pair,algorithm,options,name", [(*run, name) for run, name in CASES])
+def test_every_algorithm_writes_the_constrained_target_alones_tokens_and_bits(pipes, pair, algorithm, options, name):
+    pipe = pipes(pair, precision="dq")
+    config = GenerationConfig(max_new_tokens=48, constraint=CONSTRAINTS[name], repetition_penalty=1.1,
+                              logprobs=True, top_logprobs=3)
+    alone = pipe.generate("def parse_args(", config, algorithm="none")
+    run = pipe.generate("def parse_args(", config, algorithm=algorithm, **options)
+    assert run.token_ids == alone.token_ids and bits(run.logprobs) == bits(alone.logprobs)
+    assert run.text == alone.text and run.stop_reason == alone.stop_reason
+    if run.stop_reason == "grammar":  # complete: it parses and validates
+        assert run.extra["constraint_complete"] and matches(name, run.text), run.text
+    assert all(np.isfinite(v) for lp in run.logprobs for _, v in lp.top)  # forbidden ids are not alternatives
+
+
+@pytest.mark.parametrize("precision", ["dq", "f32"])
+def test_both_precisions_and_reused_prefixes_stay_exact(pipes, precision):
+    """The same request twice on one session (the second reuses the cached prompt) and on a fresh session."""
+    pipe = pipes(SAME_VOCAB, precision=precision)
+    config = GenerationConfig(max_new_tokens=40, constraint=CONSTRAINTS["json_schema"], logprobs=True)
+    alone = pipe.generate("Person: ", config, algorithm="none")
+    first = pipe.generate("Person: ", config, algorithm="standard")
+    second = pipe.generate("Person: ", config, algorithm="standard")
+    assert bits(first.logprobs) == bits(second.logprobs) == bits(alone.logprobs)
+    assert second.stats.prompt_tokens_reused > 0 or not pipe.target.block_invariant
+
+
+def masked_logprobs(pipe: Pipeline, prompt_ids: list[int], tokens: list[int], config: GenerationConfig):
+    """The target's logprobs of tokens computed in one block from scratch, penalized, then masked by a fresh grammar
+    walked along the tokens: what the constrained target alone computes at each position."""
+    session = pipe.target
+    session.reset()
+    rows = session.feed(prompt_ids + tokens, rows=len(tokens) + 1)[:-1]
+    session.reset()
+    grammar = pipe.grammar_tokenizer.compile(config.constraint)
+    rows = grammar.mask(penalize(rows, config, prompt_ids, tokens), tokens)
+    return token_logprobs(rows, tokens, config)
+
+
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem"), (OTHER_VOCAB, "tli")])
+def test_sampled_runs_compute_every_position_with_the_masked_targets_bits(pipes, pair, algorithm):
+    pipe = pipes(pair, precision="dq")
+    prompt_ids = pipe.tokenizer.encode("def f(x):\n    return x")
+    for seed in range(3):
+        config = GenerationConfig(max_new_tokens=30, temperature=0.9, top_p=0.95, seed=seed, repetition_penalty=1.2,
+                                  logprobs=True, top_logprobs=2, constraint=CONSTRAINTS["regex"])
+        result = pipe.generate(prompt_ids, config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0)
+        assert result.token_ids
+        assert bits(result.logprobs) == bits(masked_logprobs(pipe, prompt_ids, result.token_ids, config))
+        if result.stop_reason == "grammar":
+            assert matches("regex", result.text)
+
+
+def test_the_mask_check_fails_on_unmasked_rows(pipes):
+    """The reference above can fail: the unmasked target's logprobs differ from a constrained run's."""
+    pipe = pipes(SAME_VOCAB, precision="dq")
+    prompt_ids = pipe.tokenizer.encode("def f(x):\n    return x")
+    config = GenerationConfig(max_new_tokens=12, temperature=0.9, seed=0, logprobs=True,
+                              constraint=CONSTRAINTS["regex"])
+    result = pipe.generate(prompt_ids, config, algorithm="standard")
+    session = pipe.target
+    session.reset()
+    rows = session.feed(prompt_ids + result.token_ids, rows=len(result.token_ids) + 1)[:-1]
+    session.reset()
+    assert bits(result.logprobs) != bits(token_logprobs(rows, result.token_ids, config))
+
+
+def test_sampled_first_tokens_follow_the_masked_distribution(pipes):
+    """200 seeded runs each, the constrained target alone against SLEM and the same-vocabulary draft: one
+    distribution of the first three tokens (chi-square homogeneity, false-alarm rate ALPHA), and every sample
+    is text the grammar allows."""
+    constraint = Constraint.regex(r"(def|class|import|return) [a-z]{1,5}")
+    samples = {}
+    for pair, algorithm in [(SAME_VOCAB, "none"), (SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")]:
+        pipe = pipes(pair, precision="dq")
+        counts = Counter()
+        for seed in range(200):
+            config = GenerationConfig(max_new_tokens=3, temperature=1.0, seed=seed, constraint=constraint)
+            result = pipe.generate("x = 1\n", config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0)
+            assert re.fullmatch(r"(def|class|import|return)( [a-z]{0,5})?|(d|de|c|cl|cla|clas|i|im|imp|impo|"
+                                r"impor|r|re|ret|retu|retur)", result.text), result.text
+            counts[result.text] += 1
+        samples[(pair, algorithm)] = counts
+    alone = samples[(SAME_VOCAB, "none")]
+    assert len(alone) > 3  # a distribution, not one answer
+    for key in [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")]:
+        assert homogeneity_pvalue(alone, samples[key]) > ALPHA, (key, samples[key], alone)
+
+
+def test_forced_tokens_are_proposed_without_the_draft_and_counted_as_the_grammars(pipes):
+    pipe = pipes(SAME_VOCAB, precision="dq")
+    config = GenerationConfig(max_new_tokens=48, constraint=CONSTRAINTS["json_schema"])
+    pieces = []
+    run = pipe.generate("Person: ", config, algorithm="standard", on_text=pieces.append)
+    alone = pipe.generate("Person: ", config, algorithm="none")
+    assert run.token_ids == alone.token_ids
+    # the schema's keys and the punctuation around them are forced: tokens the draft never had to propose
+    assert run.stats.grammar_tokens_accepted >= 3 and run.stats.grammar_tokens_proposed >= 3
+    assert alone.stats.grammar_tokens_proposed == 0  # the target alone proposes nothing, forced or not
+    grammar_text = "".join(s.text for p in pieces for s in p.spans if s.source == "grammar")
+    assert grammar_text.startswith('{"first_name') and '"age": ' in grammar_text and '"kind": "' in grammar_text
+    assert sum(s.tokens for p in pieces for s in p.spans if s.source == "grammar") == run.stats.grammar_tokens_accepted
+
+
+def test_a_constraint_not_met_within_max_tokens_ends_at_length_and_says_so(pipes):
+    pipe = pipes(SAME_VOCAB, precision="dq")
+    config = GenerationConfig(max_new_tokens=5, constraint=Constraint.regex(r"[a-z]{40}"))
+    result = pipe.generate("x", config, algorithm="standard")
+    assert result.stop_reason == "length" and result.extra["constraint_complete"] is False
+    assert re.fullmatch(r"[a-z]+", result.text)
+
+
+def test_a_complete_grammar_ends_the_run_without_another_pass(pipes):
+    pipe = pipes(SAME_VOCAB, precision="dq")
+    result = pipe.generate("x", GenerationConfig(max_new_tokens=50, constraint=Constraint.regex("ok")),
+                           algorithm="none")
+    assert result.text == "ok" and result.stop_reason == "grammar" and result.extra["constraint_complete"]
+    assert result.stats.target_passes == len(result.token_ids)
+
+
+@pytest.mark.parametrize("constraint,message", [
+    (Constraint.regex("[unclosed"), "regex constraint cannot be used.*unclosed character class"),
+    (Constraint.json_schema({"type": "object", "if": {"type": "object"}}), "json schema constraint cannot be used.*if"),
+    (Constraint.json_schema("{not json"), "not valid JSON"),
+    (Constraint.json_schema([1, 2]), "must be a JSON object"),
+    (Constraint.grammar('start: "a" | undefined_rule'), "grammar constraint cannot be used"),
+    (Constraint("xml", "<a/>"), "unknown constraint kind 'xml'"),
+    (Constraint.regex(""), "needs its text"),
+])
+def test_bad_constraints_are_one_line_errors(pipes, constraint, message):
+    pipe = pipes(SAME_VOCAB, precision="dq")
+    with pytest.raises(EdgeSpecdecError, match=message) as e:
+        pipe.generate("x", GenerationConfig(max_new_tokens=4, constraint=constraint))
+    assert "\n" not in str(e.value)
+
+
+def test_a_constraint_of_the_wrong_type_is_refused_by_validate():
+    with pytest.raises(EdgeSpecdecError, match="constraint must be a grammar.Constraint"):
+        GenerationConfig(constraint={"regex": "a"}).validate()
