@@ -256,7 +256,7 @@ def test_bad_chat_requests_and_the_server_keeps_serving(server):
                           (dict(messages=[{"role": "user", "content": [{"type": "image_url"}]}]), "only text parts"),
                           (dict(messages=[{"role": "user", "content": "hi"}], top_logprobs=2), "needs logprobs"),
                           (dict(messages=[{"role": "user", "content": "hi"}], tools=[{"type": "function"}]),
-                           "tools=")):
+                           r"tools\[0\] must be")):
         with pytest.raises(openai.BadRequestError, match=words):
             c.chat.completions.create(model="x", **kwargs)
     status, _, answer = post(server, "/v1/completions", b"x" * (40 << 10))

@@ -20,7 +20,7 @@ class ChatTemplate:
         env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
         env.globals["raise_exception"] = _raise
         self.template = env.from_string(source)
-        self.bos_token, self.eos_token = bos_token, eos_token
+        self.source, self.bos_token, self.eos_token = source, bos_token, eos_token
 
     @classmethod
     def from_model_folder(cls, folder: Path) -> Optional["ChatTemplate"]:
@@ -35,10 +35,12 @@ class ChatTemplate:
             return None
         return cls(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
 
-    def render(self, messages: list[dict[str, str]]) -> str:
-        """The prompt text for a conversation, ending where the assistant's reply starts."""
+    def render(self, messages: list[dict], tools: Optional[list[dict]] = None) -> str:
+        """The prompt text for a conversation, ending where the assistant's reply starts; tools (OpenAI's
+        function list) go to the template, which tells the model about them its own way."""
+        extra = {"tools": tools} if tools else {}
         return self.template.render(messages=messages, add_generation_prompt=True, bos_token=self.bos_token,
-                                    eos_token=self.eos_token)
+                                    eos_token=self.eos_token, **extra)
 
 
 def special_token_texts(folder: Path, special: dict[str, Any]) -> dict[int, str]:

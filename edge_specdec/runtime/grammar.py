@@ -70,6 +70,17 @@ class Constraint:
         elif not isinstance(self.spec, str) or not self.spec.strip():
             raise EdgeSpecdecError(f"a {self.kind} constraint needs its text (got {self.spec!r}).")
 
+    def problem(self) -> Optional[str]:
+        """What is wrong with the constraint, on one line (a schema feature llguidance does not implement, a
+        regex or grammar that does not parse), or None. Needs no tokenizer: a server checks a request with it."""
+        from llguidance import LLMatcher
+
+        self.check()
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(self.llguidance_grammar())
+        if is_error:
+            return f"the {self.kind.replace('_', ' ')} constraint cannot be used: {first_line(messages[0])}"
+        return None
+
     def llguidance_grammar(self) -> str:
         """The constraint as an llguidance grammar (its JSON form); nothing is compiled yet."""
         from llguidance import LLMatcher

@@ -40,6 +40,7 @@ from .batching import Scheduler, batch_invariant
 from .drafters import DraftingGuard, DraftLength, LookupFirst
 from .generate import Result, generate
 from .grammar import GrammarTokenizer
+from .tool_calls import ToolFormat, tool_format
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .chat import ChatTemplate, special_token_texts
@@ -216,17 +217,23 @@ class Engine:
                                 self.special_token_texts)
 
     @cached_property
+    def tool_format(self) -> Optional[ToolFormat]:
+        """How the target's family writes tool calls, read from its chat template (None: it knows no tools)."""
+        return tool_format(self.chat_template.source if self.chat_template else None)
+
+    @cached_property
     def special_token_texts(self) -> dict[int, str]:
         """How a chat template spells the target's special tokens (read once per engine: tokenizer.json is
         megabytes for a large vocabulary)."""
         return special_token_texts(self.bundle.target.folder, self.bundle.target.special_tokens)
 
-    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids for a conversation ([{"role": "user", "content": ...}, ...]), by the target's chat template."""
+    def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
+        """Token ids for a conversation ([{"role": "user", "content": ...}, ...]), by the target's chat template;
+        tools: the functions the model may call (OpenAI's `tools`), which the template describes to it."""
         if self.chat_template is None:
             raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): use a plain "
                                    "prompt instead of chat.")
-        ids = self.tokenizer.encode(self.chat_template.render(messages))
+        ids = self.tokenizer.encode(self.chat_template.render(messages, tools))
         bos = self.bundle.target.special_tokens.get("bos_token_id")
         if bos is not None and ids[:2] == [bos, bos]:  # the template wrote BOS and the tokenizer added it again
             ids = ids[1:]

@@ -38,6 +38,7 @@ from ..runtime.pipeline import DecodingSession, Engine
 from ..runtime.sampling import GenerationConfig
 from ..runtime.session import common_prefix
 from ..runtime.settings import EngineConfig
+from ..runtime.tool_calls import ToolFormat
 from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
 from .protocol import ParsedRequest, RequestError, Responder, decode_json, error_body, parse_request
@@ -189,7 +190,7 @@ class Server:
         loop = asyncio.get_running_loop()
         if parsed.kind == "chat":
             try:
-                ids = await loop.run_in_executor(None, engine.chat_prompt, parsed.messages)
+                ids = await loop.run_in_executor(None, engine.chat_prompt, parsed.messages, parsed.tools)
             except EdgeSpecdecError as exc:
                 raise RequestError(f"{exc} (this server's /v1/completions takes plain prompts).") from None
         elif isinstance(parsed.prompt, str):
@@ -223,6 +224,7 @@ class Server:
         self.authorize(request)
         engine = self.ready()
         parsed = parse_request(await self.read_json(request), kind, self.repetition_penalty)
+        tool_format = self.tool_format(engine, parsed)
         prompt_ids = await self.prompt_ids(engine, parsed)
         self.fit_context(engine, parsed, len(prompt_ids))
         try:  # refused here, before a stream starts, rather than in the worker
@@ -239,7 +241,7 @@ class Server:
         job = Job(self, session, prompt_ids, parsed, time.perf_counter() - arrival)
         responder = Responder(parsed, self.model_name, self.token_bytes)
         if parsed.stream:
-            return StreamingResponse(self.events(request, job, responder), media_type="text/event-stream",
+            return StreamingResponse(self.events(request, job, responder, tool_format), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         watcher = asyncio.create_task(cancel_on_disconnect(request, job.cancel))
         try:
@@ -249,13 +251,31 @@ class Server:
             raise
         finally:
             watcher.cancel()
+        if tool_format is not None:
+            responder.content, responder.tool_calls = tool_format.parse(result.text)
         return JSONResponse(responder.response(result, len(prompt_ids)))
 
-    async def events(self, request: Request, job: "Job", responder: Responder) -> AsyncIterator[str]:
+    @staticmethod
+    def tool_format(engine: Engine, parsed: ParsedRequest) -> Optional[ToolFormat]:
+        """A request with tools: the target family's tool-call format, and the request's constraint set to the
+        grammar that holds its calls to the tools' schemas; None without tools."""
+        if not parsed.tools:
+            return None
+        tool_format = engine.tool_format
+        if tool_format is None:
+            raise RequestError("this model's chat template does not describe tool calls, so the server cannot "
+                               "tell the model about tools: send the request without tools.", param="tools")
+        parsed.config.constraint = tool_format.grammar(parsed.tools, parsed.tool_choice, parsed.parallel_tool_calls)
+        return tool_format
+
+    async def events(self, request: Request, job: "Job", responder: Responder,
+                     tool_format: Optional[ToolFormat] = None) -> AsyncIterator[str]:
         """The server-sent events of a streamed completion: a chunk per run of text from one source, the last
-        chunk with the finish reason and statistics, the usage chunk if asked for, then [DONE]."""
+        chunk with the finish reason and statistics, the usage chunk if asked for, then [DONE]. With tools, the
+        text from the first call's opening tag on is held back and sent as tool_calls deltas at the end."""
         watcher = asyncio.create_task(cancel_on_disconnect(request, job.cancel))
         handed = 0  # logprob entries sent so far
+        held = HeldText(tool_format.open if tool_format else None)
         try:
             first = responder.first_chunk()
             if first:
@@ -263,7 +283,9 @@ class Server:
             while (piece := await job.pieces.get()) is not None:
                 logprobs = list(piece.logprobs)
                 for span in piece.spans:
-                    yield sse(responder.text_chunk(span.text, span.drafted, span.tokens, logprobs[:span.tokens]))
+                    text = held.pass_on(span.text)
+                    if text or not held.active:
+                        yield sse(responder.text_chunk(text, span.source, span.tokens, logprobs[:span.tokens]))
                     logprobs = logprobs[span.tokens:]
                 handed += len(piece.logprobs)
             try:
@@ -271,6 +293,13 @@ class Server:
             except Exception as exc:
                 yield sse(self.failure(job.request.kind, exc).body())
             else:
+                if tool_format is not None:
+                    responder.content, responder.tool_calls = tool_format.parse(result.text)
+                    rest = held.rest() if not responder.tool_calls else ""
+                    if rest:
+                        yield sse(responder.text_chunk(rest, "target", 0, []))
+                    if responder.tool_calls:
+                        yield sse(responder.tool_calls_chunk(responder.tool_calls))
                 yield sse(responder.last_chunk(result, (result.logprobs or [])[handed:]))
                 if job.request.include_usage:
                     yield sse(responder.usage_chunk(result, len(job.prompt_ids)))
@@ -424,6 +453,38 @@ async def acquire_slot(request: Request, slots: SlotPool,
         return task.result()
     task.cancel()  # the client left: SlotPool.acquire leaves the queue (or gives back a slot handed over just then)
     return None
+
+
+class HeldText:
+    """Streamed text with a tag held back: text goes on until the tag starts (an end of the text that could be its
+    start waits for the next piece); from the tag on, nothing goes on. Without a tag, everything goes on."""
+
+    def __init__(self, tag: Optional[str]):
+        self.tag, self.pending, self.found = tag, "", False
+
+    @property
+    def active(self) -> bool:
+        return self.tag is not None
+
+    def pass_on(self, text: str) -> str:
+        if self.tag is None:
+            return text
+        if self.found:
+            self.pending += text
+            return ""
+        self.pending += text
+        at = self.pending.find(self.tag)
+        if at >= 0:
+            out, self.pending, self.found = self.pending[:at], self.pending[at:], True
+            return out
+        keep = max((n for n in range(1, len(self.tag)) if self.pending.endswith(self.tag[:n])), default=0)
+        out, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
+        return out
+
+    def rest(self) -> str:
+        """What was held back (the answer had no call after all)."""
+        rest, self.pending = self.pending, ""
+        return rest
 
 
 def sse(data: dict) -> str:

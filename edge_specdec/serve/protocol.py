@@ -1,11 +1,13 @@
 """OpenAI's wire format: request bodies in (checked field by field), responses, stream chunks and errors out.
 
-Both endpoints take the fields OpenAI documents for them, the extras llama-server and vLLM accept (top_k,
-repetition_penalty, ignore_eos) and one extension object, `edge_specdec`, with the speculative settings of the
-request (a SpeculativeConfig: algorithm, num_assistant_tokens, confidence, lookup, draft_policy). Responses carry
-the run's statistics in an `edge_specdec` object beside OpenAI's fields; a stream marks each content chunk with the
-source of its text (drafted and accepted, or written by the target) the same way. Anything we cannot honour (n > 1,
-tools, a penalty we do not implement, an unknown field) is a 400 that names it.
+Both endpoints take the fields OpenAI documents for them (chat: response_format and tools too), the extras
+llama-server and vLLM accept (top_k, repetition_penalty, ignore_eos; a constraint as `json_schema`, `grammar`,
+`guided_json`, `guided_regex` or `guided_grammar`) and one extension object, `edge_specdec`, with the speculative
+settings of the request (a SpeculativeConfig: algorithm, num_assistant_tokens, confidence, lookup, draft_policy).
+Responses carry the run's statistics in an `edge_specdec` object beside OpenAI's fields; a stream marks each content
+chunk with the source of its text (drafted and accepted, forced by a grammar, or written by the target) the same
+way. Anything we cannot honour (n > 1, a penalty we do not implement, a schema feature the grammar engine lacks, an
+unknown field) is a 400 that names it.
 """
 from __future__ import annotations
 
@@ -19,14 +21,19 @@ from typing import Any, Callable, Optional
 
 from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
+from ..runtime.grammar import Constraint
+from ..runtime.tool_calls import check_tools
 from ..runtime.sampling import MAX_TOP_LOGPROBS, GenerationConfig, TokenLogprob
 from ..runtime.settings import SpeculativeConfig
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the room left
 MAX_STOP_STRINGS = 4  # as OpenAI
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "length": "length", "stopped": "stop",
-                  "interrupted": "stop"}
-CHAT_ROLES = {"system", "user", "assistant", "developer"}
+                  "interrupted": "stop", "grammar": "stop"}
+CHAT_ROLES = {"system", "user", "assistant", "developer", "tool"}
+# the constraint fields llama-server (json_schema, grammar) and vLLM (guided_*) take beside OpenAI's response_format
+CONSTRAINT_FIELDS = {"json_schema": "json_schema", "grammar": "grammar", "guided_json": "json_schema",
+                     "guided_regex": "regex", "guided_grammar": "grammar"}
 MAX_JSON_DEPTH = 64  # a request body nests 4 levels (messages[i].content[j].text); JSON schemas a few more
 MAX_ASSISTANT_TOKENS = 64  # the most tokens a request may have drafted per round (it sizes the target's blocks)
 
@@ -60,13 +67,16 @@ class ParsedRequest:
     stream: bool = False
     include_usage: bool = False
     model: Optional[str] = None
+    tools: Optional[list[dict]] = None  # chat: the functions the model may call (None: no tools, or tool_choice none)
+    tool_choice: Any = "auto"           # "auto", "required" or {"type": "function", "function": {"name": ...}}
+    parallel_tool_calls: bool = True
 
 
 # The fields each endpoint takes. Fields OpenAI clients send that change nothing here are accepted only with a
 # value that changes nothing (see NEUTRAL).
 COMMON = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "user",
           "top_k", "repetition_penalty", "ignore_eos", "edge_specdec", "frequency_penalty", "presence_penalty",
-          "logit_bias", "metadata", "store", "service_tier"}
+          "logit_bias", "metadata", "store", "service_tier"} | set(CONSTRAINT_FIELDS)
 FIELDS = {"chat": COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
                             "tools", "tool_choice", "parallel_tool_calls"},
           "completion": COMMON | {"prompt", "logprobs", "echo", "best_of", "suffix"}}
@@ -74,9 +84,7 @@ FIELDS = {"chat": COMMON | {"messages", "max_completion_tokens", "logprobs", "to
 NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "n": lambda v: v == 1, "best_of": lambda v: v == 1,
     "frequency_penalty": lambda v: v == 0, "presence_penalty": lambda v: v == 0,
-    "logit_bias": lambda v: not v, "tools": lambda v: not v, "tool_choice": lambda v: v in ("none", "auto"),
-    "parallel_tool_calls": lambda v: True, "echo": lambda v: v is False, "suffix": lambda v: not v,
-    "response_format": lambda v: isinstance(v, dict) and v.get("type") == "text",
+    "logit_bias": lambda v: not v, "echo": lambda v: v is False, "suffix": lambda v: not v,
     "user": lambda v: True, "metadata": lambda v: True, "store": lambda v: True, "service_tier": lambda v: True,
 }
 EXTENSION_FIELDS = {"algorithm", "num_assistant_tokens", "confidence", "lookup", "draft_policy"}
@@ -126,14 +134,62 @@ def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0)
         ignore_eos=get.boolean("ignore_eos", False),
         repetition_penalty=get.number("repetition_penalty", default_repetition_penalty, low=0.0, high=10.0,
                                       low_open=True),
-        logprobs=wants_logprobs, top_logprobs=top)
+        logprobs=wants_logprobs, top_logprobs=top, constraint=_constraint(body))
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("model must be a string.", param="model")
-    return ParsedRequest(kind, _messages(body.get("messages")) if kind == "chat" else None,
-                         _prompt(body.get("prompt")) if kind == "completion" else None, config, max_tokens,
-                         _extension(body.get("edge_specdec")), stream,
-                         bool((stream_options or {}).get("include_usage")), model)
+    parsed = ParsedRequest(kind, _messages(body.get("messages")) if kind == "chat" else None,
+                           _prompt(body.get("prompt")) if kind == "completion" else None, config, max_tokens,
+                           _extension(body.get("edge_specdec")), stream,
+                           bool((stream_options or {}).get("include_usage")), model)
+    if body.get("tools") and body.get("tool_choice") != "none":
+        if config.constraint is not None:
+            raise RequestError("tools and a response format or grammar cannot be combined in one request.",
+                               param="tools")
+        try:
+            parsed.tools, parsed.tool_choice = check_tools(body["tools"], body.get("tool_choice"))
+        except EdgeSpecdecError as exc:
+            raise RequestError(str(exc), param="tools") from None
+        parsed.parallel_tool_calls = get.boolean("parallel_tool_calls", True)
+    elif body.get("tool_choice") not in (None, "none", "auto"):
+        raise RequestError("tool_choice needs tools.", param="tool_choice")
+    return parsed
+
+
+def _constraint(body: dict) -> Optional[Constraint]:
+    """The request's constraint: OpenAI's response_format, or one of the CONSTRAINT_FIELDS; checked by the grammar
+    engine, so that a schema feature it lacks or a regex that does not parse is a 400 naming it."""
+    found = []
+    response_format = body.get("response_format")
+    if response_format is not None:
+        if not isinstance(response_format, dict) or response_format.get("type") not in ("text", "json_object",
+                                                                                          "json_schema"):
+            raise RequestError("response_format must be {type: text}, {type: json_object} or {type: json_schema, "
+                               "json_schema: {name, schema}}.", param="response_format")
+        if response_format["type"] == "json_object":
+            found.append(("response_format", Constraint.json_object()))
+        elif response_format["type"] == "json_schema":
+            spec = response_format.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+                raise RequestError("response_format.json_schema must be an object with a name and a schema.",
+                                   param="response_format")
+            found.append(("response_format", Constraint.json_schema(spec.get("schema") or {"type": "object"})))
+    for name, kind in CONSTRAINT_FIELDS.items():
+        if body.get(name) is not None:
+            found.append((name, Constraint(kind, body[name])))
+    if not found:
+        return None
+    if len(found) > 1:
+        raise RequestError(f"one constraint per request: {found[0][0]} and {found[1][0]} were both given.",
+                           param=found[1][0])
+    name, constraint = found[0]
+    try:
+        problem = constraint.problem()
+    except EdgeSpecdecError as exc:
+        problem = str(exc)
+    if problem:
+        raise RequestError(f"{name}: {problem}", param=name)
+    return constraint
 
 
 class _Fields:
@@ -190,8 +246,9 @@ def _stop_strings(stop: Any) -> list[str]:
     return [s for s in stops if s]
 
 
-def _messages(messages: Any) -> list[dict[str, str]]:
-    """Chat messages as the chat template takes them: a role and the text content (text parts are joined)."""
+def _messages(messages: Any) -> list[dict]:
+    """Chat messages as the chat template takes them: a role and the text content (text parts are joined); an
+    assistant's tool calls (their arguments as objects, as templates read them) and a tool's answer too."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list of {role, content} objects.", param="messages")
     out = []
@@ -200,8 +257,11 @@ def _messages(messages: Any) -> list[dict[str, str]]:
             raise RequestError(f"messages[{i}] must be an object with a role and content.", param="messages")
         role, content = message["role"], message.get("content")
         if role not in CHAT_ROLES:
-            raise RequestError(f"messages[{i}].role {role!r} is not supported: use system, developer, user or "
-                               f"assistant.", param="messages")
+            raise RequestError(f"messages[{i}].role {role!r} is not supported: use system, developer, user, "
+                               f"assistant or tool.", param="messages")
+        calls = _tool_calls(i, message.get("tool_calls")) if role == "assistant" else None
+        if calls and content is None:
+            content = ""
         if isinstance(content, list):
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
                        for p in content):
@@ -210,7 +270,34 @@ def _messages(messages: Any) -> list[dict[str, str]]:
         if not isinstance(content, str):
             raise RequestError(f"messages[{i}].content must be a string or a list of text parts.",
                                param="messages")
-        out.append({"role": "system" if role == "developer" else role, "content": content})
+        entry = {"role": "system" if role == "developer" else role, "content": content}
+        if calls:
+            entry["tool_calls"] = calls
+        if role == "tool" and isinstance(message.get("tool_call_id"), str):
+            entry["tool_call_id"] = message["tool_call_id"]
+        out.append(entry)
+    return out
+
+
+def _tool_calls(i: int, calls: Any) -> Optional[list[dict]]:
+    """An assistant message's tool_calls as chat templates read them: arguments parsed from their JSON string."""
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        raise RequestError(f"messages[{i}].tool_calls must be a list.", param="messages")
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RequestError(f"messages[{i}].tool_calls: each needs a function with a name.", param="messages")
+        arguments = function.get("arguments", "{}")
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            raise RequestError(f"messages[{i}].tool_calls: function.arguments must be a JSON string.",
+                               param="messages") from None
+        out.append({"id": call.get("id"), "type": "function",
+                    "function": {"name": function["name"], "arguments": arguments}})
     return out
 
 
@@ -337,6 +424,8 @@ class Responder:
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.offset = 0  # characters of completion text before the next logprob entry (completions' text_offset)
+        self.content: Optional[str] = None  # a chat answer with tool calls: the text before them, and the calls
+        self.tool_calls: list[dict] = []
 
     def _head(self, chunk: bool) -> dict:
         obj = "chat.completion.chunk" if chunk and self.chat else "chat.completion" if self.chat else "text_completion"
@@ -347,8 +436,11 @@ class Responder:
         logprobs = self.logprobs(result.logprobs) if result.logprobs is not None else None
         reason = FINISH_REASONS.get(result.stop_reason, "stop")
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
-                      "logprobs": logprobs, "finish_reason": reason}
+            message = {"role": "assistant", "content": result.text, "refusal": None}
+            if self.tool_calls:
+                message.update(content=self.content, tool_calls=self.tool_calls)
+                reason = "tool_calls"
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": result.text, "logprobs": logprobs, "finish_reason": reason}
         return {**self._head(False), "choices": [choice], "usage": usage(prompt_tokens, result),
@@ -361,20 +453,27 @@ class Responder:
         return {**self._head(True), "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                  "logprobs": None, "finish_reason": None}]}
 
-    def text_chunk(self, text: str, drafted: bool, tokens: int, logprobs: list[TokenLogprob]) -> dict:
-        """A chunk of streamed text from one source; logprobs: those of the tokens it completes."""
+    def text_chunk(self, text: str, source: str, tokens: int, logprobs: list[TokenLogprob]) -> dict:
+        """A chunk of streamed text from one source ("draft", "grammar" or "target"); logprobs: those of the
+        tokens it completes."""
         lp = self.logprobs(logprobs) if self.request.config.wants_logprobs else None
         part = {"delta": {"content": text}} if self.chat else {"text": text}
         return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": lp, "finish_reason": None}],
-                "edge_specdec": {"source": "draft" if drafted else "target", "tokens": tokens}}
+                "edge_specdec": {"source": source, "tokens": tokens}}
+
+    def tool_calls_chunk(self, calls: list[dict]) -> dict:
+        """The calls of a streamed answer, each whole in one delta (index, id, name and arguments)."""
+        delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
+        return {**self._head(True), "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                 "finish_reason": None}]}
 
     def last_chunk(self, result: Result, logprobs: list[TokenLogprob]) -> dict:
         """The chunk with the finish reason and the run's statistics (and the logprobs of tokens no text chunk
         carried, such as the end-of-sequence token)."""
         lp = self.logprobs(logprobs) if self.request.config.wants_logprobs else None
         part = {"delta": {}} if self.chat else {"text": ""}
-        return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": lp,
-                                                 "finish_reason": FINISH_REASONS.get(result.stop_reason, "stop")}],
+        reason = "tool_calls" if self.tool_calls else FINISH_REASONS.get(result.stop_reason, "stop")
+        return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": lp, "finish_reason": reason}],
                 "edge_specdec": run_summary(result)}
 
     def usage_chunk(self, result: Result, prompt_tokens: int) -> dict:
@@ -410,6 +509,6 @@ def run_summary(result: Result) -> dict:
     stats = result.stats.as_dict()
     keep = ("draft_tokens_proposed", "draft_tokens_accepted", "target_passes", "mean_tokens_per_target_pass",
             "acceptance", "tokens_per_s", "first_token_seconds", "time_per_output_token_ms", "seconds",
-            "prompt_tokens_reused", "rounds_drafting_paused")
+            "prompt_tokens_reused", "rounds_drafting_paused", "grammar_tokens_proposed", "grammar_tokens_accepted")
     return {"algorithm": result.extra.get("algorithm"), "exact": result.exact, "stop_reason": result.stop_reason,
             **{k: stats[k] for k in keep}}
