@@ -205,3 +205,21 @@ def test_bad_constraints_are_one_line_errors(pipes, constraint, message):
 def test_a_constraint_of_the_wrong_type_is_refused_by_validate():
     with pytest.raises(EdgeSpecdecError, match="constraint must be a grammar.Constraint"):
         GenerationConfig(constraint={"regex": "a"}).validate()
+
+
+@pytest.mark.slow
+def test_the_cli_takes_a_schema_file_a_regex_and_says_what_is_wrong(bundle_dir, tmp_path):
+    from support import run_cli
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps(PERSON))
+    out = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "Person: ", "--json-schema", str(schema),
+                  "--max-new-tokens", "48", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["stop_reason"] == "grammar" and matches("json_schema", result["text"])
+    assert result["stats"]["grammar_tokens_accepted"] >= 3
+    out = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "x", "--regex", "[a-")
+    assert out.returncode != 0 and "unclosed character class" in out.stderr and "Traceback" not in out.stderr
+    schema.write_text("{not json")
+    out = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "x", "--json-schema", str(schema))
+    assert out.returncode != 0 and "not JSON" in out.stderr and "Traceback" not in out.stderr

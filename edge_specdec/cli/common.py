@@ -109,6 +109,46 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
 
 
+def add_constraint_options(p: argparse.ArgumentParser) -> None:
+    """Structured output: at most one constraint the output must match (see docs/usage.md)."""
+    group = p.add_argument_group("structured output (at most one; every algorithm stays exact under it)")
+    one = group.add_mutually_exclusive_group()
+    one.add_argument("--json-schema", metavar="FILE", help="the output is JSON that fits this JSON schema")
+    one.add_argument("--json-object", action="store_true", help="the output is a JSON object")
+    one.add_argument("--regex", metavar="PATTERN", help="the whole output matches this regular expression")
+    one.add_argument("--grammar", metavar="FILE", help="the output follows this grammar: Lark (its first rule "
+                                                       "`start:`) or GBNF (`root ::= ...`, as llama.cpp writes it)")
+
+
+def constraint_option(args: argparse.Namespace):
+    """The Constraint that add_constraint_options' options ask for, or None; a file that cannot be read or a schema
+    that is not JSON is a one-line error."""
+    import json
+    from pathlib import Path
+
+    from ..errors import EdgeSpecdecError
+    from ..runtime.grammar import Constraint
+
+    def read(option: str, path: str) -> str:
+        try:
+            return Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EdgeSpecdecError(f"{option} {path}: cannot read it ({exc.strerror or exc}).") from None
+
+    if getattr(args, "json_schema", None):
+        try:
+            return Constraint.json_schema(json.loads(read("--json-schema", args.json_schema)))
+        except ValueError as exc:
+            raise EdgeSpecdecError(f"--json-schema {args.json_schema}: not JSON ({exc}).") from None
+    if getattr(args, "json_object", False):
+        return Constraint.json_object()
+    if getattr(args, "regex", None) is not None:
+        return Constraint.regex(args.regex)
+    if getattr(args, "grammar", None):
+        return Constraint.grammar(read("--grammar", args.grammar))
+    return None
+
+
 def decoding_settings(args: argparse.Namespace):
     """The GenerationConfig (validated here, before anything loads) and the SpeculativeConfig of
     add_decoding_options' options; args.repetition_penalty must be resolved already (demo.run_defaults)."""
@@ -119,8 +159,13 @@ def decoding_settings(args: argparse.Namespace):
                               top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
                               ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
                               logprobs=getattr(args, "logprobs", None) is not None,
-                              top_logprobs=getattr(args, "logprobs", None) or 0)
+                              top_logprobs=getattr(args, "logprobs", None) or 0, constraint=constraint_option(args))
     config.validate()
+    if config.constraint is not None:  # a schema feature or a pattern the grammar engine refuses, before the load
+        problem = config.constraint.problem()
+        if problem:
+            from ..errors import EdgeSpecdecError
+            raise EdgeSpecdecError(problem)
     speculative = SpeculativeConfig(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
                                     draft_policy="schedule" if args.adaptive else args.draft_policy,
                                     confidence=args.confidence, lookup=not args.no_lookup)
@@ -163,6 +208,9 @@ def stats_line(result) -> str:
     if st["rounds_drafting_paused"]:
         line += (f"; drafting paused for {plural(st['rounds_drafting_paused'], 'round')} (slower than the target "
                  f"alone on this machine, measured as it ran)")
+    if st["grammar_tokens_proposed"]:
+        line += (f"; {plural(st['grammar_tokens_accepted'], 'token')} forced by the grammar (proposed without the "
+                 f"draft)")
     if st["prompt_tokens_reused"]:
         line += f"; {plural(st['prompt_tokens_reused'], 'prompt token')} reused from the cache"
     return line

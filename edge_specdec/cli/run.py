@@ -11,7 +11,7 @@ from ..benchmark import compare
 from ..errors import EdgeSpecdecError
 from ..runtime.algorithms import DRAFT_TOKENS, algorithms_help
 from .chat import chat_loop
-from .common import add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
+from .common import add_constraint_options, add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
 
 RUN_EXAMPLES = f"""\
 examples:
@@ -155,4 +155,5 @@ def add_parser(sub) -> None:
                         "On a bit-exact session every algorithm gives the target alone's bits")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object: text, token_ids, stop_reason, exact, stats (and logprobs, compare)")
+    add_constraint_options(p)
     p.set_defaults(func=_cmd_run)

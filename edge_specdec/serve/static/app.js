@@ -239,12 +239,12 @@ async function send(text) {
       const piece = state.chat ? (choice.delta || {}).content : choice.text;
       const info = chunk.edge_specdec || {};
       if (piece) {
-        const source = info.source === "draft" ? "draft" : "target";
+        const source = ["draft", "grammar"].includes(info.source) ? info.source : "target";
         const tokens = info.tokens || 0;
         const span = element("span", "tok " + source, piece);
         span.dataset.tokens = tokens;
-        span.title = source === "draft" ? `drafted, accepted by the target (${tokens} tokens)`
-                                        : `written by the target (${tokens} tokens)`;
+        span.title = {draft: "drafted, accepted by the target", grammar: "forced by the request's grammar",
+                      target: "written by the target"}[source] + ` (${tokens} tokens)`;
         // Follow the text as it grows, unless the reader scrolled up.
         const atBottom = transcript.scrollHeight - transcript.scrollTop - transcript.clientHeight < 30;
         output.append(span);
