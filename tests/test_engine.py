@@ -67,8 +67,8 @@ def test_the_block_plan_is_remembered_for_the_next_process(bundle_dir, tmp_path,
     settings get a plan of their own."""
     import edge_specdec.runtime.pipeline as pipeline_module
     checks, probes = [], []
-    invariant = session_module.is_block_invariant
-    monkeypatch.setattr(session_module, "is_block_invariant", lambda s: checks.append(1) or invariant(s))
+    invariant = session_module.passes_block_invariance
+    monkeypatch.setattr(session_module, "passes_block_invariance", lambda s: checks.append(1) or invariant(s))
     step = pipeline_module.cheapest_step
     monkeypatch.setattr(pipeline_module, "cheapest_step", lambda s: probes.append(1) or step(s))
     config = GenerationConfig(max_new_tokens=12, ignore_eos=True)
@@ -122,8 +122,8 @@ def test_static_copies_are_checked_once_not_on_every_call(bundle_dir, monkeypatc
     session.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)
     assert engine.target_model.static
     checks = []
-    invariant = session_module.is_block_invariant
-    monkeypatch.setattr(session_module, "is_block_invariant", lambda s: checks.append(1) or invariant(s))
+    invariant = session_module.passes_block_invariance
+    monkeypatch.setattr(session_module, "passes_block_invariance", lambda s: checks.append(1) or invariant(s))
     for _ in range(2):
         session.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)
     assert checks == []

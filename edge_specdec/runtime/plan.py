@@ -20,7 +20,9 @@ from typing import Any, Callable, Optional
 
 import openvino as ov
 
-PLAN_VERSION = 2  # 2: the batch-invariance probe covers calls that gather some of their rows
+# 2: the batch-invariance probe covers calls that gather some of their rows; 3: the block-invariance probe runs
+# after a long past too (probes.passes_block_invariance)
+PLAN_VERSION = 3
 
 
 def machine_name(core: ov.Core) -> str:

@@ -8,6 +8,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
+# the past of the long block-invariance probe: attention kernels may take other paths for a long context (split
+# across threads, another tiling), and prompts of documents or tool schemas reach thousands of tokens
+LONG_PAST = 8192
+
 
 @contextmanager
 def _scratch(session, longest: int):
@@ -85,26 +89,62 @@ def cheapest_step(session, reps: int = 4, margin: float = 0.97) -> int:
     return least + 1 if np.median(costs[least + 1]) < margin * np.median(costs[least]) else least
 
 
+def fill_past(session, past: int, seed_tokens: int = 64) -> None:
+    """Put a context of about `past` tokens into an empty paged session cheaply: a short real prefill of
+    seed_tokens random tokens, whose KV blocks are then copied along the block table up to `past` (rounded down
+    to whole blocks), the last block computed for real. The copies are not what the model would compute there
+    (their positions repeat), but the
+    attention kernels see a cache of that length with realistic values in the cache's own format (quantization
+    scales included), which is what a probe of the kernels' paths at a long past needs, for the cost of one short
+    call instead of a prefill of thousands of tokens. Other sessions (masked, NPU) get the real prefill."""
+    rng = np.random.default_rng(1)
+    pool, block = getattr(session, "pool", None), getattr(session, "block_size", 0)
+    seed = max(block, seed_tokens // block * block) if block else past
+    if pool is not None and block and past >= 2 * seed:
+        session.feed(rng.integers(0, session.vocab_size, seed).tolist(), rows=1)
+        whole = past // block * block
+        session.reserve(whole + 64)
+        used, have = whole // block, seed // block
+        try:
+            with pool.lock:
+                for name in pool.names:
+                    data = pool.tensors[name].data  # a view of the block tensor (numpy has no bf16: may raise)
+                    for i in range(have, used):
+                        data[session.blocks[i]] = data[session.blocks[i % have]]
+        except (RuntimeError, TypeError, ValueError):
+            session.reset()
+        else:  # the last block is computed for real: a re-fed token rewrites its slot with the model's values
+            session.tokens.extend((session.tokens * (used // have + 1))[seed:whole - block])
+            session.feed(rng.integers(0, session.vocab_size, block).tolist(), rows=1)
+            return
+    session.feed(rng.integers(0, session.vocab_size, past).tolist(), rows=1)
+
+
 def is_block_invariant(session, past: int = 0) -> bool:
     """Does a block of tokens get bit-identical logits to the same tokens fed in smaller pieces, among them
     a lone token into the empty cache, single tokens after it and one block of each static size?
 
-    past: first fill the cache with this many random tokens (one block, its rows' logits skipped), so that the
-    pieces run against a long context, where the attention kernels may split their work otherwise (the CPU's
-    paged attention parallelizes a long past across threads); the whole block and the pieces then start after
-    it (a rollback between them). Without a past the first piece is a lone token into the empty cache."""
+    past: first put a context of about this many tokens into the cache (`fill_past`), so that the pieces run
+    against a long context, where the attention kernels may split their work otherwise; the whole block and the
+    pieces then start after it (a rollback between them). Without a past the first piece is a lone token into
+    the empty cache."""
     sizes = [1, 4, 1, 1, 1, 1, 3, *sorted(session.static_sizes)]  # the whole block is longer than any static size
     rng = np.random.default_rng(0)
     if session.max_context is not None:
-        past = max(0, min(past, session.max_context - sum(sizes)))
+        past = max(0, min(past, session.max_context - sum(sizes) - 64))
     tokens = rng.integers(0, session.vocab_size, sum(sizes)).tolist()
     session.reset()
     if past:
-        session.reserve(past + len(tokens))
-        session.feed(rng.integers(0, session.vocab_size, past).tolist(), rows=1)
+        fill_past(session, past)
     whole = session.feed(tokens)
     session.rollback(len(tokens)) if past else session.reset()
     ends = np.cumsum(sizes)
     pieces = np.concatenate([session.feed(tokens[end - n:end]) for n, end in zip(sizes, ends)])
     session.reset()
     return bool(np.array_equal(whole, pieces))
+
+
+def passes_block_invariance(session) -> bool:
+    """The check a target's session must pass to be exact: the probe on an empty cache, and after a past of
+    LONG_PAST tokens (capped by the model's context; cheap, see `fill_past`)."""
+    return is_block_invariant(session) and is_block_invariant(session, past=LONG_PAST)

@@ -54,7 +54,7 @@ import openvino as ov
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
-from .probes import is_block_invariant
+from .probes import passes_block_invariance
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
 
@@ -120,7 +120,7 @@ class CompiledLM:
                 except RuntimeError:  # token inputs that do not take a static shape: stay dynamic
                     break
             if new and self.block_invariant and self.static:
-                exact = invariant() if invariant is not None else is_block_invariant(self.session())
+                exact = invariant() if invariant is not None else passes_block_invariance(self.session())
                 if not exact:
                     self.static.clear()
 
@@ -529,7 +529,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         if not lm.block_invariant:
             return lm
         if attempt not in checks:
-            checks[attempt] = is_block_invariant(lm.session())
+            checks[attempt] = passes_block_invariance(lm.session())
         if checks[attempt]:
             return lm
     lm.block_invariant = False  # no precision passed the bitwise check: exact up to float noise, like "masked"
