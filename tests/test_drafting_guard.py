@@ -72,3 +72,32 @@ def test_a_paused_run_steps_as_the_target_alone_steps(bundle_dir, monkeypatch):
     alone_step = pipe.block_shapes(0, False)["target"]
     assert result.stats.rounds_drafting_paused > 10 and alone_step < pipe.block_shapes(8, True)["target"]
     assert sizes[-10:] == [alone_step] * 10  # the last rounds, all paused
+
+
+@pytest.mark.slow
+def test_the_server_keeps_the_guard_of_auto(bundle_dir, monkeypatch):
+    """A request that names no algorithm runs `auto` with its guard, as `run` does; one that names the algorithm
+    auto would pick runs without it (the guard is auto's)."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    import edge_specdec.runtime.pipeline as pipeline
+    from edge_specdec.runtime import Engine
+    from edge_specdec.serve import ServerSettings
+    from serve_helpers import serve_in_thread
+
+    made = []
+
+    class Spy(DraftingGuard):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(pipeline, "DraftingGuard", Spy)
+    engine = Engine(bundle_dir(*OTHER_VOCAB))
+    with serve_in_thread(ServerSettings(str(engine.bundle.path), slots=1, warm_up=False), engine) as running:
+        c = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        answer = c.completions.create(model="x", prompt="def f(", max_tokens=8, temperature=0)
+        assert answer.model_extra["edge_specdec"]["algorithm"] == "slem" and len(made) == 1
+        c.completions.create(model="x", prompt="def f(", max_tokens=8, temperature=0,
+                             extra_body={"edge_specdec": {"algorithm": "slem"}})
+        assert len(made) == 1

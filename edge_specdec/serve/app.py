@@ -229,8 +229,9 @@ class Server:
         self.fit_context(engine, parsed, len(prompt_ids))
         try:  # refused here, before a stream starts, rather than in the worker
             parsed.config.validate()
-            algorithm = engine.resolve_algorithm(parsed.speculative.algorithm, parsed.config)
-            parsed.speculative = dataclasses.replace(parsed.speculative, algorithm=algorithm)
+            # an algorithm this bundle cannot run is a 400 now; the request keeps "auto" if it asked for it, so
+            # that the default's drafting guard stays on (a pinned name would switch it off)
+            engine.resolve_algorithm(parsed.speculative.algorithm, parsed.config)
         except EdgeSpecdecError as exc:
             raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
         session = await acquire_slot(request, self.slots,
