@@ -223,3 +223,29 @@ def test_the_cli_takes_a_schema_file_a_regex_and_says_what_is_wrong(bundle_dir, 
     schema.write_text("{not json")
     out = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "x", "--json-schema", str(schema))
     assert out.returncode != 0 and "not JSON" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("pair,algorithm,options", [
+    (SAME_VOCAB, "standard", {"concurrent": True}), (SAME_VOCAB, "standard", {"static_shapes": True}),
+    (OTHER_VOCAB, "slem", {"batching": True}), (OTHER_VOCAB, "slem", {"fixed_blocks": True})],
+    ids=["concurrent", "static", "batching", "fixed"])
+def test_every_engine_mode_stays_exact_under_a_grammar(pipes, pair, algorithm, options):
+    """Drafting ahead (a guessed proposal meets the grammar's forced tokens), batched verification, fixed blocks
+    and static copies (forced tokens fill a round of k)."""
+    pipe = pipes(pair, precision="dq", **options)
+    config = GenerationConfig(max_new_tokens=40, constraint=CONSTRAINTS["json_schema"], logprobs=True)
+    alone = pipe.generate("Person: ", config, algorithm="none")
+    for k in (2, 5):
+        run = pipe.generate("Person: ", config, algorithm=algorithm, num_assistant_tokens=k, confidence=0.0)
+        assert run.token_ids == alone.token_ids and bits(run.logprobs) == bits(alone.logprobs)
+
+
+def test_a_stop_string_and_a_special_token_prompt_under_a_grammar(pipes):
+    pipe = pipes(OTHER_VOCAB, precision="dq")
+    eos = pipe.bundle.target.eos_token_ids[0]
+    config = GenerationConfig(max_new_tokens=40, constraint=CONSTRAINTS["json_schema"], stop_strings=['"age"'])
+    for prompt in ([eos], "Person: "):
+        alone = pipe.generate(prompt, config, algorithm="none")
+        run = pipe.generate(prompt, config, algorithm="auto")
+        assert run.token_ids == alone.token_ids and run.text == alone.text
+        assert run.stop_reason == "stop_string" and '"age"' not in run.text
