@@ -63,6 +63,21 @@ def homogeneity_pvalue(a: Counter, b: Counter) -> float:
     return chi2_contingency(np.array(table)).pvalue
 
 
+def pipeline_cache(bundle_dir):
+    """pipes(pair, **options) -> a Pipeline of the bundle_dir fixture's pair with those Engine options, each built
+    once (a test module keeps one of these in a fixture of its scope)."""
+    from edge_specdec.runtime import Pipeline
+
+    cache: dict = {}
+
+    def get(pair, **options):
+        key = (pair, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = Pipeline(bundle_dir(*pair), **options)
+        return cache[key]
+    return get
+
+
 # --- the command line, spies ------------------------------------------------------------------------------------
 
 def run_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:

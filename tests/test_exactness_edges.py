@@ -17,7 +17,7 @@ from edge_specdec.runtime.sampling import distribution, penalize, sample, token_
 from edge_specdec.runtime.session import ModelSession
 from edge_specdec.runtime.verify import verify
 from hostile_text import HOSTILE_STRINGS
-from support import OTHER_VOCAB, SAME_VOCAB
+from support import OTHER_VOCAB, SAME_VOCAB, pipeline_cache
 
 PADDED = ("qwen2-bytelevel", "qwen2-bytelevel-padded", "int8", "int8")
 SAME_RUNS = [("standard", {}), ("standard", {"num_assistant_tokens": 3, "confidence": 0.0, "lookup": False}),
@@ -29,14 +29,7 @@ HETERO_RUNS = [("slem", {}), ("slem", {"num_assistant_tokens": 3, "confidence": 
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
     """pipes(pair, **options) -> a Pipeline, built once per module."""
-    cache: dict = {}
-
-    def get(pair, **options) -> Pipeline:
-        key = (pair, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = Pipeline(bundle_dir(*pair), **options)
-        return cache[key]
-    return get
+    return pipeline_cache(bundle_dir)
 
 
 def first_row(pipe: Pipeline, prompt_ids: list[int]) -> np.ndarray:

@@ -16,7 +16,7 @@ from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.grammar import Constraint
 from edge_specdec.runtime.sampling import penalize, token_logprobs
-from support import ALPHA, OTHER_VOCAB, SAME_VOCAB, homogeneity_pvalue
+from support import ALPHA, OTHER_VOCAB, SAME_VOCAB, homogeneity_pvalue, pipeline_cache
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["first_name_of_the_person", "age", "kind"],
           "properties": {"first_name_of_the_person": {"type": "string", "maxLength": 12},
@@ -34,14 +34,8 @@ RUNS = [(SAME_VOCAB, "standard", {}), (SAME_VOCAB, "standard", {"num_assistant_t
 
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
-    cache: dict = {}
-
-    def get(pair, **options) -> Pipeline:
-        key = (pair, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = Pipeline(bundle_dir(*pair), **options)
-        return cache[key]
-    return get
+    """pipes(pair, **options) -> a Pipeline, built once per module."""
+    return pipeline_cache(bundle_dir)
 
 
 def bits(logprobs) -> list:
