@@ -120,9 +120,9 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     token were accepted and its own guess of the target's next token were right; that proposal is used only if
     both hold, and dropped otherwise (any proposal is lossless, so this changes speed, never the output).
     on_text receives each piece of text as soon as it is final and cannot be part of a stop string (a TextPiece:
-    a str that also says which of its characters came from accepted drafted tokens); if it
-    returns True, generation stops (stop_reason "stopped"), and so it does when `cancel` is set (checked every
-    round). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
+    a str that also says where its characters came from); if it returns True, generation stops (stop_reason
+    "stopped"), and so it does when `cancel` is set (checked every round). Ctrl-C stops cleanly too: the result
+    holds what was generated, with stop_reason "interrupted".
     A drafter whose model runs out of context stops drafting: the target alone finishes the run.
     alone_block: the target's min_block in a round that drafts nothing (a guard's pause, a drafter out of
     context), which then steps as the target alone steps; None: the session's own.
@@ -144,8 +144,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     if grammar is not None and drafter is not None:
         drafter.constrain(grammar)
     start = time.perf_counter()
-    # the target's cache keeps what it shares with the prompt (a conversation's earlier turns, a shared system
-    # prompt): exact only where a block's rows are the bits of single steps, else it starts empty
+    # the cache keeps what it shares with the prompt: exact where a block's rows are the bits of single steps
     if reuse_prefix and target.block_invariant:
         stats.prompt_tokens_reused = target.keep_prefix(prompt_ids)
     else:
