@@ -123,9 +123,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     a str that also says where its characters came from); if it returns True, generation stops (stop_reason
     "stopped"), and so it does when `cancel` is set (checked every round). Ctrl-C stops cleanly too: the result
     holds what was generated, with stop_reason "interrupted".
-    A drafter whose model runs out of context stops drafting: the target alone finishes the run.
-    alone_block: the target's min_block in a round that drafts nothing (a guard's pause, a drafter out of
-    context), which then steps as the target alone steps; None: the session's own.
+    A drafter whose model runs out of context stops drafting: the target alone finishes the run. alone_block:
+    the target's min_block in a round that drafts nothing, which then steps as the target alone steps.
     reuse_prefix: keep the part of the target's cache that the prompt starts with (a block-invariant target
     only, where that is exact); Stats.prompt_tokens_reused counts it. False: prefill the whole prompt.
     grammar: the output follows it (structured output, see grammar.py): every verified row is masked to what it
@@ -158,10 +157,9 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         target.min_block = floors[0]  # as the caller set it
         if ahead:
             ahead.close()
-    stats.new_tokens = len(output.tokens)
+    stats.new_tokens, stats.seconds = len(output.tokens), time.perf_counter() - start
     if draft_length is not None and draft_length.guard is not None:
         stats.rounds_drafting_paused = draft_length.guard.alone_rounds
-    stats.seconds = time.perf_counter() - start
     extra = {"constraint_complete": grammar.complete} if grammar is not None else {}
     return Result(output.finish(reason), output.tokens, stats, reason, extra, exact=exact,
                   logprobs=output.logprobs if config.wants_logprobs else None)
