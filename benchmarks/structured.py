@@ -103,17 +103,20 @@ class Ours:
 class GenAI:
     """GenAI's LLMPipeline on the bundle's target folder, with its structured output (JSON schema)."""
 
-    def __init__(self, engine: Engine, max_new_tokens: int):
+    def __init__(self, engine: Engine, max_new_tokens: int, draft: str = None):
         import openvino_genai as og
 
-        self.og, self.engine, self.max_new_tokens = og, engine, max_new_tokens
-        self.pipe = og.LLMPipeline(str(engine.bundle.target.folder), "CPU")
+        self.og, self.engine, self.max_new_tokens, self.draft = og, engine, max_new_tokens, draft
+        extra = {"draft_model": og.draft_model(draft, "CPU")} if draft else {}
+        self.pipe = og.LLMPipeline(str(engine.bundle.target.folder), "CPU", **extra)
 
     def run(self, schema: dict, messages: list[dict]) -> dict:
         config = self.og.GenerationConfig()
         config.max_new_tokens = self.max_new_tokens
         config.structured_output_config = self.og.StructuredOutputConfig(json_schema=json.dumps(schema))
         config.apply_chat_template = False  # the same rendered prompt as ours
+        if self.draft:
+            config.num_assistant_tokens = 5
         prompt = self.engine.chat_template.render(messages)
         start = time.perf_counter()
         out = self.pipe.generate(prompt, config)
@@ -136,12 +139,16 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=len(TASKS), help="the first N tasks (default: all)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--no-genai", action="store_true")
+    parser.add_argument("--genai-draft", metavar="DIR", help="also GenAI's speculative pipeline with this draft "
+                        "folder (a model of the target's vocabulary, e.g. another bundle's draft/)")
     args = parser.parse_args()
     engine = Engine(args.bundle)
     rows = {"target alone": Ours(engine, "none", args.max_new_tokens),
             "default (auto)": Ours(engine, "auto", args.max_new_tokens)}
     if not args.no_genai:
         rows["GenAI LLMPipeline"] = GenAI(engine, args.max_new_tokens)
+    if args.genai_draft:
+        rows["GenAI speculative"] = GenAI(engine, args.max_new_tokens, args.genai_draft)
     tasks = TASKS[:args.limit]
     for row in rows.values():  # one untimed run each: first-inference costs out of the figures
         row.run(tasks[0][0], [{"role": "user", "content": tasks[0][1]}])
