@@ -38,6 +38,64 @@ def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("tiny")
 
 
+def _source_key(source) -> tuple:
+    """A source folder as a cache key: its path and every file's name, size and mtime (an edited copy misses)."""
+    folder = Path(source).resolve()
+    return (str(folder),) + tuple((p.relative_to(folder).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+                                  for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _convert_each_model_once(tmp_path_factory):
+    """Every in-process export converts a given (model folder, weight settings) once per session, then copies it.
+
+    The tiny models are exported into many bundles (a target in most of them, each weight format); optimum-intel's
+    torch trace and NNCF's compression cost seconds each and give the same files every time. Both steps of
+    export_model are memoized: optimum-intel's full-precision IR per source folder, and export_model's output per
+    (source, settings). The first conversion of each runs for real and is what the export tests check; exports in a
+    subprocess (the CLI's own tests, optimum-cli) are not affected."""
+    import shutil
+
+    from edge_specdec import export as export_pkg
+    from edge_specdec.export import convert
+
+    root = tmp_path_factory.mktemp("converted")
+    models: dict[tuple, tuple[Path, dict]] = {}
+    fulls: dict[tuple, Path] = {}
+    real_export_model, real_import_optimum = convert.export_model, convert.import_optimum
+
+    def import_optimum():
+        main_export, *rest = real_import_optimum()
+
+        def cached_main_export(source, out, **kwargs):
+            dtype = getattr(kwargs.get("ov_config"), "dtype", None)
+            key = _source_key(source) + (repr(sorted((k, v) for k, v in kwargs.items() if k != "ov_config")), dtype)
+            if key not in fulls:
+                folder = root / f"full-{len(fulls)}"
+                main_export(source, folder, **kwargs)
+                fulls[key] = folder
+            shutil.copytree(fulls[key], out, dirs_exist_ok=True)
+        return (cached_main_export, *rest)
+
+    def export_model(source, out, settings, scratch, progress):
+        key = _source_key(source) + (repr(settings),)
+        if key not in models:
+            folder = root / f"model-{len(models)}"
+            scratch_copy = root / f"scratch-{len(models)}"
+            scratch_copy.mkdir()
+            models[key] = folder, real_export_model(source, folder, settings, scratch_copy, progress)
+        folder, stats = models[key]
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copytree(folder, out, dirs_exist_ok=True)
+        return dict(stats)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(convert, "import_optimum", import_optimum)
+    mp.setattr(export_pkg, "export_model", export_model)
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def tokenizer_dir(workdir):
     cache: dict[str, Path] = {}
