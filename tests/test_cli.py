@@ -24,13 +24,15 @@ def test_no_command_prints_help():
 
 
 @pytest.mark.slow
-def test_cli_export_and_info(model_dir, tmp_path):
+def test_cli_export_and_info(model_dir, tmp_path, capsys):
+    # export in this process (main(), as the command runs it): a conversion the session has done is copied, not
+    # redone (conftest); info in a subprocess, as a user runs it
     out = tmp_path / "bundle"
-    proc = run_cli("export", "--target", str(model_dir("qwen2-bytelevel")), "--draft",
-                   str(model_dir("gpt2-prefixspace")), "--out", str(out), "--target-weights", "int8",
-                   "--draft-weights", "fp16")
-    assert proc.returncode == 0, proc.stderr
-    assert "[target] converting" in proc.stderr and "bundle written to" in proc.stderr
+    code = main(["export", "--target", str(model_dir("qwen2-bytelevel")), "--draft", str(model_dir("gpt2-prefixspace")),
+                 "--out", str(out), "--target-weights", "int8", "--draft-weights", "fp16"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "[target] converting" in err and "bundle written to" in err
     info = run_cli("info", str(out))
     assert info.returncode == 0, info.stderr
     assert "heterogeneous" in info.stdout and "checksums verified" in info.stdout
@@ -39,9 +41,10 @@ def test_cli_export_and_info(model_dir, tmp_path):
     assert manifest["target"]["weights"]["format"] == "int8"
     # the same command again: refused without --force, and nothing changes
     before = tree_state(tmp_path)
-    again = run_cli("export", "--target", str(model_dir("qwen2-bytelevel")), "--draft",
-                    str(model_dir("gpt2-prefixspace")), "--out", str(out))
-    assert again.returncode == 1 and "already holds a bundle" in again.stderr and "Traceback" not in again.stderr
+    again = main(["export", "--target", str(model_dir("qwen2-bytelevel")), "--draft", str(model_dir("gpt2-prefixspace")),
+                  "--out", str(out)])
+    err = capsys.readouterr().err
+    assert again == 1 and "already holds a bundle" in err and "Traceback" not in err
     assert tree_state(tmp_path) == before
 
 
