@@ -27,7 +27,7 @@ import numpy as np
 from .runtime import Engine, GenerationConfig
 from .runtime.algorithms import REGISTRY
 from .runtime.devices import compile_config, draft_candidates, list_devices, resolve_cache_dir
-from .runtime.probes import _scratch, is_block_invariant
+from .runtime.probes import _scratch, passes_block_invariance
 from .runtime.session import open_model
 from .runtime.settings import EngineConfig
 
@@ -125,9 +125,14 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
     engine = Engine(bundle, config, core=core, **settings)
     say(f"placement: {engine.placement.describe()}")
     target = engine.target_model
-    invariant = target.rollback_method == "paged" and is_block_invariant(target.session())
-    say(f"block invariance of the target ({target.precision}, {target.rollback_method} rollback): "
+    invariant = target.rollback_method == "paged" and passes_block_invariance(target.session())
+    say(f"block invariance of the target ({target.precision}, {target.rollback_method} rollback, "
+        f"{target.kv_cache or 'its device'}'s KV cache; on an empty cache and after a long past): "
         + ("yes" if invariant else "NO: speculative runs are exact only up to float noise"))
+    memory = memory_report(engine)
+    if memory.get("kv_bytes_per_token"):
+        say(f"KV cache: {memory['kv_bytes_per_token'] / 1024:.1f} KiB per token of context (the target's "
+            f"{target.kv_cache} cache, all layers); 4096 tokens: {memory['kv_bytes_per_token'] * 4096 / 2**20:.0f} MiB")
     say("greedy exactness (token ids and logprob bits) against the target alone:")
     exact = exactness(engine, prompts or PROMPTS, max_new_tokens, say)
     costs = {"target_blocks_ms": {n: 1000 * s for n, s in step_costs(target.session(), BLOCKS).items()}}
@@ -163,6 +168,23 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
             + ("" if speedup >= 1 else "; the default run pauses drafting while it loses (it measures as it runs), "
                "so expect about 1x"))
     ok = invariant and all(r["identical"] == r["runs"] for r in exact.values())
+    memory["peak_rss_mib"] = peak_rss_mib()
+    say(f"peak memory of this process (the engine, its sessions and the checks): {memory['peak_rss_mib']:.0f} MiB")
     return {"bundle": str(bundle), "placement": vars(engine.placement), "precision": target.precision,
-            "block_invariant": invariant, "exactness": exact, "costs": costs, "prediction": prediction,
-            "ok": ok, "seconds": time.perf_counter() - start}
+            "kv_cache": target.kv_cache, "block_invariant": invariant, "exactness": exact, "costs": costs,
+            "prediction": prediction, "memory": memory, "ok": ok, "seconds": time.perf_counter() - start}
+
+
+def peak_rss_mib() -> float:
+    """The peak resident memory of this process so far (MiB; Linux and macOS count it in different units)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def memory_report(engine: Engine) -> dict:
+    """The target's KV cache per token (bytes, None where the device keeps the cache) and its element type."""
+    target = engine.target_model
+    return {"kv_cache": target.kv_cache, "kv_bytes_per_token": target.kv_bytes_per_token}

@@ -7,7 +7,7 @@ import sys
 
 from ..demo import DEMO_REPETITION_PENALTY
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
-from ..runtime.devices import NPU_MAX_PROMPT, PRECISIONS
+from ..runtime.devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS
 from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.session import ROLLBACK_METHODS
 from ..runtime.settings import DRAFT_VOCAB, SMALL_MODEL_BYTES
@@ -50,6 +50,10 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "groups (the default: faster, benchmarks/RESULTS.md), f32 = plain float32, closest to the "
                         "original model. The speculative output equals the target alone's under the same setting "
                         "either way.")
+    p.add_argument("--kv-cache", choices=KV_CACHES, metavar="TYPE",
+                   help="the KV cache's element type: f32, f16 (the CPU's default: half of f32's memory, as exact) "
+                        "or u8 (about a quarter of f32's, not block-invariant: the output is then exact only up to "
+                        "float noise, and the run says so); `edge-specdec check` shows the bytes per token")
     p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
                    help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "
@@ -65,8 +69,8 @@ def engine_config(args: argparse.Namespace, **more):
 
     return EngineConfig(target_device=args.target_device, draft_device=args.draft_device,
                         allow_fallback=args.allow_fallback, cache_dir=args.cache_dir, threads=args.threads,
-                        precision=args.precision, draft_vocab=args.draft_vocab, npu_max_prompt=args.npu_max_prompt,
-                        verify_checksums=not args.no_verify, **more)
+                        precision=args.precision, kv_cache=args.kv_cache, draft_vocab=args.draft_vocab,
+                        npu_max_prompt=args.npu_max_prompt, verify_checksums=not args.no_verify, **more)
 
 
 def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,

@@ -102,9 +102,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = pipe.generate(prompt, config, speculative, on_text=stream)
     comparison = compare.against_target_alone(pipe, prompt, config, result) if args.compare else None
     if not result.exact:
-        say("edge-specdec: warning: this run is exact only up to float noise (the target's session is not "
-             "block-invariant: --kv-rollback masked, or a device that failed the check); a near-tie can give "
-             "another token than the target alone. The default paged rollback on the CPU is bit-exact.")
+        why = pipe.target_model.exactness_note or ("the target's session is not block-invariant: --kv-rollback "
+                                                   "masked, or a device that failed the check")
+        say(f"edge-specdec: warning: this run is exact only up to float noise ({why}); a near-tie can give "
+            "another token than the target alone. The default paged rollback and KV cache on the CPU are bit-exact.")
     if args.json:
         pieces = pipe.vocab_map.target
         print(json.dumps({**result.to_dict(lambda t: (pieces.piece(t) or b"").decode("utf-8", "replace")),

@@ -152,11 +152,13 @@ class Engine:
         self.plan = BlockPlan(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
                                       "machine": machine_name(self.core), "placement": vars(self.placement),
                                       "precision": config.precision, "rollback": config.kv_rollback,
+                                      "kv_cache": config.kv_cache,
                                       "configs": configs, "draft_vocab": config.draft_vocab})
         known = self.plan.values.setdefault("target/invariant", {})  # exactness per precision, from the plan
         checked_before = dict(known)
         self.vocab_map = self.bundle.load_vocab_map()
-        common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback)
+        common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
+                      kv_cache=config.kv_cache)
         with ThreadPoolExecutor(1, thread_name_prefix="load-draft") as pool:
             draft_job = draft and pool.submit(
                 open_model, draft.model_xml, self.placement.draft, **common, block_invariant=False,

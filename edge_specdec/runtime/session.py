@@ -52,7 +52,7 @@ import numpy as np
 import openvino as ov
 
 from ..errors import EdgeSpecdecError
-from .devices import DRAFT_GENERATION_TOKENS, NPU_MAX_PROMPT, PRECISIONS, profile
+from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .probes import passes_block_invariance
 
@@ -95,6 +95,15 @@ class CompiledLM:
         self.session_type = session_type  # the ModelSession class of its sessions (None: by the rollback method)
         self.static: dict[int, ov.CompiledModel] = {}
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
+        self.kv_cache = ""  # the KV cache's element type asked for (open_model; "" where the device keeps its own)
+        self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
+
+    @property
+    def kv_bytes_per_token(self) -> Optional[float]:
+        """Bytes one token takes in a paged model's KV cache (all layers, keys and values, the scales of a u8
+        cache included), from the cache inputs' block shapes; None for other models (their cache is the
+        device's)."""
+        return kv_bytes_per_token(self.compiled) if self.rollback_method == "paged" else None
 
     def session(self, pool: Optional["BlockPool"] = None) -> "ModelSession":
         """A new decoding context: its own infer requests and KV cache, the weights shared. pool (paged only):
@@ -123,6 +132,16 @@ class CompiledLM:
                 exact = invariant() if invariant is not None else passes_block_invariance(self.session())
                 if not exact:
                     self.static.clear()
+
+
+def kv_bytes_per_token(compiled: ov.CompiledModel) -> float:
+    """Bytes a token takes in a paged model's cache: each key_cache.N / value_cache.N input's block of [heads, rows,
+    columns] elements (a u8 cache keeps its scales in extra rows or columns) over the tokens a block holds."""
+    caches = [p for p in compiled.inputs if p.get_any_name().startswith(("key_cache.", "value_cache."))]
+    value = next(p for p in caches if p.get_any_name().startswith("value_cache."))
+    tokens = value.get_partial_shape()[2].get_length()
+    return sum(int(np.prod([d.get_length() for d in list(p.get_partial_shape())[1:]])) * p.get_element_type().size
+               for p in caches) / tokens
 
 
 class ModelSession:
@@ -479,8 +498,8 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
                block_invariant: bool = True, output_ids: Optional[np.ndarray] = None,
                config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None,
-               npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS
-               ) -> CompiledLM:
+               npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS,
+               kv_cache: Optional[str] = None) -> CompiledLM:
     """Compile one model for decoding.
 
     rollback: "paged", "masked" or "npuw" (default: the device's profile; the NPU takes only "npuw", see npu.py,
@@ -493,10 +512,17 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     plan.py); filled with what is measured.
     output_ids: compute logits for these token ids only (a draft's smaller output layer, see keep_output_rows);
     the others come out as -inf.
+    kv_cache: the KV cache's element type, f32, f16 or u8 (devices.KV_CACHES; None: the device's, f16 on the CPU
+    and GPU). One that fails the block-invariance check (u8) leaves the model exact only up to float noise, and
+    `CompiledLM.exactness_note` says why.
     """
     core = core or ov.Core()
     device_profile = profile(device)
     rollback = checked_rollback(device, rollback or device_profile.rollback, precision)
+    if kv_cache is not None and kv_cache not in KV_CACHES:
+        raise EdgeSpecdecError(f"unknown KV cache type {kv_cache!r}: choose one of {', '.join(KV_CACHES)}.")
+    if not device_profile.kv_cache or rollback == "npuw":
+        kv_cache = None  # the NPU's pipeline keeps its own cache
     if rollback == "masked":
         precision = "f32"
     model = core.read_model(str(model_xml))
@@ -521,11 +547,13 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     int4_group = int4_group_size(model)
     checks = known_invariant if known_invariant is not None else {}
     for attempt in device_profile.precision_attempts(precision):
-        cfg = {**device_profile.precision_properties(attempt, int4_group), **(config or {})}
+        cfg = {**device_profile.precision_properties(attempt, int4_group), **(config or {}),
+               **({"KV_CACHE_PRECISION": kv_cache} if kv_cache else {})}
         compile_static = partial(compile_for_block, core, model, device, cfg) if rollback == "paged" else None
         lm = CompiledLM(core.compile_model(model, device, cfg), rollback, device, attempt, max_context,
                         block_invariant=block_invariant and rollback == "paged", vocab_size=vocab_size,
                         output_ids=output_ids, compile_static=compile_static)
+        lm.kv_cache = kv_cache or device_profile.kv_cache
         if not lm.block_invariant:
             return lm
         if attempt not in checks:
@@ -533,6 +561,8 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         if checks[attempt]:
             return lm
     lm.block_invariant = False  # no precision passed the bitwise check: exact up to float noise, like "masked"
+    lm.exactness_note = (f"the target's {lm.kv_cache} KV cache is not block-invariant on {device}" if kv_cache
+                         else f"the target is not block-invariant on {device}")
     return lm
 
 

@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 from ..errors import EdgeSpecdecError
 from .algorithms import ALGORITHMS, AUTO, CONFIDENCE, LOOKUP_FIRST, Algorithm
 from .batching import MAX_WAIT
-from .devices import NPU_MAX_PROMPT, PRECISIONS
+from .devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS
 from .drafters import DRAFT_POLICIES
 from .session import ROLLBACK_METHODS
 
@@ -55,6 +55,9 @@ class EngineConfig:
     # OpenVINO's compiled-model cache (None: $EDGE_SPECDEC_CACHE_DIR or ~/.cache/edge-specdec/ov-cache; "off": none)
     cache_dir: Union[str, Path, None] = None
     precision: str = "dq"                 # CPU arithmetic (devices.PRECISIONS): dq, dynamic int8 activations; f32
+    # the KV cache's element type (devices.KV_CACHES: f32, f16, u8; None: the device's, f16 on the CPU). u8 takes about
+    # a quarter of f32's memory but is not block-invariant: runs on it are exact only up to float noise (Result.exact)
+    kv_cache: Optional[str] = None
     kv_rollback: Optional[str] = None     # how a KV cache forgets rejected tokens (see open_model); None: the device's
     concurrent: Optional[bool] = None     # draft while the target verifies; None: when they sit on different devices
     # the draft computes logits for its first draft_vocab token ids and its special tokens only, so it proposes only
@@ -88,6 +91,8 @@ class EngineConfig:
             _check(getattr(self, name) is None or isinstance(getattr(self, name), bool), name,
                    "True, False or None (chosen per machine)", getattr(self, name))
         _check(self.precision in PRECISIONS, "precision", f"one of {', '.join(PRECISIONS)}", self.precision)
+        _check(self.kv_cache is None or self.kv_cache in KV_CACHES, "kv_cache",
+               f"one of {', '.join(KV_CACHES)}, or None (the device's own)", self.kv_cache)
         _check(self.kv_rollback is None or self.kv_rollback in ROLLBACK_METHODS, "kv_rollback",
                f"one of {', '.join(ROLLBACK_METHODS)}, or None (the device's own)", self.kv_rollback)
         _check(_whole(self.draft_vocab, 0), "draft_vocab", "0 (the whole vocabulary) or a number of token ids",
