@@ -96,7 +96,10 @@ def fill_past(session, past: int, seed_tokens: int = 64) -> None:
     (their positions repeat), but the
     attention kernels see a cache of that length with realistic values in the cache's own format (quantization
     scales included), which is what a probe of the kernels' paths at a long past needs, for the cost of one short
-    call instead of a prefill of thousands of tokens. Other sessions (masked, NPU) get the real prefill."""
+    call instead of a prefill of thousands of tokens. Other sessions (masked, NPU) get the real prefill.
+    It does not reproduce what a real prefill writes: on the real 1.5B target the probe fails after real prefills of
+    100-1000 tokens (a long call's K/V bits differ from a short call's) and passes after the same lengths copied
+    (benchmarks/RESULTS.md, "The KV cache's precision"; not settled)."""
     rng = np.random.default_rng(1)
     pool, block = getattr(session, "pool", None), getattr(session, "block_size", 0)
     seed = max(block, seed_tokens // block * block) if block else past
