@@ -1,4 +1,5 @@
-"""The runtime (bundle loading, vocabulary map, decoding, `edge-specdec info`) never imports the export stack."""
+"""The runtime (bundle loading, vocabulary map, decoding, structured output, `edge-specdec info`) never imports the
+export stack, nor Hugging Face's tokenizers."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "transformers", "optimum", "nncf")
+HEAVY = ("torch", "transformers", "optimum", "nncf", "tokenizers")
 
 PROBE = """
 import json, sys
@@ -22,6 +23,10 @@ from edge_specdec.runtime import GenerationConfig, Pipeline
 pipe = Pipeline(sys.argv[2])
 result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=8), algorithm="standard")
 assert result.stats.new_tokens >= 1 and result.stats.draft_tokens_proposed > 0
+from edge_specdec.runtime.grammar import Constraint
+schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+result = pipe.generate("x", GenerationConfig(max_new_tokens=12, constraint=Constraint.json_schema(schema)))
+assert result.text.startswith('{"a": ') and "llguidance" in sys.modules  # structured output, without tokenizers
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 """
 
