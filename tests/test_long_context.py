@@ -8,7 +8,7 @@ import pytest
 
 import edge_specdec.runtime.session as session_module
 from edge_specdec.runtime import GenerationConfig, Pipeline
-from edge_specdec.runtime.probes import LONG_PAST, fill_past, is_block_invariant, passes_block_invariance
+from edge_specdec.runtime.probes import LONG_PAST, REAL_PAST, fill_past, is_block_invariant, passes_block_invariance
 from edge_specdec.runtime.session import open_model
 from hostile_text import HOSTILE_STRINGS
 from support import OTHER_VOCAB, SAME_VOCAB, load_target_xml
@@ -72,16 +72,16 @@ def test_open_model_checks_the_long_past_once_and_keeps_the_answer(bundle_dir, m
     pasts = []
     probe = session_module.passes_block_invariance.__globals__["is_block_invariant"]
 
-    def spy(session, past=0):
+    def spy(session, past=0, copy=True):
         pasts.append(past)
-        return probe(session, past)
+        return probe(session, past, copy)
     monkeypatch.setitem(session_module.passes_block_invariance.__globals__, "is_block_invariant", spy)
     known: dict = {}
     model = open_model(load_target_xml(bundle_dir), known_invariant=known)
     assert model.block_invariant and known == {"dq": True}
-    assert pasts == [0, LONG_PAST]  # capped to the tiny model's context inside the probe
+    assert pasts == [0, REAL_PAST, LONG_PAST]  # capped to the tiny model's context inside the probe
     open_model(load_target_xml(bundle_dir), known_invariant=known)
-    assert pasts == [0, LONG_PAST]  # the answer came from `known` (the block plan), not measured again
+    assert pasts == [0, REAL_PAST, LONG_PAST]  # the answer came from `known` (the block plan), not measured again
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +115,27 @@ def test_long_prompts_are_exact(pipes, pair, algorithms):
     assert reused.stats.prompt_tokens_reused > 300
     assert reused.token_ids == fresh.token_ids
     assert [lp.logprob for lp in reused.logprobs] == [lp.logprob for lp in fresh.logprobs]
+
+
+def test_the_check_probes_after_a_real_prefill_too(monkeypatch):
+    """A prompt is prefilled in one long call, which a copied past does not reproduce: the load-time check also
+    probes after a real prefill of REAL_PAST tokens, and fails when that probe fails."""
+    import edge_specdec.runtime.probes as probes
+
+    calls = []
+
+    def probe(session, past=0, copy=True):
+        calls.append((past, copy))
+        return not (past == probes.REAL_PAST and not copy)  # only the real prefill shows the drift
+
+    monkeypatch.setattr(probes, "is_block_invariant", probe)
+    assert passes_block_invariance(object()) is False
+    assert (probes.REAL_PAST, False) in calls
+
+
+def test_a_target_that_fails_every_precision_keeps_the_one_asked_for(bundle_dir, monkeypatch):
+    """No precision passes: the session says it is not exact, and runs at the precision asked for (the fastest),
+    not at the last one tried."""
+    monkeypatch.setattr(session_module, "passes_block_invariance", lambda session: False)
+    model = open_model(load_target_xml(bundle_dir), precision="dq")
+    assert model.block_invariant is False and model.precision == "dq"

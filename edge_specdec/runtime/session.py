@@ -546,6 +546,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         compute_logits_rows(model)
     int4_group = int4_group_size(model)
     checks = known_invariant if known_invariant is not None else {}
+    first = None  # the precision asked for (the fastest), kept when none passes the check
     for attempt in device_profile.precision_attempts(precision):
         cfg = {**device_profile.precision_properties(attempt, int4_group), **(config or {}),
                **({"KV_CACHE_PRECISION": kv_cache} if kv_cache else {})}
@@ -560,7 +561,9 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             checks[attempt] = passes_block_invariance(lm.session())
         if checks[attempt]:
             return lm
-    lm.block_invariant = False  # no precision passed the bitwise check: exact up to float noise, like "masked"
+        first = first or lm
+    lm = first  # no precision passed the bitwise check: exact up to float noise, like "masked"
+    lm.block_invariant = False
     lm.exactness_note = (f"the target's {lm.kv_cache} KV cache is not block-invariant on {device}" if kv_cache
                          else f"the target is not block-invariant on {device}")
     return lm
