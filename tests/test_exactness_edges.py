@@ -422,7 +422,7 @@ def test_verify_alone_outputs_the_target_distribution(with_q):
     assert goodness(firsts, p[0]) > 1e-3
     assert len(seconds) > 5_000 and goodness(seconds, p[1]) > 1e-3
     if with_q:  # the test can fail: accepting every drafted token gives q, not p
-        def accept_all(rows, proposal, config, rng, context):
+        def accept_all(rows, proposal, config, rng, context, grammar=None):
             return len(proposal.tokens), 0, rows
         broken, _ = draws(20_000, logits, config, context, q_rows, first, rng, rule=accept_all)
         assert goodness(broken, p[0]) < 1e-6

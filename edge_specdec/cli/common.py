@@ -47,7 +47,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         f"with --concurrent)")
     p.add_argument("--precision", default="dq", choices=PRECISIONS,
                    help="CPU arithmetic: dq = dynamic int8 activations, in groups as large as the int4 weights' "
-                        "groups (the default: faster, benchmarks/RESULTS.md), f32 = plain float32, closest to the "
+                        "groups (the default: faster), f32 = plain float32, closest to the "
                         "original model. The speculative output equals the target alone's under the same setting "
                         "either way.")
     p.add_argument("--kv-cache", choices=KV_CACHES, metavar="TYPE",
