@@ -63,17 +63,18 @@ def homogeneity_pvalue(a: Counter, b: Counter) -> float:
     return chi2_contingency(np.array(table)).pvalue
 
 
-def pipeline_cache(bundle_dir):
-    """pipes(pair, **options) -> a Pipeline of the bundle_dir fixture's pair with those Engine options, each built
-    once (a test module keeps one of these in a fixture of its scope)."""
+def pipeline_cache(bundle_dir, kind=None):
+    """get(pair, **options) -> a Pipeline (or `kind`, such as Engine) of the bundle_dir fixture's pair with those
+    Engine options, each built once (a test module keeps one of these in a fixture of its scope)."""
     from edge_specdec.runtime import Pipeline
 
+    kind = kind or Pipeline
     cache: dict = {}
 
     def get(pair, **options):
         key = (pair, tuple(sorted(options.items())))
         if key not in cache:
-            cache[key] = Pipeline(bundle_dir(*pair), **options)
+            cache[key] = kind(bundle_dir(*pair), **options)
         return cache[key]
     return get
 

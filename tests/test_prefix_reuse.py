@@ -9,7 +9,7 @@ from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import Engine, GenerationConfig
 from edge_specdec.runtime.pipeline import DRAFT_TOKENS
 from edge_specdec.runtime.text import decode
-from support import OTHER_VOCAB, SAME_VOCAB
+from support import OTHER_VOCAB, SAME_VOCAB, pipeline_cache
 
 ALGORITHMS = [(SAME_VOCAB, "none"), (SAME_VOCAB, "standard"), (SAME_VOCAB, "prompt-lookup"),
               (OTHER_VOCAB, "slem"), (OTHER_VOCAB, "tli"), (OTHER_VOCAB, "slrs")]
@@ -34,14 +34,8 @@ def second_prompts(engine, first_ids: list[int], answer: list[int]) -> dict[str,
 
 @pytest.fixture(scope="module")
 def engines(bundle_dir):
-    cache: dict = {}
-
-    def get(pair, **options):
-        key = (pair, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = Engine(bundle_dir(*pair), **options)
-        return cache[key]
-    return get
+    """engines(pair, **options) -> an Engine, built once per module."""
+    return pipeline_cache(bundle_dir, Engine)
 
 
 @pytest.mark.parametrize("pair,algorithm", ALGORITHMS)

@@ -110,14 +110,8 @@ class EngineConfig:
     def of(cls, config: Optional["EngineConfig"], settings: dict[str, Any]) -> "EngineConfig":
         """The one way keyword arguments become an EngineConfig: `Engine(bundle, target_device="CPU")` is
         `Engine(bundle, config=EngineConfig(target_device="CPU"))`. Both at once is refused."""
-        if config is not None and settings:
-            raise EdgeSpecdecError(f"give the engine's settings either as config=EngineConfig(...) or as keyword "
-                                   f"arguments, not both ({', '.join(sorted(settings))} beside config).")
-        unknown = sorted(set(settings) - {f.name for f in fields(cls)})
-        if unknown:
-            raise TypeError(f"unknown Engine setting {unknown[0]!r}: EngineConfig's fields are "
-                            f"{', '.join(f.name for f in fields(cls))}.")
-        return config if config is not None else cls(**settings)
+        return _given_or_built(cls, config, settings, "the engine's settings", "config=EngineConfig(...)",
+                               "Engine setting")
 
 
 @dataclass(frozen=True)
@@ -163,14 +157,8 @@ class SpeculativeConfig:
     def of(cls, speculative: Optional["SpeculativeConfig"], settings: dict[str, Any]) -> "SpeculativeConfig":
         """The one way generate()'s keyword arguments become a SpeculativeConfig: `generate(p, algorithm="slem")`
         is `generate(p, speculative=SpeculativeConfig(algorithm="slem"))`. Both at once is refused."""
-        if speculative is not None and settings:
-            raise EdgeSpecdecError(f"give the speculative settings either as speculative=SpeculativeConfig(...) or "
-                                   f"as keyword arguments, not both ({', '.join(sorted(settings))} beside it).")
-        unknown = sorted(set(settings) - {f.name for f in fields(cls)})
-        if unknown:
-            raise TypeError(f"unknown generate() argument {unknown[0]!r}: SpeculativeConfig's fields are "
-                            f"{', '.join(f.name for f in fields(cls))}.")
-        return speculative if speculative is not None else cls(**settings)
+        return _given_or_built(cls, speculative, settings, "the speculative settings",
+                               "speculative=SpeculativeConfig(...)", "generate() argument")
 
 
 def _whole(value: Any, least: int) -> bool:
@@ -184,3 +172,16 @@ def _number(value: Any) -> bool:
 def _check(ok: bool, name: str, wanted: str, value: Any) -> None:
     if not ok:
         raise EdgeSpecdecError(f"{name} must be {wanted}, not {value!r}.")
+
+
+def _given_or_built(cls, given, settings: dict[str, Any], what: str, as_object: str, argument: str):
+    """The config given, or one built from keyword arguments (the two ways a caller passes settings); both at once,
+    or a keyword that is no field, is refused."""
+    if given is not None and settings:
+        raise EdgeSpecdecError(f"give {what} either as {as_object} or as keyword arguments, not both "
+                               f"({', '.join(sorted(settings))} beside it).")
+    unknown = sorted(set(settings) - {f.name for f in fields(cls)})
+    if unknown:
+        raise TypeError(f"unknown {argument} {unknown[0]!r}: {cls.__name__}'s fields are "
+                        f"{', '.join(f.name for f in fields(cls))}.")
+    return given if given is not None else cls(**settings)
