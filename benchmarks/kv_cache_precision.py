@@ -34,6 +34,7 @@ from edge_specdec.runtime.devices import PROFILES
 from edge_specdec.runtime.graph import compute_logits_rows, int4_group_size
 from edge_specdec.runtime.probes import is_block_invariant
 from edge_specdec.runtime.session import CompiledLM
+from target_step_costs import exact_after_rollbacks  # benchmarks/ is on sys.path when a script here runs
 
 CACHES = {
     "f32": {"KV_CACHE_PRECISION": "f32"},
@@ -56,27 +57,6 @@ def cache_bytes_per_token(compiled: ov.CompiledModel) -> float:
         shape = [d.get_length() for d in list(port.get_partial_shape())[1:]]
         total += int(np.prod(shape)) * port.get_element_type().size
     return total / block
-
-
-def exact_after_rollbacks(lm: CompiledLM, trials: int = 6) -> int:
-    """In how many trials a block fed after a rollback gets the logits of the same tokens fed one at a time (each
-    step re-feeding the token before it, as a block-invariant session does)."""
-    rng, top = np.random.default_rng(1), min(30000, lm.vocab_size)
-    verified, stepped, equal = lm.session(), lm.session(), 0
-    for _ in range(trials):
-        prompt = rng.integers(0, top, int(rng.integers(20, 300))).tolist()
-        block, new = rng.integers(0, top, 6).tolist(), rng.integers(0, top, 3).tolist()
-        verified.reset()
-        verified.feed(prompt, rows=1)
-        verified.feed(block)
-        verified.rollback(4)
-        last = verified.feed(new)[-1]
-        stepped.reset()
-        stepped.feed(prompt, rows=1)
-        for token in block[:2] + new:
-            row = stepped.feed([token])[-1]
-        equal += bool(np.array_equal(last, row))
-    return equal
 
 
 def greedy(lm: CompiledLM, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
@@ -147,7 +127,7 @@ def main() -> None:
             t = time.perf_counter()
             row[f"block_invariant_after_{args.long}"] = is_block_invariant(lm.session(), past=args.long)
             row["long_probe_s"] = round(time.perf_counter() - t, 1)
-            row["exact_after_rollback"] = f"{exact_after_rollbacks(lm)} of 6"
+            row["exact_after_rollback"] = f"{exact_after_rollbacks(lm, low=0, high=min(30000, lm.vocab_size))} of 6"
             tokens, logits = greedy(lm, prompt, args.new)
             if name == "f32":
                 reference[activations] = (tokens, logits)

@@ -35,14 +35,14 @@ PROPERTY_SETS = {
 STEP_SIZES = (1, 2, 3)
 
 
-def exact_after_rollbacks(lm: CompiledLM, trials: int = 6) -> int:
+def exact_after_rollbacks(lm: CompiledLM, trials: int = 6, low: int = 100, high: int = 30000) -> int:
     """In how many trials a block fed after a rollback gets the logits of the same tokens fed one at a time
     (each step re-feeding the token before it, as a block-invariant session does)."""
     rng = np.random.default_rng(1)
     verified, stepped, equal = lm.session(), lm.session(), 0
     for _ in range(trials):
-        prompt = rng.integers(100, 30000, int(rng.integers(20, 300))).tolist()
-        block, new = rng.integers(100, 30000, 6).tolist(), rng.integers(100, 30000, 3).tolist()
+        prompt = rng.integers(low, high, int(rng.integers(20, 300))).tolist()  # token ids drawn from [low, high)
+        block, new = rng.integers(low, high, 6).tolist(), rng.integers(low, high, 3).tolist()
         verified.reset()
         verified.feed(prompt, rows=1)
         verified.feed(block)
