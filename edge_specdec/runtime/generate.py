@@ -13,7 +13,7 @@ from .drafters import Drafter, DraftLength, Proposal
 from .grammar import GrammarState
 from .sampling import GenerationConfig, TokenLogprob, token_logprobs
 from .session import ContextOverflowError, ModelSession
-from .text import Span, TextPiece, TextStream
+from .text import Span, TextPiece, TextStream, unfinished_end
 from .verify import Verdict, verify
 
 
@@ -364,9 +364,7 @@ class Output:
 
     def held_back(self) -> int:
         """The length of the longest end of the text that a stop string starts with: not final yet."""
-        text = self.stream.text
-        return max((n for s in self.config.stop_strings for n in range(min(len(s) - 1, len(text)), 0, -1)
-                    if text.endswith(s[:n])), default=0)
+        return unfinished_end(self.stream.text, self.config.stop_strings)
 
     def send(self, end: int) -> bool:
         """Hand the text up to `end` to on_text as a TextPiece: its spans by source, and the tokens whose text it

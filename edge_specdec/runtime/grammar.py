@@ -151,8 +151,6 @@ class GrammarState:
         from llguidance import LLMatcher
 
         self.width, self.base, self.committed = tokenizer.width, base, 0
-        self.forced_proposed = 0  # forced tokens put into proposals, and how many of them the target kept
-        self.forced_accepted = 0
         grammar = constraint.llguidance_grammar()
         self.matcher = LLMatcher(tokenizer.tokenizer, grammar, log_level=0)
         if self.matcher.is_error():

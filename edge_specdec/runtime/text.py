@@ -24,6 +24,13 @@ class PromptTokenizer:
             return self.compiled([text])["input_ids"][0].tolist()
 
 
+def unfinished_end(text: str, marks) -> int:
+    """The length of the longest end of text that one of marks starts with (and is not yet all of): text a
+    stream must hold back until it knows whether the mark follows."""
+    return max((n for mark in marks for n in range(min(len(mark) - 1, len(text)), 0, -1)
+                if text.endswith(mark[:n])), default=0)
+
+
 class Span(NamedTuple):
     """A run of generated text from one source, and how many tokens it holds. source: "draft" (proposed by the
     drafter and accepted by the target), "grammar" (forced by the request's grammar, proposed without the

@@ -38,6 +38,7 @@ from ..runtime.pipeline import DecodingSession, Engine
 from ..runtime.sampling import GenerationConfig
 from ..runtime.session import common_prefix
 from ..runtime.settings import EngineConfig
+from ..runtime.text import unfinished_end
 from ..runtime.tool_calls import ToolFormat
 from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
@@ -470,16 +471,13 @@ class HeldText:
     def pass_on(self, text: str) -> str:
         if self.tag is None:
             return text
-        if self.found:
-            self.pending += text
-            return ""
         self.pending += text
+        if self.found:
+            return ""
         at = self.pending.find(self.tag)
-        if at >= 0:
-            out, self.pending, self.found = self.pending[:at], self.pending[at:], True
-            return out
-        keep = max((n for n in range(1, len(self.tag)) if self.pending.endswith(self.tag[:n])), default=0)
-        out, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
+        self.found = at >= 0
+        cut = at if self.found else len(self.pending) - unfinished_end(self.pending, [self.tag])
+        out, self.pending = self.pending[:cut], self.pending[cut:]
         return out
 
     def rest(self) -> str:
