@@ -96,3 +96,31 @@ def test_real_heterogeneous_pair_greedy_is_lossless(tmp_path):
         assert ahead.token_ids == base.token_ids, ("concurrent slem", prompt)
         drafted_ahead += ahead.stats.drafted_ahead_used
     assert accepted > 0 and drafted_ahead > 0
+
+
+def test_real_target_is_exact_after_a_long_prompt():
+    """The 1.5B int4 target on a CPU whose kernels change bits for calls of more than about 80 tokens (AVX2): a
+    150-token prompt gives the target alone's logprob bits with `auto`, and again on a second request that reuses
+    the first's cache (session.py, "Long blocks"); before the pieces the target failed its check and runs said
+    `exact: false`."""
+    from edge_specdec.runtime import Engine, GenerationConfig
+
+    if not REAL_PAIR_BUNDLE.is_dir():
+        pytest.skip(f"{REAL_PAIR_BUNDLE} missing: run benchmarks/export_real_models.py")
+    engine = Engine(REAL_PAIR_BUNDLE)
+    assert engine.target_model.block_invariant, engine.target_model.exactness_note
+    ids = engine.tokenizer.encode("\n".join(HOSTILE_STRINGS) * 4)[:150]
+    assert len(ids) == 150
+    config = GenerationConfig(max_new_tokens=16, logprobs=True, ignore_eos=True)
+
+    def bits(result):
+        return [np.float64(entry.logprob).view(np.int64) for entry in result.logprobs]
+    first = engine.session()
+    alone = first.generate(ids, config, algorithm="none")
+    drafted = engine.session().generate(ids, config, algorithm="auto")
+    assert drafted.exact and drafted.token_ids == alone.token_ids and bits(drafted) == bits(alone)
+    longer = ids + alone.token_ids + ids[:20]
+    reused = first.generate(longer, config, algorithm="auto")
+    fresh = engine.session().generate(longer, config, algorithm="none")
+    assert reused.stats.prompt_tokens_reused > 150
+    assert reused.token_ids == fresh.token_ids and bits(reused) == bits(fresh)

@@ -12,8 +12,9 @@ that still draft go on drafting, together, while those done wait at the target, 
 one call, then draft together again. When some session is busy elsewhere (in Python between rounds, say), the
 others wait for it, but only while nothing at all happens: after `max_wait` seconds without a call submitted or
 finished, the pending calls run without it. The pending calls run as one call, a new session's prompt among
-the others' blocks (only a prompt longer than LONGEST_BATCHED runs alone), and the output layer computes the
-logits of the rows each session asked for only.
+the others' blocks, and the output layer computes the logits of the rows each session asked for only. A call
+holds at most the session's `longest_block` tokens in all (LONGEST_BATCHED where it has no bound): more pending
+tokens than that run as several calls.
 
 Exactness: each sequence's rows in a batched call must be bit-identical to what the session computes alone.
 `batch_invariant` checks that on the device when the engine opens; an engine whose target fails it does not
@@ -65,19 +66,24 @@ class ModelQueue:
         self.sequences = 0
 
     def run(self, batch: list[Call]) -> None:
-        """Run the batch: long calls alone, the short ones together; each call gets its logits or its error."""
-        short = [c for c in batch if len(c.tokens) <= LONGEST_BATCHED]
-        for call in [c for c in batch if len(c.tokens) > LONGEST_BATCHED] + ([short[0]] if len(short) == 1 else []):
+        """Run the batch in groups of at most `limit` tokens in all (a longer call alone); a group of one call
+        runs alone, the others together. Each call gets its logits or its error."""
+        limit = batch[0].session.longest_block or LONGEST_BATCHED
+        groups: list[list[Call]] = []
+        for call in batch:
+            if groups and sum(len(c.tokens) for c in groups[-1]) + len(call.tokens) <= limit:
+                groups[-1].append(call)
+            else:
+                groups.append([call])
+        for group in groups:
             try:
-                call.logits = call.session.infer_alone(call.tokens, call.rows)
-            except BaseException as exc:  # handed to the session's thread
-                call.error = exc
-        if len(short) > 1:
-            try:
-                for call, logits in zip(short, self.together(short)):
-                    call.logits = logits
-            except BaseException as exc:
-                for call in short:
+                if len(group) == 1:
+                    group[0].logits = group[0].session.infer_alone(group[0].tokens, group[0].rows)
+                else:
+                    for call, logits in zip(group, self.together(group)):
+                        call.logits = logits
+            except BaseException as exc:  # handed to the sessions' threads
+                for call in group:
                     call.error = exc
 
     def together(self, calls: list[Call]) -> list[np.ndarray]:
@@ -195,8 +201,8 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
 
     Random prompts of different lengths, then blocks of 2 to 6 tokens of which each session asks for the logits
     of its last 1 to all rows, alone and together, over three rounds with rollbacks in between, and in each
-    round one session starting over with a new prompt of 20 to 120 tokens (a prompt joins a batched call); the
-    sessions are left empty."""
+    round one session starting over with a new prompt of 20 tokens or more (a prompt joins a batched call, which
+    holds at most the session's longest_block tokens); the sessions are left empty."""
     from .session import BlockPool
 
     rng = np.random.default_rng(seed)
@@ -211,7 +217,8 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
             rows = [int(rng.integers(1, len(block) + 1)) for block in blocks]
             newcomer = int(rng.integers(0, sessions))  # this one starts over with a prompt
             group[newcomer].reset()
-            blocks[newcomer] = rng.integers(0, model.vocab_size, int(rng.integers(20, 121))).tolist()
+            longest = group[newcomer].longest_block or 120  # with the others' blocks of up to 6: one call
+            blocks[newcomer] = rng.integers(0, model.vocab_size, int(rng.integers(20, longest - 12))).tolist()
             rows[newcomer] = 1
             alone = [s.infer_alone(block, r)[-r:] for s, block, r in zip(group, blocks, rows)]
             together = queue.together([Call(s, block, r) for s, block, r in zip(group, blocks, rows)])

@@ -27,6 +27,14 @@ checks the property on the device when the model opens. In a masked session the 
 slots changes the attention sums, so it is exact only up to float noise (a near-tie can flip a greedy token),
 and it always runs f32: a run on it reports `exact` False.
 
+Long blocks (`LONGEST_BLOCK`): the same holds only up to a point. On an AVX2 CPU the real 1.5B int4 target's rows
+change bits once a call has more than about 80 tokens (the plugin picks other matmul kernels for many rows), so a
+prompt prefilled in one call leaves other key/value bits in its slots than the same tokens fed in blocks, and a
+reused prefix, a re-fed token or a later block sees them. A block-invariant session therefore feeds a long block
+in even pieces of at most LONGEST_BLOCK tokens, and a batched call holds at most that many (batching.py):
+every call it makes has between 2 and LONGEST_BLOCK tokens, the sizes the invariance check covers. A prompt's
+cost per token is the same in pieces of this size as in one call on a CPU.
+
 Fixed block sizes (`min_block`): OpenVINO's CPU plugin prepares every operation again when a call has another
 number of tokens than the call before, and speculative decoding changes the block size all the time (a draft
 step, a sync of a few tokens, blocks of varying length for the target). So a paged session can widen every
@@ -57,6 +65,8 @@ from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_gro
 from .probes import passes_block_invariance
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
+# the most tokens one call of a block-invariant session holds (see "Long blocks" above)
+LONGEST_BLOCK = 64
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -173,6 +183,11 @@ class ModelSession:
         return 2 if self.block_invariant else 1
 
     @property
+    def longest_block(self) -> Optional[int]:
+        """The most tokens one call holds (see "Long blocks" above); None: no bound."""
+        return LONGEST_BLOCK if self.block_invariant else None
+
+    @property
     def static_sizes(self) -> frozenset:
         """Block sizes this session runs on a copy compiled for that size (see `CompiledLM.add_static`)."""
         return frozenset()
@@ -198,6 +213,8 @@ class ModelSession:
         if self.max_context is not None and self.length + n > self.max_context:
             raise ContextOverflowError(f"{self.length + n} tokens exceed the model's context of {self.max_context}")
         rows = n if rows is None else min(n, rows)
+        if self.longest_block and n > self.longest_block:
+            return self._feed_in_pieces(list(tokens), rows)
         least = self.least_block
         shortest = least if n >= least and n in self.static_sizes else max(self.block_floor, least)
         widen = min(shortest - n, self.length)
@@ -217,6 +234,19 @@ class ModelSession:
             wide[:, self.output_ids] = logits
             logits = wide
         return logits
+
+    def _feed_in_pieces(self, tokens: list[int], rows: int) -> np.ndarray:
+        """Feed a long block in even pieces of at most longest_block tokens (each at least 2); the last `rows`
+        rows of logits, from the pieces that hold them (the others compute only their fewest rows)."""
+        count = -(-len(tokens) // self.longest_block)
+        bounds = np.linspace(0, len(tokens), count + 1).round().astype(int)
+        kept = []
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            wanted = min(end - start, rows - (len(tokens) - end))
+            logits = self.feed(tokens[start:end], rows=max(wanted, 1))
+            if wanted > 0:
+                kept.append(logits[-wanted:])
+        return np.concatenate(kept)
 
     def sync(self, sequence: list[int], extra: tuple[int, ...] | list[int] = ()) -> np.ndarray:
         """Bring the cache to sequence + extra and return the logits from sequence[-1] on (len(extra) + 1 rows).
