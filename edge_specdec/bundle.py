@@ -270,6 +270,34 @@ def _has_chat_template(folder: Path) -> bool:
         return False
 
 
+def kv_bytes_per_token(config: dict[str, Any], element_bytes: int = 2) -> Optional[int]:
+    """Bytes one token takes in a model's KV cache (keys and values of every layer) at `element_bytes` per element,
+    from its config.json (Llama/Qwen/Mistral names, or GPT-2's); None when the config does not say."""
+    layers = config.get("num_hidden_layers", config.get("n_layer"))
+    heads = config.get("num_attention_heads", config.get("n_head"))
+    hidden = config.get("hidden_size", config.get("n_embd"))
+    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
+        return None
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    return 2 * layers * kv_heads * head_dim * element_bytes
+
+
+def _kv_line(entry: ModelEntry) -> Optional[str]:
+    """info's line on a model's KV cache: bytes per token at the CPU's default f16 cache, and at the full context."""
+    try:
+        config = json.loads((entry.folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    per_token = kv_bytes_per_token(config)
+    if per_token is None:
+        return None
+    context = entry.info.get("max_position_embeddings")
+    full = f", {per_token * context / 2**20:.3g} MiB for its whole context of {context}" if context else ""
+    return (f"         KV cache {per_token / 1024:.1f} KiB per token at f16 (the CPU's default; f32 twice that)"
+            f"{full}")
+
+
 def describe(bundle: Bundle) -> str:
     """A human-readable summary for `edge-specdec info`."""
     m = bundle.manifest
@@ -295,7 +323,7 @@ def describe(bundle: Bundle) -> str:
             f"context {info.get('max_position_embeddings', '?')}, "
             f"BOS {special.get('bos_token')!r} EOS {special.get('eos_token')!r} ids {special.get('eos_token_ids')}",
             f"         size on disk {info['size_bytes'] / 1e6:.1f} MB",
-        ]
+        ] + [line for line in [_kv_line(entry)] if line]
     v = m["vocabulary"]
     if v["relation"] == "identical":
         lines.append("vocab    identical: standard speculative decoding applies")

@@ -19,6 +19,18 @@ def test_the_cpu_default_is_f16_and_takes_half_the_bytes_of_f32(bundle_dir):
     assert f16.kv_bytes_per_token * 2 == f32.kv_bytes_per_token > 0
 
 
+@pytest.mark.parametrize("pair", [SAME_VOCAB, ("gpt2-prefixspace-large", None)])
+def test_info_gives_the_kv_bytes_the_compiled_model_has(bundle_dir, pair):
+    """info reads the KV bytes per token from config.json (no compile); the compiled cache's block shapes must
+    agree, for Qwen's config names and for GPT-2's."""
+    from edge_specdec.bundle import describe, load_bundle
+
+    bundle = load_bundle(bundle_dir(*pair))
+    compiled = open_model(bundle.target.model_xml).kv_bytes_per_token
+    line = next(line for line in describe(bundle).splitlines() if "KV cache" in line)
+    assert f"KV cache {compiled / 1024:.1f} KiB per token at f16" in line, (line, compiled)
+
+
 def test_a_u8_cache_is_not_exact_and_says_why(bundle_dir):
     model = open_model(load_target_xml(bundle_dir), kv_cache="u8")
     assert model.kv_cache == "u8" and not model.block_invariant
