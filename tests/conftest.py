@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,6 +37,29 @@ def _offline():
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("tiny")
+
+
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder that every pytest-xdist worker of this run shares (the run's base temp), else this session's."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny-shared"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def built_once(folder: Path, build) -> Path:
+    """build() writes `folder` and returns its path; run it once per test run, whichever worker asks first (a file
+    lock: the others wait for it, then take the same files). A build that failed is retried by the next caller."""
+    from filelock import FileLock
+
+    done = folder.with_name(folder.name + ".done")
+    with FileLock(str(folder) + ".lock"):
+        if not done.exists():
+            if folder.exists():
+                shutil.rmtree(folder)  # a build that raised half-way
+            done.write_text(str(build()))
+        return Path(done.read_text())
 
 
 def _source_key(source) -> tuple:
@@ -97,32 +121,35 @@ def _convert_each_model_once(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dir(workdir):
+def tokenizer_dir(shared_dir):
     cache: dict[str, Path] = {}
 
     def get(style: str) -> Path:
         if style not in cache:
-            cache[style] = train_tokenizer(style, TOKENIZERS[style], workdir / f"tok-{style}")
+            out = shared_dir / f"tok-{style}"
+            cache[style] = built_once(out, lambda: train_tokenizer(style, TOKENIZERS[style], out))
         return cache[style]
     return get
 
 
 @pytest.fixture(scope="session")
-def model_dir(workdir, tokenizer_dir):
+def model_dir(shared_dir, tokenizer_dir):
     cache: dict[str, Path] = {}
 
     def get(name: str) -> Path:
         if name not in cache:
             arch, style, hidden, seed, *pad = MODELS[name]
-            cache[name] = build_model(arch, tokenizer_dir(style), workdir / f"model-{name}", seed=seed, hidden=hidden,
-                                      vocab_pad=pad[0] if pad else 0)
+            tokenizer, out = tokenizer_dir(style), shared_dir / f"model-{name}"
+            cache[name] = built_once(out, lambda: build_model(arch, tokenizer, out, seed=seed, hidden=hidden,
+                                                              vocab_pad=pad[0] if pad else 0))
         return cache[name]
     return get
 
 
 @pytest.fixture(scope="session")
-def bundle_dir(workdir, model_dir):
-    """bundle_dir(target, draft, target_format, draft_format) -> an exported bundle, exported once per session."""
+def bundle_dir(shared_dir, model_dir):
+    """bundle_dir(target, draft, target_format, draft_format) -> an exported bundle, exported once per run (the
+    workers of pytest-xdist share it: tests copy a bundle before they change it)."""
     from edge_specdec.export import WeightSettings, export_bundle
 
     cache: dict[tuple, Path] = {}
@@ -130,9 +157,11 @@ def bundle_dir(workdir, model_dir):
     def get(target: str, draft: str | None, target_format: str = "int4", draft_format: str = "int8") -> Path:
         key = (target, draft, target_format, draft_format)
         if key not in cache:
-            out = workdir / "bundles" / "__".join(str(k) for k in key)
-            cache[key] = export_bundle(str(model_dir(target)), str(model_dir(draft)) if draft else None, out,
-                                       target_weights=WeightSettings(target_format),
-                                       draft_weights=WeightSettings(draft_format))
+            out = shared_dir / "bundles" / "__".join(str(k) for k in key)
+            out.parent.mkdir(exist_ok=True)
+            target_dir, draft_dir = str(model_dir(target)), str(model_dir(draft)) if draft else None
+            cache[key] = built_once(out, lambda: export_bundle(target_dir, draft_dir, out,
+                                                               target_weights=WeightSettings(target_format),
+                                                               draft_weights=WeightSettings(draft_format)))
         return cache[key]
     return get
