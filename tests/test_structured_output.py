@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from typing import Optional
 
 import jsonschema
 import numpy as np
@@ -243,3 +244,145 @@ def test_a_stop_string_and_a_special_token_prompt_under_a_grammar(pipes):
         run = pipe.generate(prompt, config, algorithm="auto")
         assert run.token_ids == alone.token_ids and run.text == alone.text
         assert run.stop_reason == "stop_string" and '"age"' not in run.text
+
+
+# --- a heterogeneous draft's own grammar ------------------------------------------------------------------------
+
+def record_proposals(monkeypatch, pipe, prompt_ids: list[int], constraint: Constraint) -> list[tuple]:
+    """Watch every proposal a drafter makes in the runs that follow (before the decode loop cuts it to what the
+    grammar allows): (its length; how many of its tokens, from the first, the target's grammar allows after the
+    sequence it was made for, checked with a fresh grammar walked from the prompt's end; whether the drafter's own
+    grammar was in step with the output when it drafted; whether its tokens carry no distribution q)."""
+    from edge_specdec.runtime import generate as loop
+
+    seen, original = [], loop.propose
+
+    def spy(drafter, sequence, k):
+        proposal = original(drafter, sequence, k)
+        if proposal is not None and proposal.tokens:
+            grammar = pipe.grammar_tokenizer.compile(constraint, base=len(prompt_ids))
+            own = getattr(drafter, "grammar", None)
+            seen.append((len(proposal.tokens), grammar.valid_prefix(sequence, proposal.tokens),
+                         own is not None and own.in_step, proposal.q is None or all(q is None for q in proposal.q)))
+        return proposal
+    monkeypatch.setattr(loop, "propose", spy)
+    return seen
+
+
+HETERO_RUNS = [("slem", {}), ("tli", {}), ("tli", {"temperature": 0.9, "top_p": 0.95, "seed": 1}),
+               ("slrs", {"temperature": 1.0, "top_k": 3, "seed": 2})]
+
+
+@pytest.mark.parametrize("name", ["json_schema", "regex", "lark"])
+@pytest.mark.parametrize("algorithm,sampling", HETERO_RUNS, ids=["slem", "tli", "tli-sampled", "slrs-sampled"])
+def test_a_heterogeneous_draft_proposes_only_what_the_grammar_allows(pipes, monkeypatch, algorithm, sampling, name):
+    """The draft is masked by the constraint compiled for its own vocabulary: every token it proposes is one the
+    target's grammar allows, so the decode loop cuts nothing (a free draft of these tiny models proposes text the
+    grammar refuses in nearly every round)."""
+    pipe = pipes(OTHER_VOCAB, precision="dq")
+    prompt_ids = pipe.tokenizer.encode("def parse_args(")
+    config = GenerationConfig(max_new_tokens=48, constraint=CONSTRAINTS[name], repetition_penalty=1.1,
+                              **sampling)
+    seen = record_proposals(monkeypatch, pipe, prompt_ids, CONSTRAINTS[name])
+    run = pipe.generate(prompt_ids, config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0,
+                        lookup=False)
+    assert sum(n for n, *_ in seen) >= 8, seen  # the draft proposed something
+    assert all(valid == n and in_step for n, valid, in_step, _ in seen), seen
+    if not sampling:
+        assert run.token_ids == pipe.generate(prompt_ids, config, algorithm="none").token_ids
+
+
+def mask_of(grammar) -> Optional[bytes]:
+    allowed = grammar.allowed()
+    return None if allowed is None else np.packbits(allowed).tobytes()
+
+
+def test_the_draft_grammar_rolls_back_to_a_respelled_output_and_out_of_step_back_in(pipes):
+    """DraftGrammar.follow on the draft's spellings of an output: a respelled end, a spelling the grammar refuses
+    (out of step: no mask, so the round drafts freely), the right one again, a complete text and back: after each,
+    the same mask as a matcher that consumed that spelling from the start."""
+    from edge_specdec.runtime.grammar import DraftGrammar
+
+    pipe = pipes(OTHER_VOCAB, precision="dq")
+    tokenizer, retok = pipe.draft_grammar_tokenizer, pipe.draft_retokenizer
+    constraint = CONSTRAINTS["lark"]
+
+    def spell(*pieces: bytes) -> list[int]:  # the draft tokens of each piece, one after the other
+        return [t for piece in pieces for t in retok.longest_match(piece)]
+
+    special = int(np.flatnonzero(~pipe.vocab_map.draft.has_text)[0])  # a token without text: never grammar text
+    grammar = DraftGrammar(tokenizer, constraint)
+    for tokens, in_step in [(spell(b"SELECT ", b"ab"), True), (spell(b"SELECT ", b"a", b"b, c"), True),
+                            (spell(b"SELECT ") + [special], False), (spell(b"SELECT a", b"b, "), True),
+                            (spell(b"SELECT ab FROM users;"), True), (spell(b"SELECT ab FROM "), True), ([], True)]:
+        assert grammar.follow(tokens) is in_step and grammar.in_step is in_step
+        fresh = DraftGrammar(tokenizer, constraint)
+        assert fresh.follow(tokens) is in_step
+        assert mask_of(grammar) == mask_of(fresh)
+        if not in_step:
+            assert grammar.allowed() is None and grammar.consumed == tokens[:-1]  # it kept what it could take
+    grammar.follow(spell(b"SELECT ab FROM users;"))
+    assert not grammar.allowed().any()  # complete: nothing more to draft (the run ends there)
+    allowed = grammar.allowed() if grammar.follow(spell(b"SELECT ab")) else None
+    assert allowed is not None and allowed[retok.longest_match(b",")[0]] and allowed[retok.longest_match(b" ")[0]]
+    assert grammar.stats()["draft_grammar_rounds"] == {"masked": 8, "free": 1}
+
+
+def test_the_draft_grammar_stays_in_step_with_the_output_through_a_run(pipes, monkeypatch):
+    """In a run, the draft context respells the end of the output when the target kept only part of a draft token
+    or wrote its own: each time the draft's matcher follows, it rolls back what changed and ends in the state of a
+    matcher that consumed the spelling from the start."""
+    from edge_specdec.runtime.grammar import DraftGrammar
+
+    pipe = pipes(OTHER_VOCAB, precision="dq")
+    original, events, name = DraftGrammar.follow, [], None
+
+    def spy(self, tokens):
+        rolled_back = any(a != b for a, b in zip(self.consumed, tokens)) or len(tokens) < len(self.consumed)
+        in_step = original(self, tokens)
+        fresh = DraftGrammar(pipe.draft_grammar_tokenizer, CONSTRAINTS[name])
+        events.append((rolled_back, in_step, original(fresh, tokens) and mask_of(self) == mask_of(fresh)))
+        return in_step
+    monkeypatch.setattr(DraftGrammar, "follow", spy)
+    for algorithm, name in [("slem", "lark"), ("slem", "json_schema"), ("tli", "regex")]:
+        config = GenerationConfig(max_new_tokens=48, constraint=CONSTRAINTS[name], repetition_penalty=1.1)
+        before = len(events)
+        run = pipe.generate("def parse_args(", config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0,
+                            lookup=False)
+        assert run.token_ids == pipe.generate("def parse_args(", config, algorithm="none").token_ids
+        assert run.extra["draft_grammar_rounds"] == {"masked": len(events) - before, "free": 0}
+    assert events and all(in_step and same for _, in_step, same in events), events
+    assert any(rolled_back for rolled_back, _, _ in events), events  # respelled ends were met
+
+
+@pytest.mark.parametrize("algorithm,sampling", HETERO_RUNS, ids=["slem", "tli", "tli-sampled", "slrs-sampled"])
+def test_a_round_whose_spelling_is_out_of_step_drafts_freely_and_the_next_is_masked_again(pipes, monkeypatch,
+                                                                                           algorithm, sampling):
+    """The second round's draft spelling is made one the grammar refuses (a token without text at its end, as a
+    draft token that does not line up with the output would be): that round drafts freely, without a distribution
+    q (the decode loop cuts it, which would bias rejection sampling of tokens drawn from q), the output is still
+    the constrained target alone's, and every later round is masked."""
+    from edge_specdec.runtime.grammar import DraftGrammar
+
+    pipe = pipes(OTHER_VOCAB, precision="dq")
+    special = int(np.flatnonzero(~pipe.vocab_map.draft.has_text)[0])
+    original, calls = DraftGrammar.follow, []
+
+    def spy(self, tokens):
+        calls.append(len(calls))
+        return original(self, tokens + [special] if len(calls) == 2 else tokens)
+    monkeypatch.setattr(DraftGrammar, "follow", spy)
+    prompt_ids = pipe.tokenizer.encode("def parse_args(")
+    seen = record_proposals(monkeypatch, pipe, prompt_ids, CONSTRAINTS["json_schema"])
+    config = GenerationConfig(max_new_tokens=48, constraint=CONSTRAINTS["json_schema"], repetition_penalty=1.1,
+                              logprobs=True, **sampling)
+    run = pipe.generate(prompt_ids, config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0,
+                        lookup=False)
+    assert run.extra["draft_grammar_rounds"] == {"masked": len(calls) - 1, "free": 1} and len(calls) >= 3
+    if not sampling:
+        alone = pipe.generate(prompt_ids, config, algorithm="none")
+        assert run.token_ids == alone.token_ids and bits(run.logprobs) == bits(alone.logprobs)
+    else:
+        assert bits(run.logprobs) == bits(masked_logprobs(pipe, prompt_ids, run.token_ids, config))
+    assert [in_step for _, _, in_step, _ in seen].count(False) == 1  # the free round proposed
+    assert all(valid == n if in_step else no_q for n, valid, in_step, no_q in seen), seen

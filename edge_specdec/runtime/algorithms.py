@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import EdgeSpecdecError
 from ..vocab_map import VocabMap
 from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
+from .grammar import GrammarTokenizer
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
@@ -51,6 +52,9 @@ class DraftContext:
     config: GenerationConfig
     rng: np.random.Generator
     confidence: float
+    # the draft's vocabulary for structured output's grammar engine, built when a constrained run of a drafter
+    # that drafts in the draft's vocabulary first asks (None: such a drafter drafts freely under a constraint)
+    draft_grammar_tokenizer: Optional[Callable[[], GrammarTokenizer]] = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,8 @@ def _text_context(c: DraftContext) -> DraftTextContext:
     """The draft's view of the prompt, in its own tokens (the prompt as text, re-tokenized by the draft)."""
     text = c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids)
     retokenizer = c.draft_retokenizer()
-    return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), retokenizer.encode(text))
+    return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), retokenizer.encode(text),
+                            grammar_tokenizer=c.draft_grammar_tokenizer)
 
 
 def _text_drafter(kind) -> Callable[[DraftContext], Drafter]:

@@ -86,7 +86,7 @@ class DraftModelDrafter(Drafter):
             if self.grammar and walk is None:  # the sequence already left the grammar: nothing can be accepted
                 return Proposal()
 
-            def shape(row: np.ndarray, drafted: list[int]) -> np.ndarray:  # the target's width, penalty, grammar
+            def shape(row: np.ndarray, drafted: list[int]) -> Optional[np.ndarray]:  # width, penalty, grammar
                 row = to_width(row, self.width)
                 if self.config.repetition_penalty != 1.0:
                     row = penalize(row[None], self.config, sequence + drafted, [])[0]
@@ -94,7 +94,9 @@ class DraftModelDrafter(Drafter):
                     if drafted:
                         walk.step(drafted[-1])
                     masked = np.where(self.grammar.allowed(), row, -np.inf)
-                    row = masked if np.isfinite(masked).any() else row  # the draft knows none of the allowed ids
+                    # the draft knows none of the allowed ids (its output layer was cut, see draft_vocab): it stops,
+                    # since a token drawn from q that the loop then cuts would bias rejection sampling
+                    row = masked if np.isfinite(masked).any() else None
                 return row
 
             row = self.session.sync(sequence)[-1]
@@ -108,11 +110,14 @@ def draft_steps(session: ModelSession, row: np.ndarray, k: int, config: Generati
     end), one at a time, each fed back to the session. A token is the top one (greedy) or a draw from q, the
     config's distribution; drafting stops after k tokens, after a token `ends(token)` says ends the draft, or when
     the draft is unsure of it (see `unsure`). shape(row, drafted) restricts or adjusts the logits before each
-    pick (the drafted tokens so far given). Returns (token, q) pairs, q None when greedy."""
+    pick (the drafted tokens so far given); it returns None where nothing may be drafted (a grammar allows none of
+    the draft's tokens), which ends the draft. Returns (token, q) pairs, q None when greedy."""
     steps: list[tuple[int, Optional[np.ndarray]]] = []
     for i in range(k):
         if shape is not None:
             row = shape(row, [t for t, _ in steps])
+            if row is None:
+                break
         q = None if config.greedy else distribution(row, config)
         token = int(np.argmax(row)) if q is None else sample(q, rng)
         steps.append((token, q))

@@ -4,15 +4,16 @@ every generated token must follow, enforced with llguidance's byte-level matcher
 The decode loop masks the target's logits with the grammar at every position it verifies (`GrammarState.mask`),
 so the output is what the constrained target alone writes, whatever was proposed; the drafter's proposals are
 cut to the part the grammar allows (`GrammarState.valid_prefix`), a draft model's own picks are masked as it
-drafts (`GrammarState.walk`), and where the grammar forces the next tokens they are proposed without the draft
-(`GrammarState.forced`). llguidance is imported only when a request carries a constraint.
+drafts (`GrammarState.walk` for a draft of the target's vocabulary, `DraftGrammar` for one of another vocabulary),
+and where the grammar forces the next tokens they are proposed without the draft (`GrammarState.forced`).
+llguidance is imported only when a request carries a constraint.
 """
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -151,6 +152,7 @@ class GrammarState:
         from llguidance import LLMatcher
 
         self.width, self.base, self.committed = tokenizer.width, base, 0
+        self.constraint = constraint  # a heterogeneous drafter compiles it again for its own vocabulary
         grammar = constraint.llguidance_grammar()
         self.matcher = LLMatcher(tokenizer.tokenizer, grammar, log_level=0)
         if self.matcher.is_error():
@@ -242,6 +244,69 @@ class Walk:
         if self.steps:
             self.matcher.rollback(self.steps)
         self.steps = 0
+
+
+class DraftGrammar:
+    """The run's constraint in a draft model's own vocabulary, for the drafters that draft in it (SLEM, TLI, SLRS):
+    their draft logits are masked with it, so they propose only text the grammar allows.
+
+    llguidance reads bytes, so the constraint compiled against the draft's token table allows the same texts as the
+    target's grammar; what it needs is the output so far in draft tokens. The drafter's text context spells the
+    output in draft tokens that end exactly where the output ends, and may respell its last few each round (a
+    draft token that straddled the end of the text the target kept is replaced by ones that stop there). `follow`
+    keeps the matcher on that spelling: it rolls back to the tokens both spellings share and consumes the rest.
+    Drafting then walks the drafted tokens on trial (`allowed(after)`) and rolls them back, so the matcher holds
+    only the output. When the spelling is one the grammar refuses (it should not be: the same bytes passed the
+    target's grammar) the matcher keeps the part it took and is out of step: `allowed` says None, the round
+    drafts freely and the decode loop cuts the proposal, as without this; the next `follow` tries again from the
+    shared tokens. It never touches the output: the target's mask and the verification decide that."""
+
+    def __init__(self, tokenizer: GrammarTokenizer, constraint: Constraint):
+        self.state = tokenizer.compile(constraint)
+        self.consumed: list[int] = []  # the draft tokens of the output the matcher holds
+        self.in_step = True
+        # proposals (one follow each) drafted under the mask, and drafted freely (the matcher out of step)
+        self.rounds_masked = self.rounds_free = 0
+
+    def follow(self, tokens: list[int]) -> bool:
+        """Bring the matcher to the output spelled as these draft tokens; whether it is in step with them."""
+        matcher = self.state.matcher
+        keep = 0
+        for a, b in zip(self.consumed, tokens):
+            if a != b:
+                break
+            keep += 1
+        if keep < len(self.consumed):
+            matcher.rollback(len(self.consumed) - keep)
+            del self.consumed[keep:]
+        rest = tokens[keep:]
+        taken = matcher.try_consume_tokens(rest) if rest else 0  # never leaves the matcher in an error state
+        self.consumed += rest[:taken]
+        self.in_step = taken == len(rest)
+        self.rounds_masked += self.in_step
+        self.rounds_free += not self.in_step
+        return self.in_step
+
+    def out_of_step(self) -> None:
+        """The drafter has no spelling of the output this round (its context could not spell some bytes)."""
+        self.in_step = False
+        self.rounds_free += 1
+
+    def allowed(self, after: Sequence[int] = ()) -> Optional[np.ndarray]:
+        """The draft ids the grammar allows after the output and then the drafted tokens `after`, as a bool array
+        over the draft's logits; None when there is nothing to mask with: the matcher is out of step, or the
+        grammar refuses one of `after` (a token drafted before the mask applied). Once the grammar's text is
+        complete it allows nothing: the run ends there (llguidance would allow EOS, which the target never
+        writes after it)."""
+        if not self.in_step:
+            return None
+        with self.state.walk() as walk:
+            if not all(walk.step(t) for t in after):
+                return None
+            return np.zeros(self.state.width, dtype=bool) if self.state.done else self.state.allowed()
+
+    def stats(self) -> dict:
+        return {"draft_grammar_rounds": {"masked": self.rounds_masked, "free": self.rounds_free}}
 
 
 def first_line(message: str) -> str:

@@ -5,7 +5,9 @@ each either the distribution it was drawn from (rejection sampling) or None (the
 only if it picks it itself; lossless for any proposal). The draft's cache follows the target's text through
 `DraftTextContext`, so the tokens the target wrote itself (a correction, a bonus token) reach the draft as text.
 They learn a round's outcome from that text, not from accept(): a count of target tokens says nothing of which
-draft tokens spelled them.
+draft tokens spelled them. Under a constraint (structured output) each compiles it for the draft's own vocabulary
+(grammar.DraftGrammar, kept on the draft's spelling of the output) and masks its draft logits with it, so it
+proposes only text the grammar allows.
 
 - SLEMDrafter: draft tokens -> text -> target tokens (re-tokenized with a window, see retokenize.py).
 - TLIDrafter: the draft samples only tokens that exist in both vocabularies, so each maps 1:1 to a target
@@ -14,12 +16,13 @@ draft tokens spelled them.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from ..vocab_map import NO_TOKEN, VocabMap
 from .drafters import Drafter, Proposal, draft_steps
+from .grammar import DraftGrammar, GrammarTokenizer
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig, distribution
 from .session import ModelSession, common_prefix
@@ -34,11 +37,16 @@ class DraftTextContext:
     drafter's last proposal (`own`) that spell the accepted text are kept as they are (no tokenizer call on that
     path); other text is re-tokenized together with the last RESPLIT draft tokens, and the cache is rolled back to
     the first token that changed and fed only what it lacks.
+
+    grammar_tokenizer: the draft's vocabulary as structured output's grammar engine reads it, built when a
+    constrained run first asks (None: a drafter of this context drafts freely under a constraint).
     """
 
     def __init__(self, session: ModelSession, retokenizer: Retokenizer, vocab_map: VocabMap,
-                 prompt_len: int, prompt_draft_ids: list[int]):
+                 prompt_len: int, prompt_draft_ids: list[int],
+                 grammar_tokenizer: Optional[Callable[[], GrammarTokenizer]] = None):
         self.session, self.retok, self.target_pieces = session, retokenizer, vocab_map.target
+        self.grammar_tokenizer = grammar_tokenizer
         self.prompt_len, self.n_prompt = prompt_len, len(prompt_draft_ids)
         self.ids = list(prompt_draft_ids)   # prompt + generated text, in draft tokens
         self.covered = 0                    # bytes of generated text that self.ids spell
@@ -81,6 +89,11 @@ class DraftTextContext:
             pending = bytes(self.text[self.covered:])
         return (self.session.sync(self.ids)[-1] if self.ids else None), pending
 
+    @property
+    def output_ids(self) -> list[int]:
+        """The generated text in draft tokens (they spell it exactly after a sync that left nothing pending)."""
+        return self.ids[self.n_prompt:]
+
 
 class _DraftTextDrafter(Drafter):
     """A drafter whose draft model follows the target's text through a DraftTextContext; it keeps the draft tokens
@@ -89,11 +102,45 @@ class _DraftTextDrafter(Drafter):
     def __init__(self, context: DraftTextContext):
         self.ctx = context
         self.last_draft: list[int] = []  # the draft tokens of this drafter's latest proposal
+        self.grammar: Optional[DraftGrammar] = None  # the run's constraint in the draft's vocabulary
+
+    def constrain(self, grammar) -> None:
+        """The run's constraint (from the target's grammar.GrammarState), compiled for the draft's vocabulary: the
+        draft's logits are masked with it from now on."""
+        if self.ctx.grammar_tokenizer is not None:
+            self.grammar = DraftGrammar(self.ctx.grammar_tokenizer(), grammar.constraint)
+
+    def stats(self) -> dict:
+        return self.grammar.stats() if self.grammar is not None else {}
 
     def sync(self, sequence: list[int]) -> tuple[Optional[np.ndarray], bytes]:
-        """The draft's cache brought to the sequence's text (see DraftTextContext.sync)."""
+        """The draft's cache brought to the sequence's text (see DraftTextContext.sync), and the draft's grammar to
+        the draft tokens that spell it. With bytes pending (the draft could not spell them) the round drafts
+        nothing, so the grammar waits for the next."""
         own, self.last_draft = self.last_draft, []
-        return self.ctx.sync(sequence, own)
+        row, pending = self.ctx.sync(sequence, own)
+        if self.grammar is not None and not pending:
+            self.grammar.follow(self.ctx.output_ids)
+        return row, pending
+
+    def restrict(self, row: np.ndarray, after: Sequence[int] = ()) -> Optional[np.ndarray]:
+        """row (draft logits) with the ids the draft's grammar refuses after the output and the drafted tokens
+        `after` set to -inf; row itself without a grammar or when it has no mask to give (out of step: the round
+        drafts freely); None when the grammar allows none of the ids the row can draft (drafting stops)."""
+        allowed = self.grammar.allowed(after) if self.grammar is not None else None
+        if allowed is None:
+            return row
+        masked = np.where(allowed, row, -np.inf)
+        return masked if np.isfinite(masked).any() else None
+
+    @property
+    def drafting_freely(self) -> bool:
+        """Under a constraint, this round's draft is not masked (the draft's grammar is out of step): the decode
+        loop cuts the proposal where the grammar refuses it. Cutting a token drawn from a distribution q would
+        bias rejection sampling (the target would draw from p where it must draw from max(0, p - q)), so such a
+        round proposes its tokens without q: verification then treats each as deterministic, which is lossless
+        for any proposal, cut or not."""
+        return self.grammar is not None and not self.grammar.in_step
 
 
 class _TextDrafter(_DraftTextDrafter):
@@ -116,14 +163,21 @@ class _TextDrafter(_DraftTextDrafter):
         """The draft's logits with its special tokens other than EOS removed (never drafted)."""
         return np.where(self.special, -np.inf, row)
 
-    def draft_distribution(self, row: np.ndarray) -> np.ndarray:
-        """q over the draft vocabulary when sampling: the config's transform of `without_specials(row)`."""
-        return distribution(self.without_specials(row), self.config)
+    def shape(self, row: np.ndarray, after: Sequence[int] = ()) -> Optional[np.ndarray]:
+        """The logits the draft picks from after the output and the drafted tokens `after`: its special tokens
+        other than EOS removed, and what the grammar refuses (see `restrict`; None: nothing can be drafted)."""
+        return self.restrict(self.without_specials(row), after)
 
-    def draft(self, row: np.ndarray, k: int) -> list[int]:
-        """k draft tokens from the cache's current end (fewer if EOS comes first)."""
+    def draft_distribution(self, row: np.ndarray, after: Sequence[int] = ()) -> Optional[np.ndarray]:
+        """q over the draft vocabulary when sampling: the config's transform of `shape(row, after)`."""
+        row = self.shape(row, after)
+        return None if row is None else distribution(row, self.config)
+
+    def draft(self, row: np.ndarray, k: int, after: Sequence[int] = ()) -> list[int]:
+        """k draft tokens from the cache's current end, which is `after` past the output (fewer if EOS comes first
+        or the grammar allows nothing more)."""
         steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
-                            shape=lambda row, drafted: self.without_specials(row),
+                            shape=lambda row, drafted: self.shape(row, [*after, *drafted]),
                             ends=lambda token: token == self.draft_eos)
         return [token for token, _ in steps]
 
@@ -169,11 +223,11 @@ class TLIDrafter(_DraftTextDrafter):
         if pending or row is None or not self.shared.any():
             return Proposal()
         steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
-                            shape=lambda row, drafted: np.where(self.shared, row, -np.inf),
+                            shape=lambda row, drafted: self.restrict(np.where(self.shared, row, -np.inf), drafted),
                             ends=lambda token: not self.ctx.retok.pieces.has_text[token])  # EOS ends the draft
         self.last_draft = [token for token, _ in steps]
         return Proposal([int(self.d2t[token]) for token, _ in steps],
-                        None if self.config.greedy else [self.in_target(q) for _, q in steps])
+                        None if self.config.greedy or self.drafting_freely else [self.in_target(q) for _, q in steps])
 
     def in_target(self, q: np.ndarray) -> np.ndarray:
         """A draft distribution over the shared tokens, as a distribution over the target's vocabulary."""

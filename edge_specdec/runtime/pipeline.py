@@ -219,6 +219,20 @@ class Engine:
                                 self.special_token_texts)
 
     @cached_property
+    def draft_grammar_tokenizer(self) -> GrammarTokenizer:
+        """The draft's vocabulary as the grammar engine reads it, for a drafter that drafts in it under a
+        constraint (built at the first such request, then kept). Its end of text is the draft's EOS when that
+        stands for one of the target's: a draft may end the text only where the target's grammar lets it.
+        Where the grammar forces bytes, llguidance's mask allows only the first token of the tokenizer's spelling
+        of them, so text is spelled as a continuation (no BOS, no SentencePiece dummy space in front)."""
+        draft_eos = self.bundle.draft.special_tokens.get("eos_token_id")
+        target_eos = set(self.bundle.target.eos_token_ids or [])
+        ends = draft_eos is not None and int(self.vocab_map.draft_to_target[draft_eos]) in target_eos
+        retokenizer = self.draft_retokenizer
+        return GrammarTokenizer(self.vocab_map.draft, self.draft_model.vocab_size, [draft_eos] if ends else [],
+                                lambda text: retokenizer.continuation([], text.encode()))
+
+    @cached_property
     def tool_format(self) -> Optional[ToolFormat]:
         """How the target's family writes tool calls, read from its chat template (None: it knows no tools)."""
         return tool_format(self.chat_template.source if self.chat_template else None)
@@ -383,7 +397,8 @@ class DecodingSession:
         engine = self.engine
         draft_eos = engine.bundle.draft.info["special_tokens"].get("eos_token_id") if engine.bundle.draft else None
         return DraftContext(self.draft, self.target.vocab_size, engine.vocab_map, engine.target_retokenizer,
-                            lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence)
+                            lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence,
+                            draft_grammar_tokenizer=lambda: engine.draft_grammar_tokenizer)
 
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
                       config: GenerationConfig) -> DraftLength:

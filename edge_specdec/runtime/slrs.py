@@ -42,7 +42,7 @@ class SLRSDrafter(SLEMDrafter):
         self.eos_target = int(eos) if eos >= 0 else None
 
     def stats(self) -> dict:
-        return {"slrs_rounds": {"exact": self.rounds_exact, "slem_fallback": self.rounds_fallback}}
+        return {"slrs_rounds": {"exact": self.rounds_exact, "slem_fallback": self.rounds_fallback}, **super().stats()}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         if self.config.greedy:
@@ -50,6 +50,9 @@ class SLRSDrafter(SLEMDrafter):
         row, pending = self.sync(sequence)
         if pending or row is None:
             return Proposal()
+        if self.drafting_freely:  # its first token's r would be cut where the grammar refuses it: a SLEM round
+            self.rounds_fallback += 1
+            return self.slem_round(sequence, row, k)
         base = list(self.ctx.ids)
         leaves = self._leaves(base, row)
         if not leaves:
@@ -65,7 +68,7 @@ class SLRSDrafter(SLEMDrafter):
         drafted = list(path)
         if drafted[-1] != self.draft_eos and len(drafted) < k:
             more_row = self.ctx.session.sync(base + drafted)[-1]
-            drafted += self.draft(more_row, k - len(drafted))
+            drafted += self.draft(more_row, k - len(drafted), after=list(drafted))
         self.last_draft = drafted
         first_bytes = self.target_retok.pieces.piece(first) or b""
         rest = self.to_target(sequence + [first], drafted, skip=first_bytes) if first_bytes else []
@@ -79,7 +82,9 @@ class SLRSDrafter(SLEMDrafter):
         nodes = 0
         while stack:
             path, text, prob, row = stack.pop()
-            q = self.draft_distribution(row)
+            q = self.draft_distribution(row, path)
+            if q is None:  # the grammar allows none of the draft's tokens here: no outcome goes on from this node
+                continue
             support = np.flatnonzero(q)
             if len(support) > self.max_branch:
                 return None
