@@ -386,3 +386,16 @@ def test_a_round_whose_spelling_is_out_of_step_drafts_freely_and_the_next_is_mas
         assert bits(run.logprobs) == bits(masked_logprobs(pipe, prompt_ids, run.token_ids, config))
     assert [in_step for _, _, in_step, _ in seen].count(False) == 1  # the free round proposed
     assert all(valid == n if in_step else no_q for n, valid, in_step, no_q in seen), seen
+
+
+@pytest.mark.parametrize("target", ["llama-metaspace-large", "gpt2-prefixspace-large"])
+def test_forced_text_on_a_target_whose_tokenizer_adds_a_space_in_front(pipes, target):
+    """llguidance's mask at forced bytes allows only the first token of the grammar tokenizer's spelling of them:
+    a target whose encoder puts a SentencePiece dummy space (or a BOS) in front must spell them as a continuation,
+    or the mask allows only a token the grammar refuses."""
+    pipe = pipes((target, None, "int8", "int8"), precision="dq")
+    config = GenerationConfig(max_new_tokens=40, constraint=Constraint.regex(r"result=(yes|no)"))
+    result = pipe.generate("x", config, algorithm="none")
+    assert result.stop_reason == "grammar" and result.extra["constraint_complete"], result
+    assert re.fullmatch(r"result=(yes|no)", result.text), result.text
+    assert result.stats.grammar_tokens_proposed == 0  # the target alone: nothing proposed

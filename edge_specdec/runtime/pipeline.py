@@ -213,10 +213,12 @@ class Engine:
     @cached_property
     def grammar_tokenizer(self) -> GrammarTokenizer:
         """The target's vocabulary as structured output's grammar engine reads it (built at the first request
-        with a constraint, then kept)."""
+        with a constraint, then kept). Text is spelled as a continuation, as for the draft (see
+        draft_grammar_tokenizer): a tokenizer's own encode may put a BOS or a dummy space in front."""
+        retokenizer = self.target_retokenizer
         return GrammarTokenizer(self.vocab_map.target, self.target_model.vocab_size,
-                                list(self.bundle.target.eos_token_ids or []), self.tokenizer.encode,
-                                self.special_token_texts)
+                                list(self.bundle.target.eos_token_ids or []),
+                                lambda text: retokenizer.continuation([], text.encode()), self.special_token_texts)
 
     @cached_property
     def draft_grammar_tokenizer(self) -> GrammarTokenizer:
