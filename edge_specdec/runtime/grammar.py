@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
+from .session import common_prefix
 
 KINDS = ("json_schema", "json_object", "regex", "grammar")
 # JSON is written on one line, with ", " and ": " between items (a schema's "x-guidance" may say otherwise): the
@@ -271,11 +272,7 @@ class DraftGrammar:
     def follow(self, tokens: list[int]) -> bool:
         """Bring the matcher to the output spelled as these draft tokens; whether it is in step with them."""
         matcher = self.state.matcher
-        keep = 0
-        for a, b in zip(self.consumed, tokens):
-            if a != b:
-                break
-            keep += 1
+        keep = common_prefix(self.consumed, tokens)
         if keep < len(self.consumed):
             matcher.rollback(len(self.consumed) - keep)
             del self.consumed[keep:]
