@@ -5,11 +5,13 @@ On the devices chosen (or AUTO's), for one bundle:
 2. greedy exactness: every algorithm the bundle serves, on a few prompts, gives the target alone's token ids and
    logprob bits;
 3. costs: the draft's step d, the target's step t(1) and its blocks t(n), measured on a scratch context;
-4. the prediction: the default algorithm's time per output token in the runs of step 2 against the target
-   alone's (everything the decode loop pays included), and beside it the ideal of the cost model: a round that
-   drafts k tokens costs k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on average (a: the acceptance per
-   drafted token, measured in step 2), against t(1) per token for the target alone; its best k is the
-   recommended draft length;
+4. the prediction: what `run --compare` will measure, measured the way it measures it: the default run (`auto`
+   with its drafting guard, the bundle's default settings such as the demo's repetition penalty, 128 tokens)
+   against the target alone, time per output token, on check's prompts after a warm-up run (everything the
+   decode loop pays included). Beside it the ideal of the cost model: a round that drafts k tokens costs
+   k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on average (a: the acceptance per drafted token,
+   measured in step 2), against t(1) per token for the target alone; its best k is the recommended draft
+   length;
 5. the draft's step on every device AUTO could give it (integrated GPUs, NPUs, a free discrete GPU, the CPU):
    the fastest is the recommended placement.
 
@@ -17,6 +19,7 @@ A user with an NPU or an iGPU runs it and reports back; it exits non-zero when e
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -25,7 +28,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 
 from .runtime import Engine, GenerationConfig
-from .runtime.algorithms import REGISTRY
+from .runtime.algorithms import AUTO, REGISTRY
 from .runtime.devices import compile_config, draft_candidates, list_devices, resolve_cache_dir
 from .runtime.probes import _scratch, passes_block_invariance
 from .runtime.session import open_model
@@ -34,6 +37,7 @@ from .runtime.settings import EngineConfig
 PROMPTS = ["def fibonacci(n):", "The capital of France is", "import json\n\ndef load(path):"]
 BLOCKS = (1, 2, 3, 5, 9)  # target block sizes timed
 K_MAX = 8
+SPEED_TOKENS = 128  # tokens per timed run of the prediction: what `run` generates by default
 
 
 def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
@@ -68,6 +72,27 @@ def loop_speedup(alone: list, runs: list) -> float:
     re-tokenization, lookup rounds, the Python between calls), which a model built from step costs leaves out."""
     return float(statistics.median(a.stats.time_per_output_token / r.stats.time_per_output_token
                                    for a, r in zip(alone, runs)))
+
+
+def default_speedup(engine: Engine, prompts: list[str], max_new_tokens: int = SPEED_TOKENS) -> dict:
+    """The default run against the target alone as `run --compare` measures them: `auto` with the bundle's default
+    settings (`engine.default_config`), greedy, after one untimed warm-up run of both (the first calls of a block
+    shape prepare its kernels; the drafting guard learns its verdict), then each prompt with both. Returns the
+    median ratio of times per output token, of tokens/s, and the rounds in which drafting was paused."""
+    session = engine.session()
+    config = dataclasses.replace(engine.default_config, max_new_tokens=max_new_tokens, temperature=0,
+                                 ignore_eos=True)
+    for algorithm in (AUTO, "none"):
+        session.generate(prompts[0], config, algorithm=algorithm)
+    runs = [(session.generate(p, config, algorithm=AUTO), session.generate(p, config, algorithm="none"))
+            for p in prompts]
+    return {"speedup": loop_speedup([alone for _, alone in runs], [drafted for drafted, _ in runs]),
+            "tokens_per_s_speedup": float(statistics.median(d.stats.tokens_per_s / a.stats.tokens_per_s
+                                                            for d, a in runs)),
+            "algorithm": runs[0][0].extra.get("algorithm"), "max_new_tokens": max_new_tokens,
+            "repetition_penalty": config.repetition_penalty,
+            "rounds_drafting_paused": sum(d.stats.rounds_drafting_paused for d, _ in runs),
+            "rounds": sum(d.stats.rounds for d, _ in runs)}
 
 
 def step_costs(session, sizes: tuple[int, ...], reps: int = 3) -> dict[int, float]:
@@ -147,9 +172,12 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
             name = default if default in drafted else max(drafted, key=lambda n: drafted[n]["acceptance"])
             target_s = {n: ms / 1000 for n, ms in costs["target_blocks_ms"].items()}
             ideal = predict(drafted[name]["acceptance"], draft_step, target_s)
+            say(f"the default run against the target alone, as `run --compare` runs them ({len(prompts or PROMPTS)}"
+                f" prompts, {SPEED_TOKENS} tokens, the bundle's default settings):")
+            measured = default_speedup(engine, prompts or PROMPTS)
             prediction = {"algorithm": name, "acceptance": drafted[name]["acceptance"],
                           "draft_length": ideal["draft_length"], "ideal_speedup": ideal["predicted_speedup"],
-                          "rates": ideal["rates"], "predicted_speedup": drafted[name]["measured_speedup"]}
+                          "rates": ideal["rates"], "predicted_speedup": measured["speedup"], "default_run": measured}
         costs["draft_step_ms_by_device"] = draft_steps(engine, costs["draft_step_ms"])
     say("costs: target " + ", ".join(f"{n} token{'' if int(n) == 1 else 's'} {ms:.1f} ms"
                                      for n, ms in costs["target_blocks_ms"].items())
@@ -160,13 +188,14 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
         prediction["draft_device"] = best
         say(f"draft device: {best} (a step: " + ", ".join(f"{d} {ms:.1f} ms" for d, ms in steps.items()) + ")")
     if "draft_length" in prediction:
-        k, speedup = prediction["draft_length"], prediction["predicted_speedup"]
-        say(f"prediction ({prediction['algorithm']}, acceptance {prediction['acceptance']:.2f} on these prompts): "
-            f"about {speedup:.2f}x the target alone per output token, as its runs here measured it, the decode "
-            f"loop's costs included; the step costs alone would allow {prediction['ideal_speedup']:.2f}x "
-            + (f"with {k} drafted token{'' if k == 1 else 's'} per round" if k else "at best")
-            + ("" if speedup >= 1 else "; the default run pauses drafting while it loses (it measures as it runs), "
-               "so expect about 1x"))
+        k, speedup, run = prediction["draft_length"], prediction["predicted_speedup"], prediction["default_run"]
+        paused = (f"; drafting paused in {run['rounds_drafting_paused']} of its {run['rounds']} rounds, where it "
+                  "lost to the target alone" if run["rounds_drafting_paused"] else "")
+        say(f"prediction: about {speedup:.2f}x the target alone per output token with the default run "
+            f"({run['algorithm']}{paused}), as `run --compare` measures it; {prediction['algorithm']}'s acceptance "
+            f"{prediction['acceptance']:.2f} (exactness runs) and the step costs alone would allow "
+            f"{prediction['ideal_speedup']:.2f}x "
+            + (f"with {k} drafted token{'' if k == 1 else 's'} per round" if k else "at best"))
     ok = invariant and all(r["identical"] == r["runs"] for r in exact.values())
     memory["peak_rss_mib"] = peak_rss_mib()
     say(f"peak memory of this process (the engine, its sessions and the checks): {memory['peak_rss_mib']:.0f} MiB")

@@ -25,11 +25,38 @@ def test_check_passes_and_reports_costs(bundle_dir, capsys):
     blocks = report["costs"]["target_blocks_ms"]
     assert set(map(int, blocks)) == {1, 2, 3, 5, 9} and all(ms > 0 for ms in blocks.values())
     assert report["costs"]["draft_step_ms"] > 0
-    # the prediction is the default algorithm's measured time per output token against the target alone's
+    # the prediction is the default run's measured time per output token against the target alone's
     prediction = report["prediction"]
-    assert prediction["algorithm"] == "slem"
-    assert prediction["predicted_speedup"] == report["exactness"]["slem"]["measured_speedup"] > 0
+    assert prediction["algorithm"] == "slem" == prediction["default_run"]["algorithm"]
+    assert prediction["predicted_speedup"] == prediction["default_run"]["speedup"] > 0
+    assert prediction["default_run"]["max_new_tokens"] == 128
     assert prediction["ideal_speedup"] > 0
+
+
+def test_the_prediction_runs_what_run_runs_by_default(bundle_dir, monkeypatch):
+    """check predicts `run --compare`: the default algorithm with its guard and the bundle's default settings (the
+    demo's repetition penalty), at run's length, warmed up; its exactness runs (no penalty, 64 tokens, every
+    algorithm by name) measured another workload."""
+    import dataclasses
+
+    from edge_specdec.check import default_speedup
+    from edge_specdec.runtime import Engine
+    from edge_specdec.runtime.pipeline import DecodingSession
+
+    engine = Engine(bundle_dir(*HETERO))
+    engine.default_config = dataclasses.replace(engine.default_config, repetition_penalty=1.3)
+    calls = []
+    real = DecodingSession.generate
+
+    def spy(self, prompt, config=None, speculative=None, **settings):
+        calls.append((settings.get("algorithm"), config.repetition_penalty, config.max_new_tokens))
+        return real(self, prompt, config, speculative, **settings)
+
+    monkeypatch.setattr(DecodingSession, "generate", spy)
+    measured = default_speedup(engine, ["def f(x):", "x = "])
+    assert calls[:2] == [("auto", 1.3, 128), ("none", 1.3, 128)]  # the untimed warm-up
+    assert calls[2:] == [("auto", 1.3, 128), ("none", 1.3, 128)] * 2
+    assert measured["repetition_penalty"] == 1.3 and measured["speedup"] > 0
 
 
 def test_the_measured_speedup_is_the_median_ratio_of_times_per_output_token():

@@ -1,6 +1,8 @@
 """The drafting guard: a run never slower than the target alone, measured as it runs; the output untouched."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from edge_specdec.errors import EdgeSpecdecError
@@ -101,3 +103,49 @@ def test_the_server_keeps_the_guard_of_auto(bundle_dir, monkeypatch):
         c.completions.create(model="x", prompt="def f(", max_tokens=8, temperature=0,
                              extra_body={"edge_specdec": {"algorithm": "slem"}})
         assert len(made) == 1
+
+
+def test_a_prior_verdict_skips_the_warm_up_and_is_still_checked():
+    losing = dict(drafting=(2, 0.3), alone=(1, 0.1))
+    fresh = DraftingGuard()
+    fresh_modes = simulate(fresh, 200, **losing)
+    prior = fresh.learned()
+    assert prior is not None and prior["mode"] is False
+    carried = simulate(DraftingGuard(prior=prior), 200, **losing)
+    assert not any(carried[:20])  # starts where the last run ended: the target alone
+    assert any(carried[:4 * 32 + 1 + 4])  # drafting is measured again within 4 * recheck rounds
+    assert sum(carried) < sum(fresh_modes)
+    # a prompt on which drafting wins after a run on which it lost: the guard follows within the run
+    winning = simulate(DraftingGuard(prior=prior), 200, drafting=(3, 0.2), alone=(1, 0.1))
+    assert not winning[0] and all(winning[-20:])
+
+
+def test_nothing_is_learned_before_both_modes_ran():
+    guard = DraftingGuard()
+    simulate(guard, 3)  # still in its warm-up: only drafting measured
+    assert guard.learned() is None
+
+
+def test_the_next_run_of_an_engine_starts_from_the_guards_verdict(bundle_dir, monkeypatch):
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
+    alone = pipe.generate("def f(x):", config, algorithm="none")
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting always loses here
+    first = pipe.generate("def f(x):", config)
+    second = pipe.generate("def f(x):", config)
+    assert first.token_ids == second.token_ids == alone.token_ids
+    drafted = [r.stats.rounds - r.stats.rounds_drafting_paused for r in (first, second)]
+    # the first run drafts its warm-up rounds; the second starts where it ended and has no round to spare for a
+    # probe (its verdict came 32 rounds before the next check)
+    assert drafted[0] >= 5 and drafted[1] == 0
+    # another kind of request (a repetition penalty moves acceptance) does not take this verdict
+    other = pipe.generate("def f(x):", dataclasses.replace(config, repetition_penalty=1.3))
+    assert other.stats.rounds - other.stats.rounds_drafting_paused > drafted[1]
+
+
+def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):
+    from edge_specdec.runtime.plan import BlockPlan
+    plan = BlockPlan(tmp_path, {"bundle": "b"})
+    verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
+    plan.put("guard/slem", verdict)
+    assert BlockPlan(tmp_path, {"bundle": "b"}).values["guard/slem"] == verdict

@@ -224,15 +224,33 @@ class DraftingGuard:
     every `recheck` rounds, less often while the same mode keeps winning (`probe` rounds for the target alone,
     twice as many for drafting, whose rounds vary more). Rates decay, so a machine whose load changes is
     followed. The output never depends on it: the target alone is exact, and a greedy run writes the same tokens
-    either way; runs that must reproduce a seeded sample do not use it (their rounds would depend on the clock)."""
+    either way; runs that must reproduce a seeded sample do not use it (their rounds would depend on the clock).
 
-    def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8):
+    prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
+    starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again
+    within `4 * recheck` rounds (sooner if it lost only lately), so a prompt on which it wins is followed. Without a prior, a short
+    run on which drafting loses would spend a tenth of its rounds finding that out, every time."""
+
+    def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
+                 prior: Optional[dict] = None):
         self.warmup, self.probe, self.recheck, self.decay = warmup, probe, recheck, decay
         self.rates = {True: [0.0, 0.0], False: [0.0, 0.0]}  # drafting? -> decayed [tokens, seconds]
         self.mode, self.left = True, warmup + 1  # the mode that runs, and its rounds until the next switch
         self.before, self.interval = True, recheck  # the mode before the running probe; rounds between probes
         self.probing = False
         self.alone_rounds = 0  # rounds this guard ran the target alone
+        if prior:
+            self.rates = {True: list(prior["drafting"]), False: list(prior["alone"])}
+            self.mode = self.before = bool(prior["mode"])
+            self.interval = int(prior["interval"])
+            self.left = 1 + min(self.interval, 4 * recheck)  # + the run's first round, which carries the prompt
+
+    def learned(self) -> Optional[dict]:
+        """What this guard found, JSON-ready, as the next run's `prior`; None before both modes were measured."""
+        if not self.rates[True][1] or not self.rates[False][1]:
+            return None
+        return {"mode": self.before if self.probing else self.mode, "interval": self.interval,
+                "drafting": [round(v, 6) for v in self.rates[True]], "alone": [round(v, 6) for v in self.rates[False]]}
 
     def drafting(self) -> bool:
         """Whether the round that starts now drafts."""

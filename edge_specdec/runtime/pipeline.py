@@ -274,6 +274,15 @@ class Engine:
         from turn to turn (see conversation.py)."""
         return Conversation(self, self.session(), system)
 
+    def guard_prior(self, key: str) -> Optional[dict]:
+        """What the drafting guard of the last run of this kind learned on this machine (see DraftingGuard)."""
+        return self.plan.values.get(f"guard/{key}")
+
+    def remember_guard(self, key: str, learned: Optional[dict]) -> None:
+        """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones."""
+        if learned is not None:
+            self.plan.put(f"guard/{key}", learned)
+
     def measured(self, name: str, measure: Callable, *args):
         """A measurement of this engine's models, taken once on this machine (see plan.py)."""
         return self.plan.get(name, partial(measure, *args))
@@ -332,6 +341,13 @@ class Engine:
                 draft_job.result()
 
 
+def guard_key(entry: Algorithm, config: GenerationConfig) -> str:
+    """The kind of request whose drafting guard verdicts carry over: what moves acceptance the most (the
+    algorithm, a repetition penalty, sampling, a grammar), not the prompt."""
+    return (f"{entry.name}/penalty={config.repetition_penalty:g}/{'greedy' if config.greedy else 'sampled'}"
+            f"/{'grammar' if config.constraint is not None else 'free'}")
+
+
 class DecodingSession:
     """One request's decoding state on an Engine: the target's (and draft's) KV caches and infer requests.
 
@@ -388,6 +404,8 @@ class DecodingSession:
                               rng, on_text, concurrent=concurrent, cancel=cancel,
                               reuse_prefix=engine.config.prefix_reuse,
                               alone_block=engine.block_shapes(0, False)["target"], grammar=grammar)
+        if length.guard is not None:
+            engine.remember_guard(guard_key(entry, config), length.guard.learned())
         result.extra.update(algorithm=entry.name, **(drafter.stats() if drafter else {}))
         if engine.config.prefix_reuse and not self.target.block_invariant:
             result.extra["prefix_reuse"] = "off: the target is not block-invariant here, so the prompt was fed whole"
@@ -415,7 +433,8 @@ class DecodingSession:
                                    "would not reproduce: leave it off for seeded runs.")
         return DraftLength(k, policy, prices=self.engine.weight_prices(entry.name) if seeded and policy == "cost"
                            else None, cap=None if seeded else self._draft_cap,
-                           guard=DraftingGuard() if guard else None)
+                           guard=DraftingGuard(prior=self.engine.guard_prior(guard_key(entry, config)))
+                           if guard else None)
 
     def _draft_cap(self) -> Optional[int]:
         """The most tokens this round may draft: no cap (None), unless the engine batches and more than
