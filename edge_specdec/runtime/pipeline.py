@@ -279,9 +279,12 @@ class Engine:
         return self.plan.values.get(f"guard/{key}")
 
     def remember_guard(self, key: str, learned: Optional[dict]) -> None:
-        """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones."""
+        """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones
+        (written to disk when its mode or re-check interval changed, not for every request's new rates)."""
         if learned is not None:
-            self.plan.put(f"guard/{key}", learned)
+            before = self.guard_prior(key) or {}
+            changed = [before.get(field) for field in ("mode", "interval")] != [learned["mode"], learned["interval"]]
+            self.plan.put(f"guard/{key}", learned, write=changed)
 
     def measured(self, name: str, measure: Callable, *args):
         """A measurement of this engine's models, taken once on this machine (see plan.py)."""

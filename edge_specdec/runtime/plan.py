@@ -63,13 +63,14 @@ class BlockPlan:
                 self.save()
             return self.values[name]
 
-    def put(self, name: str, value: Any) -> None:
-        """Keep `value` under `name` (a measurement the runs update, such as the drafting guard's), written out
-        only when it changed."""
+    def put(self, name: str, value: Any, write: bool = True) -> None:
+        """Keep `value` under `name` (a measurement the runs update, such as the drafting guard's); write the plan
+        out if it changed and `write` says so (False: this process only, until the next write)."""
         with self._lock:
             if self.values.get(name) != value:
                 self.values[name] = value
-                self.save()
+                if write:
+                    self.save()
 
     def save(self) -> None:
         """Write the plan atomically (a temp file renamed over it); an unwritable cache only costs re-measuring."""
