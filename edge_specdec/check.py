@@ -141,6 +141,18 @@ def predict(acceptance: float, draft_step: float, target: dict[int, float], k_ma
             "rates": {k: rate(k) for k in range(1, k_max + 1)}}
 
 
+def describe_prediction(prediction: dict) -> str:
+    """check's last line: the measured default run against the target alone, and the cost model's ideal."""
+    k, speedup, run = prediction["draft_length"], prediction["predicted_speedup"], prediction["default_run"]
+    paused = (f"; drafting paused in {run['rounds_drafting_paused']} of its {run['rounds']} rounds, where it "
+              "lost to the target alone" if run["rounds_drafting_paused"] else "")
+    return (f"prediction: about {speedup:.2f}x the target alone per output token with the default run "
+            f"({run['algorithm']}{paused}), as `run --compare` measures it; {prediction['algorithm']}'s acceptance "
+            f"{prediction['acceptance']:.2f} (exactness runs) and the step costs alone would allow "
+            f"{prediction['ideal_speedup']:.2f}x "
+            + (f"with {k} drafted token{'' if k == 1 else 's'} per round" if k else "at best"))
+
+
 def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *,
               prompts: Optional[list[str]] = None, max_new_tokens: int = 64,
               say: Callable[[str], None] = lambda _: None, core=None, **settings) -> dict:
@@ -188,14 +200,7 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
         prediction["draft_device"] = best
         say(f"draft device: {best} (a step: " + ", ".join(f"{d} {ms:.1f} ms" for d, ms in steps.items()) + ")")
     if "draft_length" in prediction:
-        k, speedup, run = prediction["draft_length"], prediction["predicted_speedup"], prediction["default_run"]
-        paused = (f"; drafting paused in {run['rounds_drafting_paused']} of its {run['rounds']} rounds, where it "
-                  "lost to the target alone" if run["rounds_drafting_paused"] else "")
-        say(f"prediction: about {speedup:.2f}x the target alone per output token with the default run "
-            f"({run['algorithm']}{paused}), as `run --compare` measures it; {prediction['algorithm']}'s acceptance "
-            f"{prediction['acceptance']:.2f} (exactness runs) and the step costs alone would allow "
-            f"{prediction['ideal_speedup']:.2f}x "
-            + (f"with {k} drafted token{'' if k == 1 else 's'} per round" if k else "at best"))
+        say(describe_prediction(prediction))
     ok = invariant and all(r["identical"] == r["runs"] for r in exact.values())
     memory["peak_rss_mib"] = peak_rss_mib()
     say(f"peak memory of this process (the engine, its sessions and the checks): {memory['peak_rss_mib']:.0f} MiB")

@@ -144,21 +144,21 @@ def test_the_next_run_of_an_engine_starts_from_the_guards_verdict(bundle_dir, mo
 
 
 def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):
-    from edge_specdec.runtime.plan import BlockPlan
-    plan = BlockPlan(tmp_path, {"bundle": "b"})
+    from edge_specdec.runtime.measurements import MeasurementCache
+    plan = MeasurementCache(tmp_path, {"bundle": "b"})
     verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
     plan.put("guard/slem", verdict)
-    assert BlockPlan(tmp_path, {"bundle": "b"}).values["guard/slem"] == verdict
+    assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"] == verdict
 
 
 def test_a_verdict_is_written_to_disk_only_when_its_mode_or_interval_changes(tmp_path, monkeypatch):
     from edge_specdec.runtime.pipeline import Engine
-    from edge_specdec.runtime.plan import BlockPlan
+    from edge_specdec.runtime.measurements import MeasurementCache
 
     writes = []
-    monkeypatch.setattr(BlockPlan, "save", lambda self: writes.append(dict(self.values)))
+    monkeypatch.setattr(MeasurementCache, "save", lambda self: writes.append(dict(self.values)))
     engine = Engine.__new__(Engine)  # only its plan is used here
-    engine.plan = BlockPlan(tmp_path, {"bundle": "b"})
+    engine.measurements = MeasurementCache(tmp_path, {"bundle": "b"})
     verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
     engine.remember_guard("slem", verdict)
     engine.remember_guard("slem", {**verdict, "alone": [1.1, 0.1]})  # new rates, the same verdict: memory only

@@ -1,4 +1,4 @@
-"""One engine, many sessions: the models compiled once, sessions decoding in parallel threads, the block plan
+"""One engine, many sessions: the models compiled once, sessions decoding in parallel threads, the measurement cache
 remembered per machine."""
 from __future__ import annotations
 
@@ -75,16 +75,16 @@ def test_the_block_plan_is_remembered_for_the_next_process(bundle_dir, tmp_path,
 
     first = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, static_shapes=False)
     expected = first.session().generate("def f(", config, algorithm="none")
-    assert checks and probes and first.plan.path.is_file()
+    assert checks and probes and first.measurements.path.is_file()
     checks.clear(), probes.clear()
 
     second = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, static_shapes=False)
-    assert second.plan.loaded and second.target_model.block_invariant
+    assert second.measurements.loaded and second.target_model.block_invariant
     assert second.session().generate("def f(", config, algorithm="none").token_ids == expected.token_ids
     assert not checks and not probes  # nothing measured again
 
     other = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, static_shapes=False, precision="f32")
-    assert other.plan.path != first.plan.path and checks
+    assert other.measurements.path != first.measurements.path and checks
 
 
 def test_pipeline_is_an_engine_with_a_session_of_its_own(bundle_dir):

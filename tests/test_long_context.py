@@ -81,7 +81,7 @@ def test_open_model_checks_the_long_past_once_and_keeps_the_answer(bundle_dir, m
     assert model.block_invariant and known == {"dq": True}
     assert pasts == [0, REAL_PAST, LONG_PAST]  # capped to the tiny model's context inside the probe
     open_model(load_target_xml(bundle_dir), known_invariant=known)
-    assert pasts == [0, REAL_PAST, LONG_PAST]  # the answer came from `known` (the block plan), not measured again
+    assert pasts == [0, REAL_PAST, LONG_PAST]  # the answer came from `known` (the measurement cache), not measured again
 
 
 @pytest.fixture(scope="module")

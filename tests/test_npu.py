@@ -23,7 +23,7 @@ from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime.devices import DeviceError, DeviceInfo, Placement, draft_candidates, measure_draft_device
 from edge_specdec.runtime.npu import NpuPromptTooLongError
 from edge_specdec.runtime.pipeline import Pipeline
-from edge_specdec.runtime.plan import BlockPlan
+from edge_specdec.runtime.measurements import MeasurementCache
 from edge_specdec.runtime.sampling import GenerationConfig
 from edge_specdec.runtime.session import ContextOverflowError, open_model
 
@@ -253,7 +253,7 @@ def test_auto_takes_the_fastest_measured_draft_device(timings, chosen):
     def step_ms(device):
         measured.append(device)
         return timings[device]
-    plan = BlockPlan(None, {})
+    plan = MeasurementCache(None, {})
     start = Placement("CPU", "GPU.0", ["target: no discrete GPU", "draft: integrated GPU found"])
     placement = measure_draft_device(start, DEVICES, step_ms, plan)
     assert placement.draft == chosen and sorted(measured) == sorted(timings)

@@ -7,7 +7,7 @@ from typing import Callable
 
 from .client_summary import GOAL_CLIENTS
 from .machine import machine_section
-from .markdown import cell, problems_section, prompt_source_lines, table
+from .markdown import cell, problems_section, prompt_source_lines, row_problems, table
 from .report_files import pyplot, save_chart, write_report_files
 
 DEFINITIONS = """\
@@ -108,16 +108,8 @@ def render_clients_markdown(report: dict) -> str:
               if r["identical_to_ours_target_alone"]
               else f"no, {r['differing_from_ours']} of {r['checked_against_ours']} differ"]
              for r in res["rows"]])
-    problems = []
-    for res in report["results"]:
-        for r in res["rows"]:
-            for mm in r["mismatches"]:
-                problems.append(f"- NOT identical: {r['setup']} with {_clients(r['clients'])} on {mm['prompt']} "
-                                f"(repeat {mm['repeat'] + 1}): first difference at token {mm['first_difference']}: "
-                                f"{mm['got']} vs {mm['reference']}")
-            for fail in r["failures"]:
-                problems.append(f"- failed: {r['setup']} with {_clients(r['clients'])} (repeat {fail['repeat'] + 1}): "
-                                f"{fail['error']}")
+    problems = [line for res in report["results"] for r in res["rows"]
+                for line in row_problems(r, f"{r['setup']} with {_clients(r['clients'])}")]
     lines += problems_section(problems, report)
     lines += ["", "## What GenAI gives per request, and what not", "",
               "- TTFT and TPOT: per request, from our clock read after every step() (GenAI hands out tokens only "

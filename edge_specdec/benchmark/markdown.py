@@ -22,6 +22,19 @@ def problems_section(problems: list[str], report: dict) -> list[str]:
     return ["", "## Failures, mismatches, skipped rows, notes", "", *problems] if problems else []
 
 
+def row_problems(row: dict, label: str) -> list[str]:
+    """A row's mismatches and failures, a line each, for problems_section; label names the row."""
+    lines = []
+    for mm in row["mismatches"]:
+        lengths = f" (lengths {mm['length']} vs {mm['reference_length']})" if "length" in mm else ""
+        lines.append(f"- NOT identical: {label} on {mm['prompt']} (repeat {mm['repeat'] + 1}): first difference "
+                     f"at token {mm['first_difference']}: {mm['got']} vs {mm['reference']}{lengths}")
+    for fail in row["failures"]:
+        on = f" on {fail['prompt']}" if "prompt" in fail else ""
+        lines.append(f"- failed: {label}{on} (repeat {fail['repeat'] + 1}): {fail['error']}")
+    return lines
+
+
 def prompt_source_lines(settings: dict) -> list[str]:
     """The report's line on a --prompts file (its path, sha256 and size), followed by a blank line; none for the
     shipped prompt set."""

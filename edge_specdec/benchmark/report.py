@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .machine import machine_section
-from .markdown import cell, problems_section, prompt_source_lines, table
+from .markdown import cell, problems_section, prompt_source_lines, row_problems, table
 from .prompt_set import Prompt
 from .report_files import pyplot, save_chart, write_report_files
 from .setups import ENGINE_TITLES, Setup
@@ -253,15 +253,7 @@ def render_markdown(report: dict) -> str:
                          cell(p["ours_tokens_per_s"]), cell(p["genai_tokens_per_s"]),
                          cell(p["ratio"], ".2f", "x")] for p in report["ours_vs_genai"]])
 
-    problems = []
-    for r in rows:
-        for mm in r["mismatches"]:
-            problems.append(f"- NOT identical: {r['setup']} on {mm['prompt']} (repeat {mm['repeat'] + 1}): first "
-                            f"difference at {mm['first_difference']}: {mm['got']} vs {mm['reference']} "
-                            f"(lengths {mm['length']} vs {mm['reference_length']})")
-        for fail in r["failures"]:
-            problems.append(f"- failed: {r['setup']} on {fail['prompt']} (repeat {fail['repeat'] + 1}): "
-                            f"{fail['error']}")
+    problems = [line for r in rows for line in row_problems(r, r["setup"])]
     lines += problems_section(problems, report)
 
     engines = list(dict.fromkeys(r["engine"] for r in rows))

@@ -8,7 +8,7 @@
         print(piece, end="", flush=True)
 
 An `Engine` holds what is loaded once: the bundle, the placement, the compiled models with their static copies,
-the tokenizers, the vocabulary map and the block plan. A `DecodingSession` (`engine.session()`) holds one
+the tokenizers, the vocabulary map and its measurement cache. A `DecodingSession` (`engine.session()`) holds one
 request's KV caches and infer requests, nothing else: N sessions decode in N threads with the weights held once.
 A `Pipeline` is an Engine with one session of its own, whose calls run one at a time (a lock; a second thread
 waits): the simple API. For parallel generation, give each thread `pipe.session()`.
@@ -47,7 +47,7 @@ from .chat import ChatTemplate, special_token_texts
 from .conversation import Conversation
 from .devices import (DRAFT_GENERATION_TOKENS, TARGET_GENERATION_TOKENS, Placement, check_npu_weights,
                       compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
-from .plan import BlockPlan, machine_name
+from .measurements import MeasurementCache, machine_name
 from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
 from .session import BlockPool, ModelSession, open_model
 from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig
@@ -127,7 +127,7 @@ class Engine:
 
             key = {"openvino": ov.get_version(), "machine": machine_name(self.core), "bundle": self.bundle.manifest.get(
                 "files"), "devices": [vars(d) for d in devices], "npu_max_prompt": config.npu_max_prompt}
-            placement = measure_draft_device(placement, devices, draft_step_ms, BlockPlan(cache, key))
+            placement = measure_draft_device(placement, devices, draft_step_ms, MeasurementCache(cache, key))
         if draft and placement.draft.startswith("NPU"):
             check_npu_weights(draft.info)
         return placement
@@ -145,16 +145,16 @@ class Engine:
 
     def _open_models(self, cache: Optional[Path]) -> None:
         """Compile the target and the draft on their devices (the two compiles overlap: OpenVINO releases the GIL
-        while it compiles), with the block plan that keeps this machine's measurements of them."""
+        while it compiles), with the MeasurementCache that keeps what it measured of them on this machine."""
         config, target, draft = self.config, self.bundle.target, self.bundle.draft
         configs = {role: compile_config(getattr(self.placement, role), cache, self._cpu_threads(model))
                    for role, model in self._bundle_models()}
-        self.plan = BlockPlan(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
+        self.measurements = MeasurementCache(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
                                       "machine": machine_name(self.core), "placement": vars(self.placement),
                                       "precision": config.precision, "rollback": config.kv_rollback,
                                       "kv_cache": config.kv_cache,
                                       "configs": configs, "draft_vocab": config.draft_vocab})
-        known = self.plan.values.setdefault("target/invariant", {})  # exactness per precision, from the plan
+        known = self.measurements.values.setdefault("target/invariant", {})  # exactness per precision, from the cache
         checked_before = dict(known)
         self.vocab_map = self.bundle.load_vocab_map()
         common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
@@ -169,7 +169,7 @@ class Engine:
                                            config=configs["target"], known_invariant=known, **self._npu("target"))
             self.draft_model = draft_job.result() if draft_job else None
         if known != checked_before:  # open_model checked a precision on this machine for the first time
-            self.plan.save()
+            self.measurements.save()
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks
@@ -276,7 +276,7 @@ class Engine:
 
     def guard_prior(self, key: str) -> Optional[dict]:
         """What the drafting guard of the last run of this kind learned on this machine (see DraftingGuard)."""
-        return self.plan.values.get(f"guard/{key}")
+        return self.measurements.values.get(f"guard/{key}")
 
     def remember_guard(self, key: str, learned: Optional[dict]) -> None:
         """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones
@@ -284,11 +284,11 @@ class Engine:
         if learned is not None:
             before = self.guard_prior(key) or {}
             changed = [before.get(field) for field in ("mode", "interval")] != [learned["mode"], learned["interval"]]
-            self.plan.put(f"guard/{key}", learned, write=changed)
+            self.measurements.put(f"guard/{key}", learned, write=changed)
 
     def measured(self, name: str, measure: Callable, *args):
-        """A measurement of this engine's models, taken once on this machine (see plan.py)."""
-        return self.plan.get(name, partial(measure, *args))
+        """A measurement of this engine's models, taken once on this machine (see measurements.py)."""
+        return self.measurements.get(name, partial(measure, *args))
 
     def block_shapes(self, k: int, drafting: bool) -> dict[str, int]:
         """How each model runs its short blocks in a call with draft length k (0: the target alone): the fewest

@@ -217,23 +217,24 @@ class ModelSession:
             return self._feed_in_pieces(list(tokens), rows)
         least = self.least_block
         shortest = least if n >= least and n in self.static_sizes else max(self.block_floor, least)
-        widen = min(shortest - n, self.length)
-        if widen > 0:  # re-feed the last cached tokens, whose cache slots get the same values again
-            previous = self.tokens[-widen:]
+        widen = max(0, min(shortest - n, self.length))
+        block = list(tokens)
+        if widen:  # re-feed the last cached tokens, whose cache slots get the same values again
+            block = self.tokens[-widen:] + block
             self.rollback(widen)
-            return self.feed(previous + list(tokens), rows=rows)[-rows:]
-        if n < least:  # an empty cache has nothing to re-feed: pad the block after the tokens, then forget the pad
-            pad = least - n
-            logits = self.feed(list(tokens) + [tokens[-1]] * pad, rows=rows + pad)
-            self.rollback(pad)
-            return logits[:-pad]
-        logits = self._infer(tokens, rows)
-        self.tokens.extend(tokens)
+        # an empty cache has nothing (more) to re-feed: pad the block after the tokens, then forget the pad
+        pad = max(0, least - len(block))
+        block += [block[-1]] * pad
+        logits = self._infer(block, rows + pad)
+        self.tokens.extend(block)
         if self.output_ids is not None:
             wide = np.full((len(logits), self.vocab_size), -np.inf, dtype=np.float32)
             wide[:, self.output_ids] = logits
             logits = wide
-        return logits
+        if pad:
+            self.rollback(pad)
+            logits = logits[:-pad]
+        return logits[-rows:] if widen else logits
 
     def _feed_in_pieces(self, tokens: list[int], rows: int) -> np.ndarray:
         """Feed a long block in even pieces of at most longest_block tokens (each at least 2); the last `rows`
@@ -539,7 +540,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     model that is checked on the device, trying the profile's precisions in order ("dq" falls back to "f32"); if
     none passes, the model is exact only up to float noise, and its runs say so (`Result.exact`).
     known_invariant: the outcome of that check per precision from an earlier process on this machine (see
-    plan.py); filled with what is measured.
+    measurements.py); filled with what is measured.
     output_ids: compute logits for these token ids only (a draft's smaller output layer, see keep_output_rows);
     the others come out as -inf.
     kv_cache: the KV cache's element type, f32, f16 or u8 (devices.KV_CACHES; None: the device's, f16 on the CPU
@@ -560,20 +561,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         return OPENERS[rollback](core, model, device, max_context=max_context, config=config,
                                  npu_max_prompt=npu_max_prompt, npu_generation_tokens=npu_generation_tokens)
     vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
-    if output_ids is not None:
-        output_ids = np.unique(np.asarray(output_ids, dtype=np.int64))
-        if len(output_ids) >= vocab_size or not keep_output_rows(model, output_ids):
-            output_ids = None  # nothing to leave out, or an output layer of another shape: keep it whole
-    if rollback == "paged" and device_profile.kind == "CPU":
-        # OpenVINO's CPU plugin cannot import the cached blob of a paged model: the blob loses the runtime info
-        # of its PagedAttention nodes (k_head_size, num_k_heads), so the import fails, the model is compiled
-        # again and the blob rewritten, every time (test_paged_blob_import_still_fails watches for a fix).
-        # Writing it is pure cost (a gigabyte for a 1.5B model): no cache for these.
-        config = {key: value for key, value in (config or {}).items() if key != "CACHE_DIR"}
-    if rollback == "paged":
-        from openvino._offline_transformations import paged_attention_transformation  # private API, pinned
-        paged_attention_transformation(model)
-        compute_logits_rows(model)
+    output_ids, config = _prepare_graph(model, rollback, device_profile.kind, vocab_size, output_ids, config)
     int4_group = int4_group_size(model)
     checks = known_invariant if known_invariant is not None else {}
     first = None  # the precision asked for (the fastest), kept when none passes the check
@@ -597,6 +585,29 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     lm.exactness_note = (f"the target's {lm.kv_cache} KV cache is not block-invariant on {device}" if kv_cache
                          else f"the target is not block-invariant on {device}")
     return lm
+
+
+def _prepare_graph(model: ov.Model, rollback: str, device_kind: str, vocab_size: int,
+                   output_ids: Optional[np.ndarray], config: Optional[dict[str, Any]]
+                   ) -> tuple[Optional[np.ndarray], Optional[dict[str, Any]]]:
+    """Rewrite a model's graph before it compiles: a smaller output layer (output_ids, or None where it cannot
+    be cut) and, for paged rollback, PagedAttention with logits for the rows asked for. Returns the output ids
+    kept and the compile properties to use."""
+    if output_ids is not None:
+        output_ids = np.unique(np.asarray(output_ids, dtype=np.int64))
+        if len(output_ids) >= vocab_size or not keep_output_rows(model, output_ids):
+            output_ids = None  # nothing to leave out, or an output layer of another shape: keep it whole
+    if rollback == "paged" and device_kind == "CPU":
+        # OpenVINO's CPU plugin cannot import the cached blob of a paged model: the blob loses the runtime info
+        # of its PagedAttention nodes (k_head_size, num_k_heads), so the import fails, the model is compiled
+        # again and the blob rewritten, every time (test_paged_blob_import_still_fails watches for a fix).
+        # Writing it is pure cost (a gigabyte for a 1.5B model): no cache for these.
+        config = {key: value for key, value in (config or {}).items() if key != "CACHE_DIR"}
+    if rollback == "paged":
+        from openvino._offline_transformations import paged_attention_transformation  # private API, pinned
+        paged_attention_transformation(model)
+        compute_logits_rows(model)
+    return output_ids, config
 
 
 def open_session(model_xml: Path, device: str = "CPU", **options) -> ModelSession:

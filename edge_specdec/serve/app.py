@@ -365,6 +365,23 @@ class Server:
                 "default_repetition_penalty": self.repetition_penalty}
         return card
 
+    async def list_models(self, request: Request) -> Response:
+        self.authorize(request)
+        self.ready()
+        return JSONResponse({"object": "list", "data": [self.model_card()]})
+
+    async def show_model(self, request: Request) -> Response:
+        self.authorize(request)
+        self.ready()
+        if request.path_params["model"] != self.model_name:
+            raise RequestError(f"the model {request.path_params['model']!r} does not exist here; this server serves "
+                               f"{self.model_name!r}.", status=404, code="model_not_found")
+        return JSONResponse(self.model_card())
+
+    async def metrics_text(self, request: Request) -> Response:
+        self.authorize(request)
+        return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
+
     def health(self) -> Response:
         if self.engine is None:
             status = {"status": "error", "error": self.load_error} if self.load_error else {"status": "loading"}
@@ -490,6 +507,11 @@ def sse(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
+async def http_error(request: Request, exc: HTTPException) -> Response:
+    """Starlette's own errors (an unknown path, a method a route does not take) as OpenAI error objects."""
+    return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}"), status_code=exc.status_code)
+
+
 def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engine] = None) -> Starlette:
     """The ASGI app: the engine loads in a background thread when the app starts (its lifespan); `engine` serves
     one already loaded instead. `app.state.server` is the Server."""
@@ -509,23 +531,6 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
                 return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
         return run
 
-    async def models(request: Request) -> Response:
-        server.authorize(request)
-        server.ready()
-        return JSONResponse({"object": "list", "data": [server.model_card()]})
-
-    async def model(request: Request) -> Response:
-        server.authorize(request)
-        server.ready()
-        if request.path_params["model"] != server.model_name:
-            raise RequestError(f"the model {request.path_params['model']!r} does not exist here; this server serves "
-                               f"{server.model_name!r}.", status=404, code="model_not_found")
-        return JSONResponse(server.model_card())
-
-    async def metrics(request: Request) -> Response:
-        server.authorize(request)
-        return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
-
     async def health(request: Request) -> Response:
         return server.health()
 
@@ -534,10 +539,6 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
 
     async def favicon(request: Request) -> Response:  # browsers ask for /favicon.ico whatever the page links
         return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
-
-    async def http_error(request: Request, exc: HTTPException) -> Response:
-        return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}"),
-                            status_code=exc.status_code)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -550,10 +551,10 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
         Route("/v1/chat/completions", endpoint(partial(server.complete, kind="chat"), "chat"), methods=["POST"]),
         Route("/v1/completions", endpoint(partial(server.complete, kind="completion"), "completion"),
               methods=["POST"]),
-        Route("/v1/models", endpoint(models, "models"), methods=["GET"]),
-        Route("/v1/models/{model:path}", endpoint(model, "model"), methods=["GET"]),
+        Route("/v1/models", endpoint(server.list_models, "models"), methods=["GET"]),
+        Route("/v1/models/{model:path}", endpoint(server.show_model, "model"), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", endpoint(metrics, "metrics"), methods=["GET"]),
+        Route("/metrics", endpoint(server.metrics_text, "metrics"), methods=["GET"]),
         Route("/", page, methods=["GET"]),
         Route("/favicon.ico", favicon, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

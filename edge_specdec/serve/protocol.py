@@ -93,15 +93,7 @@ EXTENSION_FIELDS = {"algorithm", "num_assistant_tokens", "confidence", "lookup",
 def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0) -> ParsedRequest:
     """Check a request body for `kind` ("chat" or "completion") field by field; RequestError names the first
     field that is wrong."""
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object.")
-    unknown = sorted(set(body) - FIELDS[kind])
-    if unknown:
-        raise RequestError(f"unrecognized request argument supplied: {unknown[0]}.", param=unknown[0])
-    for name, neutral in NEUTRAL.items():
-        if name in body and body[name] is not None and not neutral(body[name]):
-            raise RequestError(f"{name}={body[name]!r} is not supported by this server"
-                               + (" (one choice per request)" if name in ("n", "best_of") else "") + ".", param=name)
+    _check_field_names(body, kind)
     get = _Fields(body)
     stream = get.boolean("stream", False)
     stream_options = get.object("stream_options")
@@ -114,15 +106,7 @@ def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0)
                              else "max_tokens", None, low=1)
     if kind == "completion" and max_tokens is None:
         max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
-    if kind == "chat":
-        wants_logprobs = get.boolean("logprobs", False)
-        top = get.integer("top_logprobs", 0, low=0, high=MAX_TOP_LOGPROBS)
-        if top and not wants_logprobs:
-            raise RequestError("top_logprobs needs logprobs to be true.", param="top_logprobs")
-    else:
-        top = get.integer("logprobs", None, low=0, high=MAX_TOP_LOGPROBS)
-        wants_logprobs = top is not None
-        top = top or 0
+    wants_logprobs, top = _logprobs(get, kind)
     top_k = get.integer("top_k", 0, low=-1)
     config = GenerationConfig(
         max_new_tokens=max_tokens or 1,  # a chat without max_tokens gets the room left (see the server)
@@ -154,6 +138,33 @@ def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0)
     elif body.get("tool_choice") not in (None, "none", "auto"):
         raise RequestError("tool_choice needs tools.", param="tool_choice")
     return parsed
+
+
+def _check_field_names(body: Any, kind: str) -> None:
+    """A JSON object whose fields this endpoint knows, with OpenAI's fields that change nothing here (n, best_of,
+    ...) at their neutral values."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object.")
+    unknown = sorted(set(body) - FIELDS[kind])
+    if unknown:
+        raise RequestError(f"unrecognized request argument supplied: {unknown[0]}.", param=unknown[0])
+    for name, neutral in NEUTRAL.items():
+        if name in body and body[name] is not None and not neutral(body[name]):
+            raise RequestError(f"{name}={body[name]!r} is not supported by this server"
+                               + (" (one choice per request)" if name in ("n", "best_of") else "") + ".", param=name)
+
+
+def _logprobs(get: "_Fields", kind: str) -> tuple[bool, int]:
+    """Whether logprobs are asked for, and how many alternatives: chat has logprobs (a boolean) and top_logprobs,
+    a completion has logprobs (the number of alternatives)."""
+    if kind == "chat":
+        wants_logprobs = get.boolean("logprobs", False)
+        top = get.integer("top_logprobs", 0, low=0, high=MAX_TOP_LOGPROBS)
+        if top and not wants_logprobs:
+            raise RequestError("top_logprobs needs logprobs to be true.", param="top_logprobs")
+        return wants_logprobs, top
+    top = get.integer("logprobs", None, low=0, high=MAX_TOP_LOGPROBS)
+    return top is not None, top or 0
 
 
 def _constraint(body: dict) -> Optional[Constraint]:

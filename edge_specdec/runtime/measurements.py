@@ -1,9 +1,9 @@
-"""The block plan: what an engine measured about its models on this machine, remembered for later processes.
+"""The measurement cache: what an engine measured about its models on this machine, remembered for later processes.
 
 Opening a bundle measures a few things on the device: whether the target's blocks are bit-identical to single
 steps at each precision (exactness, `probes.is_block_invariant`), whether fixed block sizes pay
 (`probes.fixed_block_pays`) and which single step is cheapest (`probes.cheapest_step`). They depend on the
-machine, the OpenVINO version, the bundle's files and the settings, and on nothing else, so the plan is stored
+machine, the OpenVINO version, the bundle's files and the settings, and on nothing else, so they are stored
 per such key beside the compiled-model cache, and a later process reads it instead of measuring again. With
 the cache off, every process measures.
 """
@@ -35,7 +35,7 @@ def machine_name(core: ov.Core) -> str:
         return platform.processor() or platform.machine()
 
 
-class BlockPlan:
+class MeasurementCache:
     """Measurements keyed by name ("target/invariant", "draft/fixed_block/4", ...), each taken once and, with a
     cache folder, written to one JSON file per machine, OpenVINO version, bundle and settings."""
 
@@ -48,7 +48,7 @@ class BlockPlan:
             try:
                 self.values = json.loads(self.path.read_text())
             except (OSError, ValueError):
-                self.values = {}  # a damaged plan is measured again
+                self.values = {}  # a damaged file is measured again
 
     @property
     def loaded(self) -> bool:
@@ -64,7 +64,7 @@ class BlockPlan:
             return self.values[name]
 
     def put(self, name: str, value: Any, write: bool = True) -> None:
-        """Keep `value` under `name` (a measurement the runs update, such as the drafting guard's); write the plan
+        """Keep `value` under `name` (a measurement the runs update, such as the drafting guard's); write the file
         out if it changed and `write` says so (False: this process only, until the next write)."""
         with self._lock:
             if self.values.get(name) != value:
@@ -73,7 +73,7 @@ class BlockPlan:
                     self.save()
 
     def save(self) -> None:
-        """Write the plan atomically (a temp file renamed over it); an unwritable cache only costs re-measuring."""
+        """Write the file atomically (a temp file renamed over it); an unwritable cache only costs re-measuring."""
         if self.path is None:
             return
         try:
