@@ -7,6 +7,7 @@ Test modules import from these, never from one another.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import weakref
@@ -104,6 +105,13 @@ def run_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off"}
     return subprocess.run([sys.executable, "-m", "edge_specdec.cli", *args], capture_output=True, text=True,
                           env=env, **kwargs)
+
+
+def interruptible() -> None:
+    """A child process's `preexec_fn` for tests that send it SIGINT: Ctrl-C's default action, even where the test
+    run itself ignores SIGINT (a shell without job control starts background jobs so: `pytest ... &` in a script),
+    since Python leaves an ignored SIGINT ignored and the child would never see its KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def spy_block_sizes(session, monkeypatch) -> list[int]:

@@ -14,7 +14,7 @@ import pytest
 from edge_specdec.bundle import load_bundle
 from edge_specdec.demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY
 from edge_specdec.runtime.chat import ChatTemplate
-from support import SAME_VOCAB, run_cli
+from support import SAME_VOCAB, interruptible, run_cli
 
 TOKENS = 12  # per answer: enough to tell answers apart, cheap on a busy machine
 
@@ -106,7 +106,8 @@ def test_chat_on_a_terminal_shows_a_prompt_streams_answers_and_exits_cleanly(lea
     main, terminal = os.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "edge_specdec.cli", "chat", "--max-new-tokens", str(TOKENS)],
                             stdin=terminal, stdout=terminal, stderr=subprocess.PIPE,
-                            env={**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off", "TERM": "dumb"})
+                            env={**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off", "TERM": "dumb"},
+                            preexec_fn=interruptible)
     os.close(terminal)
     seen = bytearray()
     try:

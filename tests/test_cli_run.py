@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from support import SAME_VOCAB, run_cli
+from support import SAME_VOCAB, interruptible, run_cli
 
 pytestmark = pytest.mark.slow  # starts a server or a process: see pyproject.toml
 
@@ -92,7 +92,7 @@ def test_cli_ctrl_c_stops_cleanly_and_prints_the_statistics(bundle_dir):
     proc = subprocess.Popen([sys.executable, "-c", wrapper, "run", str(bundle_dir(*SAME_VOCAB)), "--prompt",
                              "def f(x):", "--max-new-tokens", "400", "--ignore-eos", "--algorithm", "none"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off"})
+                            env={**os.environ, "EDGE_SPECDEC_CACHE_DIR": "off"}, preexec_fn=interruptible)
     try:
         first = proc.stdout.read(1)  # generation has started, and now waits in the wrapper's write
         time.sleep(1.0)  # longer than the whole run takes here: a finished run would fail the asserts
