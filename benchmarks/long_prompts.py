@@ -5,10 +5,10 @@ A prompt of N tokens (default 4096 and 8192) is cut from a long text (this packa
 stand-in for a document; then "Summarize the code above." rendered with the chat template), and each engine
 generates --new greedy tokens from exactly those token ids, in a fresh subprocess of its own (so that its peak
 resident memory is its own): ours with the default algorithm at each KV cache type asked for (--kv f16,f32,u8),
-ours with the target alone, and GenAI's target alone (its default CPU properties: a u8 KV cache, and with
---genai-ours our CPU properties). Reported: the time to the first token (median over --repeats runs in the same
-process, the first run a warm-up not counted), tokens per second after it, whether the tokens equal our target
-alone's at the default cache, and the process's peak RSS.
+ours with the target alone, and GenAI's target alone (its default CPU properties: a u8 KV cache; with
+--genai-ours our CPU properties; with --genai-kv f16 its defaults but that KV cache). Reported: the time to the
+first token (median over --repeats runs in the same process, the first run a warm-up not counted), tokens per
+second after it, whether the tokens equal our target alone's at the default cache, and the process's peak RSS.
 
     python benchmarks/long_prompts.py ~/.cache/edge-specdec/bundles/qwen1.5b-int4+smollm2-135m-int8 \
         --lengths 4096 8192 --new 32 --repeats 2 --json benchmarks/results/long_prompts.json
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 SOURCE = Path(__file__).resolve().parent.parent / "edge_specdec"
 
@@ -54,7 +55,8 @@ def run_ours(bundle: str, ids: list[int], new: int, repeats: int, kv_cache, algo
             "kv_bytes_per_token": pipe.target_model.kv_bytes_per_token}
 
 
-def run_genai(bundle: str, ids: list[int], new: int, repeats: int, ours_props: bool) -> dict:
+def run_genai(bundle: str, ids: list[int], new: int, repeats: int, ours_props: bool,
+              kv_cache: Optional[str] = None) -> dict:
     import numpy as np
     import openvino as ov
     import openvino_genai as og
@@ -66,6 +68,8 @@ def run_genai(bundle: str, ids: list[int], new: int, repeats: int, ours_props: b
     target = load_bundle(bundle, verify=False).target
     props = (PROFILES["CPU"].precision_properties("dq", int4_group_size(ov.Core().read_model(str(target.model_xml))))
              if ours_props else {})
+    if kv_cache:
+        props["KV_CACHE_PRECISION"] = kv_cache
     scheduler = og.SchedulerConfig()
     scheduler.enable_prefix_caching = False
     pipe = og.LLMPipeline(str(target.folder), "CPU", scheduler_config=scheduler, **props)
@@ -102,6 +106,8 @@ def child(args) -> None:
         row = run_genai(args.bundle, ids, args.new, args.repeats, ours_props=False)
     elif args.engine == "genai-ours":
         row = run_genai(args.bundle, ids, args.new, args.repeats, ours_props=True)
+    elif args.engine.startswith("genai:"):
+        row = run_genai(args.bundle, ids, args.new, args.repeats, ours_props=False, kv_cache=args.engine[6:])
     else:
         algorithm, kv = args.engine.split(":")
         row = run_ours(args.bundle, ids, args.new, args.repeats, None if kv == "default" else kv, algorithm)
@@ -117,6 +123,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--kv", default="default,f32,u8", help="our KV cache types (default = f16 on the CPU)")
     p.add_argument("--genai-ours", action="store_true", help="also GenAI with our CPU properties")
+    p.add_argument("--genai-kv", nargs="*", default=[], metavar="TYPE",
+                   help="also GenAI with these KV cache types (f16, f32), its other properties its defaults")
     p.add_argument("--json", type=Path)
     p.add_argument("--engine", help=argparse.SUPPRESS)
     p.add_argument("--ids", help=argparse.SUPPRESS)
@@ -124,7 +132,7 @@ def main() -> None:
     if args.engine:
         return child(args)
     engines = ["none:default"] + [f"auto:{kv}" for kv in args.kv.split(",")] + ["genai"] \
-        + (["genai-ours"] if args.genai_ours else [])
+        + (["genai-ours"] if args.genai_ours else []) + [f"genai:{kv}" for kv in args.genai_kv]
     results = []
     for n in args.lengths:
         ids_file = Path(f"/tmp/long_prompt_{n}.json")

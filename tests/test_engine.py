@@ -62,7 +62,7 @@ def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypat
     assert a.target.static_sizes == b.target.static_sizes == frozenset(engine.target_model.static) != frozenset()
 
 
-def test_the_block_plan_is_remembered_for_the_next_process(bundle_dir, tmp_path, monkeypatch):
+def test_the_measurement_cache_is_remembered_for_the_next_process(bundle_dir, tmp_path, monkeypatch):
     """A second engine on the same bundle, machine and settings reads the plan instead of measuring; other
     settings get a plan of their own."""
     import edge_specdec.runtime.pipeline as pipeline_module
