@@ -63,8 +63,8 @@ def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypat
 
 
 def test_the_measurement_cache_is_remembered_for_the_next_process(bundle_dir, tmp_path, monkeypatch):
-    """A second engine on the same bundle, machine and settings reads the plan instead of measuring; other
-    settings get a plan of their own."""
+    """A second engine on the same bundle, machine and settings reads the measurement cache instead of measuring;
+    other settings get a cache file of their own."""
     import edge_specdec.runtime.pipeline as pipeline_module
     checks, probes = [], []
     invariant = session_module.passes_block_invariance

@@ -207,9 +207,9 @@ def measure_draft_device(placement: Placement, devices: list[DeviceInfo], step_m
                          plan) -> Placement:
     """AUTO's draft device, measured rather than assumed: a small draft can step slower on an NPU or iGPU than on
     the CPU (each call has a fixed cost there), and then speculation loses. Times one draft step on each
-    candidate device (step_ms(device) -> milliseconds) and takes the fastest. The timings are kept in the plan
-    (per machine, OpenVINO version and bundle, see measurements.py), so that later processes decide without measuring;
-    the placement line says which happened."""
+    candidate device (step_ms(device) -> milliseconds) and takes the fastest. The timings are kept in the
+    measurement cache (per machine, OpenVINO version and bundle, see measurements.py), so that later processes
+    decide without measuring; the placement line says which happened."""
     candidates = draft_candidates(devices, placement.target)
     if len(candidates) == 1:
         return placement

@@ -149,11 +149,11 @@ class Engine:
         config, target, draft = self.config, self.bundle.target, self.bundle.draft
         configs = {role: compile_config(getattr(self.placement, role), cache, self._cpu_threads(model))
                    for role, model in self._bundle_models()}
-        self.measurements = MeasurementCache(cache, {"bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
-                                      "machine": machine_name(self.core), "placement": vars(self.placement),
-                                      "precision": config.precision, "rollback": config.kv_rollback,
-                                      "kv_cache": config.kv_cache,
-                                      "configs": configs, "draft_vocab": config.draft_vocab})
+        self.measurements = MeasurementCache(cache, {
+            "bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
+            "machine": machine_name(self.core), "placement": vars(self.placement), "precision": config.precision,
+            "rollback": config.kv_rollback, "kv_cache": config.kv_cache, "configs": configs,
+            "draft_vocab": config.draft_vocab})
         known = self.measurements.values.setdefault("target/invariant", {})  # exactness per precision, from the cache
         checked_before = dict(known)
         self.vocab_map = self.bundle.load_vocab_map()
