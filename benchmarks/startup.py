@@ -7,7 +7,9 @@ Rows, interleaved run by run after one uncounted warm-up round: our Pipeline on 
 for it), the same from another checkout (--ours-path, to compare before and after a change), and OpenVINO
 GenAI's LLMPipeline on a same-vocabulary bundle's target alone and with its draft (--genai; GenAI refuses a
 draft of another vocabulary). Each run is a new process that loads the bundle and generates 8 tokens of
-"def quicksort(xs):"; it reports seconds to load, seconds from its start to the first token, and its peak RSS.
+"def quicksort(xs):"; it reports seconds to load, seconds from its start and from the request's to the first
+token, and its peak RSS. --no-warm-up adds a row of ours whose load does not run the models once
+(EngineConfig.warm_up), which leaves OpenVINO's preparation on the first inference to the request.
 Prints each run as it finishes, then the medians.
 """
 from __future__ import annotations
@@ -25,12 +27,12 @@ OURS = """
 import json, resource, sys, time
 T0 = time.perf_counter()
 from edge_specdec.runtime import GenerationConfig, Pipeline
-pipe = Pipeline(sys.argv[1])
+pipe = Pipeline(sys.argv[1], **({"warm_up": False} if sys.argv[3:] == ["no-warm-up"] else {}))
 load = time.perf_counter() - T0
 first = []
 pipe.generate(sys.argv[2], GenerationConfig(max_new_tokens=8, ignore_eos=True),
               on_text=lambda t: first or first.append(time.perf_counter() - T0))
-print(json.dumps({"load_s": load, "first_token_s": first[0],
+print(json.dumps({"load_s": load, "first_token_s": first[0], "request_first_token_s": first[0] - load,
                   "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
 """
 
@@ -48,7 +50,7 @@ if with_draft:
     config.num_assistant_tokens = 3
 first = []
 pipe.generate(sys.argv[2], config, lambda t: bool(first or first.append(time.perf_counter() - T0)))
-print(json.dumps({"load_s": load, "first_token_s": first[0],
+print(json.dumps({"load_s": load, "first_token_s": first[0], "request_first_token_s": first[0] - load,
                   "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
 """
 
@@ -69,9 +71,13 @@ def main() -> None:
     ap.add_argument("bundle", help="a bundle for our rows")
     ap.add_argument("--genai", metavar="BUNDLE", help="a same-vocabulary bundle for GenAI's rows")
     ap.add_argument("--ours-path", metavar="DIR", help="another checkout of edge-specdec for a second row of ours")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="add a row of ours with EngineConfig.warm_up off (the first inference in the request)")
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
     rows = {"ours": (OURS, [a.bundle, PROMPT], None)}
+    if a.no_warm_up:
+        rows["ours, warm_up=False"] = (OURS, [a.bundle, PROMPT, "no-warm-up"], None)
     if a.ours_path:
         rows["ours (--ours-path)"] = (OURS, [a.bundle, PROMPT], a.ours_path)
     if a.genai:
@@ -84,10 +90,13 @@ def main() -> None:
             print(f"run {run}{' (warm-up)' if run == 0 else ''}: {name}: {json.dumps(result)}", flush=True)
             if run:
                 measured[name].append(result)
-    print(f"\nmedians of {a.runs} runs:\n| row | load s | first token s | peak RSS GB |\n|---|---|---|---|")
+    print(f"\nmedians of {a.runs} runs:\n| row | load s | first token s | first token s from the request | peak RSS "
+          "GB |\n|---|---|---|---|---|")
     for name, results in measured.items():
-        med = {k: statistics.median(r[k] for r in results) for k in ("load_s", "first_token_s", "peak_rss_gb")}
-        print(f"| {name} | {med['load_s']:.2f} | {med['first_token_s']:.2f} | {med['peak_rss_gb']:.2f} |")
+        med = {k: statistics.median(r[k] for r in results)
+               for k in ("load_s", "first_token_s", "request_first_token_s", "peak_rss_gb")}
+        print(f"| {name} | {med['load_s']:.2f} | {med['first_token_s']:.2f} | {med['request_first_token_s']:.2f} | "
+              f"{med['peak_rss_gb']:.2f} |")
 
 
 if __name__ == "__main__":

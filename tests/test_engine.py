@@ -62,6 +62,34 @@ def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypat
     assert a.target.static_sizes == b.target.static_sizes == frozenset(engine.target_model.static) != frozenset()
 
 
+def test_the_load_runs_each_models_first_inference(bundle_dir, tmp_path, monkeypatch):
+    """OpenVINO prepares a model on its first inference (seconds for a 1.5B target on the CPU, in every process) and
+    on the first call of each kind of block: the engine's load runs a block, a single step and a call on each static
+    copy of each model, so that its first request does not wait for that; warm_up=False leaves it to the first
+    request. What the load ran leaves no trace: the first request writes what an engine without it writes."""
+    from edge_specdec.runtime.pipeline import WARM_UP_BLOCK
+
+    bundle = bundle_dir(*OTHER_VOCAB)
+    Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)  # measures exactness, kept in the cache
+    calls = []
+    infer = session_module.PagedSession._infer
+    monkeypatch.setattr(session_module.PagedSession, "_infer",
+                        lambda self, tokens, rows: calls.append((self.model, len(tokens))) or infer(self, tokens, rows))
+    cold = Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)
+    assert calls == []  # nothing measured again, nothing run
+    warm = Engine(bundle, cache_dir=tmp_path, static_shapes=True)
+    for model in (warm.target_model, warm.draft_model):
+        sizes = [n for m, n in calls if m is model]
+        assert sizes and sizes[0] >= WARM_UP_BLOCK and min(sizes) <= model.session().least_block, sizes
+        assert model.static and set(model.static) <= set(sizes)  # each static copy (a model of its own) ran too
+    monkeypatch.undo()
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True)
+    for prompt in PROMPTS[:2]:
+        expected = cold.session().generate(prompt, config, algorithm="slem")
+        got = warm.session().generate(prompt, config, algorithm="slem")
+        assert got.token_ids == expected.token_ids and logprob_bits(got) == logprob_bits(expected)
+
+
 def test_the_measurement_cache_is_remembered_for_the_next_process(bundle_dir, tmp_path, monkeypatch):
     """A second engine on the same bundle, machine and settings reads the measurement cache instead of measuring;
     other settings get a cache file of their own."""

@@ -54,6 +54,7 @@ from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, Specula
 from .text import PromptTokenizer, TextStream
 
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
+WARM_UP_BLOCK = 8  # the block a model runs at load before its single step: a short prompt's (Engine._warm_up)
 
 
 class Engine:
@@ -93,6 +94,8 @@ class Engine:
         self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if config.static_shapes is None
                         else config.static_shapes for role, model in self._bundle_models()}
         self._compile_static_copies()
+        if config.warm_up:
+            self._warm_up()
         self.tokenizer = PromptTokenizer(self.bundle.target.tokenizer_xml, self.core)
         if verification is not None:
             verification.wait()  # a file that does not match its checksum raises here, before any generation
@@ -170,6 +173,23 @@ class Engine:
             self.draft_model = draft_job.result() if draft_job else None
         if known != checked_before:  # open_model checked a precision on this machine for the first time
             self.measurements.save()
+
+    def _warm_up(self) -> None:
+        """Run each model on a scratch session: a block as long as a short prompt, a single step, and a block on
+        each of its static copies. OpenVINO prepares a compiled model on its first inference (the CPU plugin
+        repacks the weights then, which takes seconds for a 1.5B target and happens in every process: no cache
+        keeps it), and again on the first call of each kind of block (its short blocks run other kernels than its
+        long ones). Done here, that work is part of the load, where `load_seconds` and the progress line count it,
+        and not of the first request. The NPU's pipeline prepares itself when it compiles."""
+        for model in (self.target_model, self.draft_model):
+            if model is None or model.rollback_method == "npuw":
+                continue
+            session = model.session()
+            session.feed([0] * WARM_UP_BLOCK, rows=1)
+            session.feed([0], rows=1)
+            for size in sorted(session.static_sizes):  # each static copy is a compiled model of its own
+                session.feed([0] * size, rows=1)
+            session.reset()
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks

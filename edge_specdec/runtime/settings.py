@@ -80,12 +80,15 @@ class EngineConfig:
     npu_max_prompt: int = NPU_MAX_PROMPT  # the longest prompt a model on the NPU is compiled for (npu.py)
     # a session keeps its KV caches between runs and prefills only what the next prompt does not share with them
     prefix_reuse: bool = True
+    # run each model once at load, so that what OpenVINO prepares on a model's first inference is part of the load
+    # and not of the first request (Engine._warm_up)
+    warm_up: bool = True
 
     def __post_init__(self):
         for name in ("target_device", "draft_device"):
             _check(isinstance(getattr(self, name), str) and getattr(self, name).strip() != "", name,
                    "a device name: CPU, GPU, GPU.N, NPU or AUTO", getattr(self, name))
-        for name in ("allow_fallback", "verify_checksums", "batching", "prefix_reuse"):
+        for name in ("allow_fallback", "verify_checksums", "batching", "prefix_reuse", "warm_up"):
             _check(isinstance(getattr(self, name), bool), name, "True or False", getattr(self, name))
         for name in ("concurrent", "fixed_blocks", "static_shapes"):
             _check(getattr(self, name) is None or isinstance(getattr(self, name), bool), name,
