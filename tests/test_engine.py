@@ -9,6 +9,7 @@ import pytest
 
 import edge_specdec.runtime.session as session_module
 from edge_specdec.runtime import DecodingSession, Engine, GenerationConfig, Pipeline
+from edge_specdec.runtime.pipeline import WARM_UP_BLOCK
 from support import OTHER_VOCAB, SAME_VOCAB, load_target_xml
 
 PROMPTS = ["def f(x):", "class A:\n    def", "import os\n", "for i in range(", "x = [1, 2,", "# a comment\n"]
@@ -67,8 +68,6 @@ def test_the_load_runs_each_models_first_inference(bundle_dir, tmp_path, monkeyp
     on the first call of each kind of block: the engine's load runs a block, a single step and a call on each static
     copy of each model, so that its first request does not wait for that; warm_up=False leaves it to the first
     request. What the load ran leaves no trace: the first request writes what an engine without it writes."""
-    from edge_specdec.runtime.pipeline import WARM_UP_BLOCK
-
     bundle = bundle_dir(*OTHER_VOCAB)
     Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)  # measures exactness, kept in the cache
     calls = []

@@ -189,7 +189,6 @@ class Engine:
             session.feed([0], rows=1)
             for size in sorted(session.static_sizes):  # each static copy is a compiled model of its own
                 session.feed([0] * size, rows=1)
-            session.reset()
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks
