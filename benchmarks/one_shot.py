@@ -1,13 +1,16 @@
 """One-shot runs as a user types them: a fresh `edge-specdec run` process per run, the default algorithm against
 the target alone, interleaved prompt by prompt.
 
-    python benchmarks/one_shot.py BUNDLE [--prompts 6] [--repeats 1] [--max-new-tokens 128]
+    python benchmarks/one_shot.py BUNDLE [--prompts 6] [--repeats 1] [--max-new-tokens 128] [--warm]
 
 Each run is `edge-specdec run BUNDLE --chat --prompt P --max-new-tokens N --ignore-eos --json` (the chat template,
 greedy) with `--algorithm auto` or `--algorithm none`, on the code-generation prompts of the benchmark's prompt
 set. Per run: tokens/s of the generation (the run's own statistics), the process's wall time, its load time and
 its first token counted from the process's start and from the request's. Prints each pair, then the medians of
 the paired ratios, and checks that both write the same tokens.
+
+--warm then runs the same pairs in one process that stays open (the engine `run` opens, one uncounted pair
+first), so the first request of a fresh process can be set against what a warm process gets on the same prompts.
 """
 from __future__ import annotations
 
@@ -37,12 +40,35 @@ def run_once(bundle: str, prompt: str, algorithm: str, max_new_tokens: int) -> d
             "paused": stats.get("rounds_drafting_paused", 0)}
 
 
+def warm_ratios(bundle: str, prompts: list[str], repeats: int, max_new_tokens: int) -> list[float]:
+    """auto / none in tokens/s per pair, in one process, the engine and settings of `edge-specdec run --chat`."""
+    from edge_specdec.runtime import GenerationConfig, Pipeline
+    from edge_specdec.runtime.settings import SpeculativeConfig
+
+    pipe = Pipeline(bundle, static_shapes=False)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, ignore_eos=True,  # with the demo's penalty, as `run`
+                              repetition_penalty=pipe.default_config.repetition_penalty)
+    texts = [pipe.chat_prompt([{"role": "user", "content": p}]) for p in prompts]
+    for alg in ("auto", "none"):  # uncounted: each kind of call's first time
+        pipe.generate(texts[0], config, SpeculativeConfig(algorithm=alg))
+    ratios = []
+    for repeat in range(repeats):
+        for i, text in enumerate(texts):
+            order = ("auto", "none") if (i + repeat) % 2 == 0 else ("none", "auto")
+            got = {alg: pipe.generate(text, config, SpeculativeConfig(algorithm=alg)) for alg in order}
+            ratios.append(got["auto"].stats.tokens_per_s / got["none"].stats.tokens_per_s)
+            same = got["auto"].token_ids == got["none"].token_ids
+            print(f"warm, prompt {i + 1}: {ratios[-1]:.2f}x tok/s, identical: {same}", flush=True)
+    return ratios
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bundle")
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--warm", action="store_true", help="then the same pairs in one warm process")
     a = ap.parse_args()
     prompts = [p["text"] for p in load_prompt_set()["code_generation"]][:a.prompts]
     run_once(a.bundle, prompts[0], "none", 8)  # an uncounted run: the OS's file cache and the plan warm
@@ -67,6 +93,10 @@ def main() -> None:
           f"first token {statistics.median(r[0]['first_token_s'] for r in rows):.2f} s from the process's start, "
           f"{statistics.median(r[0]['request_first_token_s'] for r in rows):.2f} s from the request's; "
           f"identical {same}/{len(speed)}")
+    if a.warm:
+        warm = warm_ratios(a.bundle, prompts, a.repeats, a.max_new_tokens)
+        print(f"median of {len(warm)} pairs in one warm process: auto {statistics.median(warm):.2f}x the target "
+              f"alone in tokens/s (fresh processes: {statistics.median(speed):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """Start-up side by side: fresh processes, compiled-model caches warm, time to the first token and peak RSS.
 
     python benchmarks/startup.py HETEROGENEOUS_BUNDLE [--genai SAME_VOCAB_BUNDLE] [--ours-path OLD_CHECKOUT]
-        [--runs 3]
+        [--cli] [--no-warm-up] [--runs 3]
 
 Rows, interleaved run by run after one uncounted warm-up round: our Pipeline on the bundle (SLEM, the default
-for it), the same from another checkout (--ours-path, to compare before and after a change), and OpenVINO
+for it), `edge-specdec run` on it as a user types it (--cli: the CLI's own settings, no static copies), the
+same Pipeline from another checkout (--ours-path, to compare before and after a change), and OpenVINO
 GenAI's LLMPipeline on a same-vocabulary bundle's target alone and with its draft (--genai; GenAI refuses a
 draft of another vocabulary). Each run is a new process that loads the bundle and generates 8 tokens of
 "def quicksort(xs):"; it reports seconds to load, seconds from its start and from the request's to the first
-token, and its peak RSS. --no-warm-up adds a row of ours whose load does not run the models once
-(EngineConfig.warm_up), which leaves OpenVINO's preparation on the first inference to the request.
+token, its peak RSS, and the process's whole wall time to its exit (what a one-shot user waits). --no-warm-up
+adds a row of ours whose load does not run the models once (EngineConfig.warm_up), which leaves OpenVINO's
+preparation on the first inference to the request.
 Prints each run as it finishes, then the medians.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 PROMPT = "def quicksort(xs):"
 
@@ -33,6 +36,22 @@ first = []
 pipe.generate(sys.argv[2], GenerationConfig(max_new_tokens=8, ignore_eos=True),
               on_text=lambda t: first or first.append(time.perf_counter() - T0))
 print(json.dumps({"load_s": load, "first_token_s": first[0], "request_first_token_s": first[0] - load,
+                  "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+"""
+
+CLI = """
+import contextlib, io, json, resource, sys, time
+T0 = time.perf_counter()
+from edge_specdec.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["run", sys.argv[1], "--prompt", sys.argv[2], "--max-new-tokens", "8", "--ignore-eos", "--json"])
+end = time.perf_counter() - T0
+report = json.loads(out.getvalue())
+stats = report["stats"]
+first = end - stats["seconds"] + stats["first_token_seconds"]
+print(json.dumps({"load_s": report["load_seconds"], "first_token_s": first,
+                  "request_first_token_s": stats["first_token_seconds"],
                   "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
 """
 
@@ -59,11 +78,13 @@ def run_once(code: str, args: list[str], pythonpath: str | None = None) -> dict:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600,
                          cwd=os.path.expanduser("~"))
+    wall = time.perf_counter() - start
     if out.returncode:
         raise SystemExit(f"a start-up run failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "process_wall_s": wall}
 
 
 def main() -> None:
@@ -73,9 +94,14 @@ def main() -> None:
     ap.add_argument("--ours-path", metavar="DIR", help="another checkout of edge-specdec for a second row of ours")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="add a row of ours with EngineConfig.warm_up off (the first inference in the request)")
+    ap.add_argument("--cli", action="store_true", help="add a row of `edge-specdec run` on the bundle")
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
+    a.bundle = os.path.abspath(a.bundle)  # the runs start in the home folder
+    a.genai = a.genai and os.path.abspath(a.genai)
     rows = {"ours": (OURS, [a.bundle, PROMPT], None)}
+    if a.cli:
+        rows["ours, `edge-specdec run`"] = (CLI, [a.bundle, PROMPT], None)
     if a.no_warm_up:
         rows["ours, warm_up=False"] = (OURS, [a.bundle, PROMPT, "no-warm-up"], None)
     if a.ours_path:
@@ -91,12 +117,12 @@ def main() -> None:
             if run:
                 measured[name].append(result)
     print(f"\nmedians of {a.runs} runs:\n| row | load s | first token s | first token s from the request | peak RSS "
-          "GB |\n|---|---|---|---|---|")
+          "GB | process wall s |\n|---|---|---|---|---|---|")
     for name, results in measured.items():
         med = {k: statistics.median(r[k] for r in results)
-               for k in ("load_s", "first_token_s", "request_first_token_s", "peak_rss_gb")}
+               for k in ("load_s", "first_token_s", "request_first_token_s", "peak_rss_gb", "process_wall_s")}
         print(f"| {name} | {med['load_s']:.2f} | {med['first_token_s']:.2f} | {med['request_first_token_s']:.2f} | "
-              f"{med['peak_rss_gb']:.2f} |")
+              f"{med['peak_rss_gb']:.2f} | {med['process_wall_s']:.2f} |")
 
 
 if __name__ == "__main__":
