@@ -85,8 +85,9 @@ def main() -> None:
             rows.append((drafted, alone))
             print(f"prompt {i + 1}: auto {drafted['tokens_per_s']:.1f} tok/s, wall {drafted['wall_s']:.1f} s, load "
                   f"{drafted['load_s']:.1f} s, first token {drafted['first_token_s']:.2f} s (paused "
-                  f"{drafted['paused']} rounds) | none {alone['tokens_per_s']:.1f} tok/s, wall {alone['wall_s']:.1f} s, "
-                  f"first token {alone['first_token_s']:.2f} s | {speed[-1]:.2f}x tok/s, {wall[-1]:.2f}x wall",
+                  f"{drafted['paused']} rounds) | none {alone['tokens_per_s']:.1f} tok/s, wall "
+                  f"{alone['wall_s']:.1f} s, first token {alone['first_token_s']:.2f} s | {speed[-1]:.2f}x tok/s, "
+                  f"{wall[-1]:.2f}x wall",
                   flush=True)
     print(f"\nmedian of {len(speed)} paired runs: auto {statistics.median(speed):.2f}x the target alone in tokens/s, "
           f"{statistics.median(wall):.2f}x in wall time; load {statistics.median(r[0]['load_s'] for r in rows):.1f} s; "
