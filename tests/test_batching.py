@@ -71,24 +71,40 @@ def test_a_failed_probe_turns_batching_off(bundle_dir, monkeypatch):
     assert batch_invariant(model) is True
 
 
-def run_clients(engine, jobs, stagger: float = 0.0, **options):
-    """jobs: (prompt, config, algorithm) per client thread, started `stagger` seconds apart; options go to
-    generate()."""
+def run_clients(engine, jobs, join_running: bool = False, **options):
+    """jobs: (prompt, config, algorithm) per client thread, all started at once; with join_running, one after
+    another, each once the one before has had its first model call computed, so that it joins a batch that is
+    running however fast the machine (a clock-based stagger can outlast a tiny model's whole generation).
+    options go to generate()."""
     sessions = [engine.session() for _ in jobs]
     results: list = [None] * len(jobs)
     errors: list[BaseException] = []
+    called = [threading.Event() for _ in jobs]
+    index: dict[int, int] = {}  # thread ident -> client
+    if join_running:
+        infer = engine.scheduler.infer
+
+        def infer_and_tell(session, tokens, rows):
+            out = infer(session, tokens, rows)
+            called[index[threading.get_ident()]].set()
+            return out
+        engine.scheduler.infer = infer_and_tell
 
     def client(i):
+        index[threading.get_ident()] = i
         try:
             prompt, config, algorithm = jobs[i]
             results[i] = sessions[i].generate(prompt, config, algorithm=algorithm, **options)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
+        finally:
+            called[i].set()
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
+    for i, t in enumerate(threads):
         t.start()
-        time.sleep(stagger)
+        if join_running:
+            called[i].wait(60)
     for t in threads:
         t.join(300)
     assert not errors, errors
@@ -98,7 +114,7 @@ def run_clients(engine, jobs, stagger: float = 0.0, **options):
 @pytest.mark.parametrize("pair,algorithm", [(SAME, "none"), (SAME, "standard"), (SAME, "prompt-lookup"),
                                             (HETERO, "slem"), (HETERO, "tli")])
 def test_concurrent_batched_generations_equal_sequential_ones(bundle_dir, pair, algorithm):
-    """Clients with different prompts and budgets, started one after another (joining a running batch) and
+    """Clients with different prompts and budgets, started one after another (each joining a running batch) and
     finishing at different times (leaving it): each output, logprob bits included, equals an unbatched run."""
     jobs = [(p, GenerationConfig(max_new_tokens=12 + 9 * i, ignore_eos=True, logprobs=True, top_logprobs=2),
              algorithm) for i, p in enumerate(PROMPTS)]
@@ -106,7 +122,7 @@ def test_concurrent_batched_generations_equal_sequential_ones(bundle_dir, pair, 
     want = [alone.generate(p, c, algorithm=a) for p, c, a in jobs]
     engine = Engine(bundle_dir(*pair), batching=True)
     assert engine.scheduler is not None, engine.batching_note
-    got = run_clients(engine, jobs, stagger=0.01)
+    got = run_clients(engine, jobs, join_running=True)
     for w, g in zip(want, got):
         assert g.token_ids == w.token_ids and g.exact
         assert [(lp.logprob, lp.top) for lp in g.logprobs] == [(lp.logprob, lp.top) for lp in w.logprobs]
