@@ -27,7 +27,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     a = ap.parse_args()
     pipes = {"A": Pipeline(a.bundle_a, static_shapes=False), "B": Pipeline(a.bundle_b, static_shapes=False)}
-    config = GenerationConfig(max_new_tokens=a.max_new_tokens, ignore_eos=True)
+    config = GenerationConfig(max_new_tokens=a.max_new_tokens, ignore_eos=True,  # with the demo's penalty, as `run`
+                              repetition_penalty=pipes["A"].default_config.repetition_penalty)
     prompts = [p["text"] for p in load_prompt_set()["code_generation"]][:a.prompts]
     texts = [pipes["A"].chat_prompt([{"role": "user", "content": p}]) for p in prompts]
     arms = {"alone": ("A", "none"), "A": ("A", "auto"), "B": ("B", "auto")}
