@@ -214,7 +214,7 @@ def measure_draft_device(placement: Placement, devices: list[DeviceInfo], step_m
     if len(candidates) == 1:
         return placement
     name = "draft_device/" + ",".join(candidates)
-    remembered = name in plan.values
+    remembered = plan.known(name) is not None
     timings = plan.get(name, lambda: {device: round(step_ms(device), 2) for device in candidates})
     best = min(candidates, key=lambda device: timings[device])
     shown = ", ".join(f"{device} {timings[device]:.1f} ms" for device in candidates)

@@ -47,9 +47,9 @@ from .chat import ChatTemplate, special_token_texts
 from .conversation import Conversation
 from .devices import (DRAFT_GENERATION_TOKENS, TARGET_GENERATION_TOKENS, Placement, check_npu_weights,
                       compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
-from .measurements import MeasurementCache, machine_name
+from .measurements import MeasurementCache, machine_key
 from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
-from .session import BlockPool, ModelSession, open_model
+from .session import CALL_LAYOUT, BlockPool, ModelSession, open_model
 from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig
 from .text import PromptTokenizer, TextStream
 
@@ -128,7 +128,7 @@ class Engine:
                                    config=compile_config(device, cache, config.threads or 1), **self._npu("draft"))
                 return 1000 * step_seconds(model.session())
 
-            key = {"openvino": ov.get_version(), "machine": machine_name(self.core), "bundle": self.bundle.manifest.get(
+            key = {"openvino": ov.get_version(), "machine": machine_key(self.core), "bundle": self.bundle.manifest.get(
                 "files"), "devices": [vars(d) for d in devices], "npu_max_prompt": config.npu_max_prompt}
             placement = measure_draft_device(placement, devices, draft_step_ms, MeasurementCache(cache, key))
         if draft and placement.draft.startswith("NPU"):
@@ -154,10 +154,10 @@ class Engine:
                    for role, model in self._bundle_models()}
         self.measurements = MeasurementCache(cache, {
             "bundle": self.bundle.manifest.get("files"), "openvino": ov.get_version(),
-            "machine": machine_name(self.core), "placement": vars(self.placement), "precision": config.precision,
+            "machine": machine_key(self.core), "placement": vars(self.placement), "precision": config.precision,
             "rollback": config.kv_rollback, "kv_cache": config.kv_cache, "configs": configs,
-            "draft_vocab": config.draft_vocab})
-        known = self.measurements.values.setdefault("target/invariant", {})  # exactness per precision, from the cache
+            "draft_vocab": config.draft_vocab, "call_layout": CALL_LAYOUT})
+        known = dict(self.measurements.known("target/invariant") or {})  # exactness per precision, from the cache
         checked_before = dict(known)
         self.vocab_map = self.bundle.load_vocab_map()
         common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
@@ -172,7 +172,7 @@ class Engine:
                                            config=configs["target"], known_invariant=known, **self._npu("target"))
             self.draft_model = draft_job.result() if draft_job else None
         if known != checked_before:  # open_model checked a precision on this machine for the first time
-            self.measurements.save()
+            self.measurements.put("target/invariant", known)
 
     def _warm_up(self) -> None:
         """Run each model on a scratch session: a block as long as a short prompt, a single step, and a block on
@@ -295,7 +295,7 @@ class Engine:
 
     def guard_prior(self, key: str) -> Optional[dict]:
         """What the drafting guard of the last run of this kind learned on this machine (see DraftingGuard)."""
-        return self.measurements.values.get(f"guard/{key}")
+        return self.measurements.known(f"guard/{key}")
 
     def remember_guard(self, key: str, learned: Optional[dict]) -> None:
         """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones

@@ -67,6 +67,10 @@ from .probes import passes_block_invariance
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
 # the most tokens one call of a block-invariant session holds (see "Long blocks" above)
 LONGEST_BLOCK = 64
+# How an exact session forms its calls (paged attention, blocks cut into pieces of at most LONGEST_BLOCK tokens, at
+# least least_block tokens a call): a verdict of exactness holds for one layout only, so the measurement cache keys
+# its verdicts on this. Change it with any change to how calls are formed.
+CALL_LAYOUT = f"paged-v1-longest{LONGEST_BLOCK}"
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -577,7 +581,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             return lm
         if attempt not in checks:
             checks[attempt] = passes_block_invariance(lm.session())
-        if checks[attempt]:
+        if checks[attempt] is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             return lm
         first = first or lm
     lm = first  # no precision passed the bitwise check: exact up to float noise, like "masked"
