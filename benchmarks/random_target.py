@@ -1,8 +1,8 @@
 """A Hugging Face folder of a random-weight model of a known shape (Qwen2.5-1.5B / 3B / 7B), optionally with fewer
 layers, for `edge-specdec export` (what a pass costs does not depend on the weights' values).
 
-The whole 3B in fp32 (the export converts from fp32) would take about 12 GB, the 7B 30 GB: more than this machine
-spares. So the models are built at the real widths, vocabulary and heads, with fewer layers, and
+The whole 3B in fp32 (the export converts from fp32) would take about 12 GB, the 7B 30 GB: more than a small
+machine spares. So the models are built at the real widths, vocabulary and heads, with fewer layers, and
 benchmarks/target_sizes.py measures two depths and projects the cost to the full depth (a layer's cost is the same
 at every depth; the embedding and the output layer are paid once). The weights are bf16 on disk (normal, std
 0.02; norms 1), built on the meta device and filled tensor by tensor; the tokenizer is copied from a Qwen2.5 folder

@@ -2,7 +2,7 @@
 draft's step, measured with `check`'s cost model, and the speedup that model predicts at several acceptances.
 
 The targets are int4 bundles exported by edge-specdec's export stage from benchmarks/random_target.py's folders,
-at two depths per shape (the whole 3B and 7B do not fit this machine's memory in the export's fp32 conversion).
+at two depths per shape (the whole 3B and 7B take 12 and 30 GB in the export's fp32 conversion).
 A call's cost at depth L is t_L(n) = a(n) + L * b(n) (the embedding and output layer once, then L identical
 layers), so two depths give a(n) and b(n) and the full depth's t(n). The 1.5B shape is the check: its projection
 against the real Qwen2.5-Coder-1.5B int4 target, measured in the same run. The draft is the real pair's

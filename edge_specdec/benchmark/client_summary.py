@@ -9,7 +9,7 @@ from .client_setups import BASELINES, REFERENCE, ClientPrompt, Round, Row
 from .markdown import cell
 from .stats import first_difference, median, rounded, spread
 
-# the issue's goals are stated for 4 concurrent clients: the report checks them there when 4 is among --clients
+# the goals are stated for 4 concurrent clients: the report checks them there when 4 is among --clients
 GOAL_CLIENTS = 4
 GOAL_SPEEDUP_OVER_SEQUENTIAL = 2.5  # ours-spec aggregate tokens/s over ours-spec-sequential
 GOAL_TPOT_VS_ALONE = 2.0  # each client's TPOT at GOAL_CLIENTS over the same request's TPOT served alone
@@ -171,7 +171,7 @@ def build_clients_report(rows: list[Row], prompts: list[ClientPrompt], settings:
 
 
 def _goals(summary: list[dict], results: list[dict]) -> Optional[list[dict]]:
-    """The issue's goals, checked at GOAL_CLIENTS clients when that was measured."""
+    """The goals for concurrent clients, checked at GOAL_CLIENTS clients when that was measured."""
     at = next((s for s in summary if s["clients"] == GOAL_CLIENTS), None)
     if at is None:
         return None
