@@ -45,12 +45,13 @@ def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
     """Each algorithm's greedy runs against the target alone's: token ids and logprob bits, and the acceptance."""
     session = engine.session()
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, logprobs=True, ignore_eos=True)
-    reference = {p: session.generate(p, config, algorithm="none") for p in prompts}
+    # no run here reads or feeds the draft pool: each prompt is measured as a first request would run it
+    reference = {p: session.generate(p, config, algorithm="none", pool_scope=None) for p in prompts}
     out = {}
     for name in engine.algorithms():
         if not REGISTRY[name].speculates:  # the target alone: the reference itself
             continue
-        runs = [session.generate(p, config, algorithm=name) for p in prompts]
+        runs = [session.generate(p, config, algorithm=name, pool_scope=None) for p in prompts]
         same = [r.token_ids == reference[p].token_ids
                 and [lp.logprob for lp in r.logprobs] == [lp.logprob for lp in reference[p].logprobs]
                 for p, r in zip(prompts, runs)]
@@ -83,9 +84,9 @@ def default_speedup(engine: Engine, prompts: list[str], max_new_tokens: int = SP
     config = dataclasses.replace(engine.default_config, max_new_tokens=max_new_tokens, temperature=0,
                                  ignore_eos=True)
     for algorithm in (AUTO, "none"):
-        session.generate(prompts[0], config, algorithm=algorithm)
-    runs = [(session.generate(p, config, algorithm=AUTO), session.generate(p, config, algorithm="none"))
-            for p in prompts]
+        session.generate(prompts[0], config, algorithm=algorithm, pool_scope=None)
+    runs = [(session.generate(p, config, algorithm=AUTO, pool_scope=None),
+             session.generate(p, config, algorithm="none", pool_scope=None)) for p in prompts]
     return {"speedup": loop_speedup([alone for _, alone in runs], [drafted for drafted, _ in runs]),
             "tokens_per_s_speedup": float(statistics.median(d.stats.tokens_per_s / a.stats.tokens_per_s
                                                             for d, a in runs)),

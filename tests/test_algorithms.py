@@ -20,7 +20,7 @@ def test_the_cli_offers_exactly_the_registry():
 def test_benchmark_rows_serve_their_relation(relation):
     names = benchmark_algorithms(relation)
     assert names and all(relation in REGISTRY[n].relations for n in names)
-    assert names[-1] == "prompt-lookup"  # the rows with a draft model come first
+    assert names[-1] == "suffix"  # the rows with a draft model come first
 
 
 @pytest.mark.slow
@@ -34,5 +34,5 @@ def test_each_algorithm_runs_where_it_serves_and_reports_its_drafters_statistics
             continue
         result = pipe.generate("def f(", config, algorithm=name)
         assert result.extra["algorithm"] == name and len(result.token_ids) == 8
-        assert ("lookup_rounds" in result.extra) == entry.needs_draft  # LookupFirst wraps a draft model's drafter
+        assert ("free_rounds" in result.extra) == entry.needs_draft  # FreeFirst wraps a draft model's drafter
         assert ("slrs_rounds" in result.extra) == (name == "slrs")

@@ -204,7 +204,7 @@ def test_crowded_sessions_draft_less_and_stay_exact(bundle_dir):
     seeded sampled run keeps its full length."""
     jobs = [(p, GenerationConfig(max_new_tokens=16 + 12 * i, ignore_eos=True), "standard")
             for i, p in enumerate(PROMPTS[:4])]
-    full_length = dict(num_assistant_tokens=4, confidence=0.0)  # 4 tokens every round, however unsure
+    full_length = dict(num_assistant_tokens=4, confidence=0.0, lookup=False)  # 4 model tokens every round
     alone = Engine(bundle_dir(*SAME)).session()
     want = [alone.generate(p, c, algorithm=a, **full_length) for p, c, a in jobs]
     proposed = {}

@@ -22,8 +22,8 @@ SPEC_BENCH_CATEGORIES = {"code_generation", "code_editing", "chat", "summarizati
 
 
 def ours_rows(algorithm: str, ks=(3, 5)) -> list[str]:
-    # prompt lookup has no probabilities to stop on, and is no draft model to look up before
-    conf = [] if algorithm == "prompt-lookup" else [f"ours-{algorithm}-conf", f"ours-{algorithm}-conf-nolookup"]
+    # free drafts have no probabilities to stop on, and are no draft model to copy before
+    conf = [] if algorithm == "suffix" else [f"ours-{algorithm}-conf", f"ours-{algorithm}-conf-nolookup"]
     return [f"ours-{algorithm}-k{k}" for k in ks] + conf + [f"ours-{algorithm}-{p}" for p in adaptive_policies()]
 
 
@@ -34,11 +34,11 @@ def test_default_rows_follow_the_vocabulary_relation():
         return [s.name for s in select_specs(candidate_specs(relation, [3, 5], **flags), None, relation)[0]]
 
     same = default("identical")
-    assert same == ["ours-none", *ours_rows("standard"), *ours_rows("prompt-lookup"), "genai-none", "genai-sd-k3",
+    assert same == ["ours-none", *ours_rows("standard"), *ours_rows("suffix"), "genai-none", "genai-sd-k3",
                     "genai-sd-k5", "genai-sd-conf"]
     other = default("heterogeneous")
-    assert other == ["ours-none", *ours_rows("slem"), *ours_rows("tli"), *ours_rows("prompt-lookup")]
-    assert default("target-only") == ["ours-none", *ours_rows("prompt-lookup")]
+    assert other == ["ours-none", *ours_rows("slem"), *ours_rows("tli"), *ours_rows("suffix")]
+    assert default("target-only") == ["ours-none", *ours_rows("suffix")]
     # the optional families appear only when asked for
     assert "hf-uag" in default("heterogeneous", hf=True) and "hf-assisted" in default("identical", hf=True)
     assert {"genai-ours-none", "genai-ours-sd-k3"} <= set(default("identical", genai_ours=True))
@@ -78,7 +78,7 @@ def test_same_vocabulary_run_writes_the_reports(bundle_dir, tmp_path):
     report = run_benchmark(bundle_dir(*SAME_VOCAB), categories=["code_generation", "math"], max_new_tokens=8,
                            repeats=1, out=out, progress=lines.append)
     n_prompts = len(load_prompt_set()["code_generation"]) + len(load_prompt_set()["math"])
-    expected = ["ours-none", *ours_rows("standard"), *ours_rows("prompt-lookup")]
+    expected = ["ours-none", *ours_rows("standard"), *ours_rows("suffix")]
     if HAS_GENAI:
         expected += ["genai-none", "genai-sd-k3", "genai-sd-k5", "genai-sd-conf"]
     rows = {r["setup"]: r for r in report["setups"]}

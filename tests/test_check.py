@@ -20,7 +20,7 @@ def test_check_passes_and_reports_costs(bundle_dir, capsys):
     assert main(["check", str(bundle_dir(*HETERO)), "--json", "--max-new-tokens", "12"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["block_invariant"]
-    assert set(report["exactness"]) == {"prompt-lookup", "slem", "tli", "slrs"}
+    assert set(report["exactness"]) == {"prompt-lookup", "suffix", "slem", "tli", "slrs"}
     assert all(r["identical"] == r["runs"] == 3 for r in report["exactness"].values())
     blocks = report["costs"]["target_blocks_ms"]
     assert set(map(int, blocks)) == {1, 2, 3, 5, 9} and all(ms > 0 for ms in blocks.values())

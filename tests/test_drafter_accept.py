@@ -84,7 +84,7 @@ def test_every_drafter_accepts_by_default():
 
 @pytest.mark.parametrize("relation,greedy,share,expected", [
     ("identical", True, 1.0, "standard"), ("identical", False, 1.0, "standard"),
-    ("target-only", True, 0.0, "prompt-lookup"), ("target-only", False, 0.0, "prompt-lookup"),
+    ("target-only", True, 0.0, "suffix"), ("target-only", False, 0.0, "suffix"),
     ("heterogeneous", True, 0.9, "slem"),
     ("heterogeneous", False, TLI_MIN_DRAFT_SHARE, "tli"),
     ("heterogeneous", False, TLI_MIN_DRAFT_SHARE - 0.01, "slem")])
@@ -99,9 +99,9 @@ def test_resolve_refuses_what_the_bundle_cannot_run():
         resolve("fast", "identical", True)
     with pytest.raises(EdgeSpecdecError, match="needs a draft model"):
         resolve("slem", "target-only", False)
-    with pytest.raises(EdgeSpecdecError, match="Use none, prompt-lookup, slem, tli, slrs or auto"):
+    with pytest.raises(EdgeSpecdecError, match="Use none, prompt-lookup, suffix, slem, tli, slrs or auto"):
         resolve("standard", "heterogeneous", True)
-    assert available("target-only", False) == ["none", "prompt-lookup"]
+    assert available("target-only", False) == ["none", "prompt-lookup", "suffix"]
 
 
 def test_the_defaults_live_in_the_registry():

@@ -48,7 +48,7 @@ def test_the_guard_leaves_the_output_alone_and_says_how_often_it_paused(bundle_d
     alone = pipe.generate("def f(x):", config, algorithm="none")
     # a guard that finds drafting always slower: it pauses after its warm-up, the output is the same
     monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)
-    guarded = pipe.generate("def f(x):", config)
+    guarded = pipe.generate("def f(x):", config, lookup=False)  # the guard governs the draft model's rounds
     assert guarded.token_ids == alone.token_ids and guarded.stats.rounds_drafting_paused > 0
     explicit = pipe.generate("def f(x):", config, algorithm="slem")  # an algorithm asked for by name: no guard
     assert explicit.stats.rounds_drafting_paused == 0 and explicit.token_ids == alone.token_ids
@@ -70,7 +70,7 @@ def test_a_paused_run_steps_as_the_target_alone_steps(bundle_dir, monkeypatch):
     pipe = Pipeline(bundle_dir(*OTHER_VOCAB), fixed_blocks=True)
     monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)
     sizes = spy_block_sizes(pipe.target, monkeypatch)
-    result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=30, ignore_eos=True))
+    result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=30, ignore_eos=True), lookup=False)
     alone_step = pipe.block_shapes(0, False)["target"]
     assert result.stats.rounds_drafting_paused > 10 and alone_step < pipe.block_shapes(8, True)["target"]
     assert sizes[-10:] == [alone_step] * 10  # the last rounds, all paused
@@ -131,15 +131,15 @@ def test_the_next_run_of_an_engine_starts_from_the_guards_verdict(bundle_dir, mo
     config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
     alone = pipe.generate("def f(x):", config, algorithm="none")
     monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting always loses here
-    first = pipe.generate("def f(x):", config)
-    second = pipe.generate("def f(x):", config)
+    first = pipe.generate("def f(x):", config, lookup=False)  # the guard governs the draft model's rounds
+    second = pipe.generate("def f(x):", config, lookup=False)
     assert first.token_ids == second.token_ids == alone.token_ids
     drafted = [r.stats.rounds - r.stats.rounds_drafting_paused for r in (first, second)]
     # the first run drafts its warm-up rounds; the second starts where it ended and has no round to spare for a
     # probe (its verdict came 32 rounds before the next check)
     assert drafted[0] >= 5 and drafted[1] == 0
     # another kind of request (a repetition penalty moves acceptance) does not take this verdict
-    other = pipe.generate("def f(x):", dataclasses.replace(config, repetition_penalty=1.3))
+    other = pipe.generate("def f(x):", dataclasses.replace(config, repetition_penalty=1.3), lookup=False)
     assert other.stats.rounds - other.stats.rounds_drafting_paused > drafted[1]
 
 

@@ -259,17 +259,17 @@ def test_streamed_text_never_shows_a_stop_string(pipes, pair, algorithm):
 
 def check_pieces(pieces, result) -> None:
     """Each streamed piece is its spans' text; the pieces hand over the run's tokens in order, each once, and no
-    more drafted tokens than the target accepted."""
+    more drafted tokens (the draft model's and free copies') than the target accepted."""
     handed = [t for piece in pieces for t in piece.token_ids]
     assert all(piece == "".join(span.text for span in piece.spans) for piece in pieces)
     assert all(sum(span.tokens for span in piece.spans) == len(piece.token_ids) for piece in pieces)
     assert handed == result.token_ids[:len(handed)]
-    assert sum(span.tokens for piece in pieces for span in piece.spans if span.drafted) <= \
-        result.stats.draft_tokens_accepted
+    st = result.stats
+    drafted = st.draft_tokens_accepted + st.suffix_tokens_accepted + st.pool_tokens_accepted
+    assert sum(span.tokens for piece in pieces for span in piece.spans if span.drafted) <= drafted
     if result.stop_reason == "length":  # nothing held back: every token was handed over
         assert len(handed) == len(result.token_ids)
-        assert sum(span.tokens for piece in pieces for span in piece.spans if span.drafted) == \
-            result.stats.draft_tokens_accepted
+        assert sum(span.tokens for piece in pieces for span in piece.spans if span.drafted) == drafted
 
 
 # --- a seed reproduces a sampled run whatever the policy and the clock (defect 6) ---------------------------------

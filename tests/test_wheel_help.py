@@ -78,13 +78,15 @@ def test_info_without_a_bundle_shows_the_demo_without_the_exporting_machines_pat
 def test_the_statistics_line_takes_the_plural_of_its_counts():
     stats = Stats()
     stats.new_tokens, stats.target_passes, stats.seconds = 1, 1, 0.5
-    one = SimpleNamespace(stats=stats, extra={"algorithm": "slem", "lookup_rounds": 1}, stop_reason="length")
+    stats.suffix_tokens_proposed, stats.suffix_tokens_accepted = 2, 1
+    one = SimpleNamespace(stats=stats, extra={"algorithm": "slem"}, stop_reason="length")
     line = stats_line(one)
-    assert "1 token in" in line and "1 target pass," in line and "; 1 round copied from the text" in line
-    stats.new_tokens, stats.target_passes = 5, 2
-    many = SimpleNamespace(stats=stats, extra={"algorithm": "slem", "lookup_rounds": 3}, stop_reason="length")
+    assert "1 token in" in line and "1 target pass," in line and "; 1 token copied without the draft" in line
+    stats.new_tokens, stats.target_passes, stats.pool_tokens_accepted = 5, 2, 2
+    many = SimpleNamespace(stats=stats, extra={"algorithm": "slem"}, stop_reason="length")
     line = stats_line(many)
-    assert "5 tokens in" in line and "2 target passes," in line and "; 3 rounds copied" in line
+    assert "5 tokens in" in line and "2 target passes," in line and "; 3 tokens copied" in line
+    assert "(1 from the request, 2 from earlier requests)" in line
 
 
 def test_pyproject_has_an_spdx_license_and_project_urls():

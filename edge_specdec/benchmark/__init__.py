@@ -8,7 +8,7 @@
     report = run_benchmark("bundles/qwen", categories=["code_generation"], max_new_tokens=32, repeats=1)
 
 The rows (`setups.py` lists the names): our Pipeline alone (ours-none), each algorithm that applies to the bundle
-(standard for a same-vocabulary draft; slem and tli for a different vocabulary; prompt-lookup always) with each
+(standard for a same-vocabulary draft; slem and tli for a different vocabulary; suffix always) with each
 fixed draft length of --ks and with each adaptive draft policy of the runtime (schedule, cost), OpenVINO
 GenAI's own target-only and speculative pipelines on the bundle folders (same vocabulary; optional rows with
 our CPU properties), and transformers on CPU (the target alone and assisted generation, Universal Assisted

@@ -47,7 +47,8 @@ def ours_concurrent(sessions: list, algorithm: str, max_new_tokens: int) -> Call
             try:
                 barrier.wait()
                 start = time.perf_counter()
-                result = sessions[i].generate(prompts[i].ours, config, algorithm=algorithm, cancel=cancel)
+                result = sessions[i].generate(prompts[i].ours, config, algorithm=algorithm, cancel=cancel,
+                                              pool_scope=None)
                 done[i] = (start, time.perf_counter(), result)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 done[i] = exc
@@ -89,7 +90,7 @@ def ours_sequential(session, algorithm: str, max_new_tokens: int) -> Callable[[l
         t0 = time.perf_counter()
         for prompt in prompts:
             start = time.perf_counter()
-            result = session.generate(prompt.ours, config, algorithm=algorithm)
+            result = session.generate(prompt.ours, config, algorithm=algorithm, pool_scope=None)
             done.append((start, time.perf_counter(), result))
             if result.stop_reason == "interrupted":  # the session swallowed a Ctrl-C: hand it on
                 raise KeyboardInterrupt

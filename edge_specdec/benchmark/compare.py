@@ -14,12 +14,12 @@ def warm_up(pipe, prompt, config, speculative) -> None:
         raise EdgeSpecdecError("--compare measures speculative decoding against the target alone: choose an "
                                "algorithm other than none.")
     for algorithm in (speculative.algorithm, "none"):
-        pipe.generate(prompt, config, dataclasses.replace(speculative, algorithm=algorithm))
+        pipe.generate(prompt, config, dataclasses.replace(speculative, algorithm=algorithm, pool_scope=None))
 
 
 def against_target_alone(pipe, prompt, config, result) -> dict:
     """The target alone on the same prompt and settings, and how the speculative `result` compares."""
-    baseline = pipe.generate(prompt, config, algorithm="none")
+    baseline = pipe.generate(prompt, config, algorithm="none", pool_scope=None)
     speedup = result.stats.tokens_per_s / baseline.stats.tokens_per_s if baseline.stats.tokens_per_s else 0.0
     return {"target_alone_tokens_per_s": round(baseline.stats.tokens_per_s, 3), "speedup": round(speedup, 3),
             "target_alone_time_per_output_token_ms": baseline.stats.as_dict()["time_per_output_token_ms"],

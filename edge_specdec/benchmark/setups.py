@@ -9,7 +9,7 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
     ours-ALG-conf               the runtime's default: up to 8 drafted tokens, stopping after a token whose
                                 draft probability (its top one) is under 0.7
     ours-ALG-conf-nolookup      the same without looking up the next tokens in the prompt and output first
-                                (the draft model drafts every round; before LookupFirst, the default)
+                                (the draft model drafts every round; no free copies)
     ours-ALG-POLICY             the same with an adaptive draft length, one row per adaptive draft policy of the
                                 runtime (schedule: +2 after a fully accepted round, -1 otherwise; cost: the K
                                 that maximizes measured tokens/s), starting at the smallest K
@@ -27,7 +27,7 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
     hf-assisted                 transformers assisted generation with the draft (same vocabulary)      (--hf)
     hf-uag                      transformers Universal Assisted Generation (assistant_tokenizer) (other vocabulary)
 
-ALG: standard for a same-vocabulary bundle; slem and tli for a different-vocabulary one; prompt-lookup always.
+ALG: standard for a same-vocabulary bundle; slem and tli for a different-vocabulary one; suffix always.
 """
 from __future__ import annotations
 
@@ -65,11 +65,13 @@ class Spec:
         return f"{self.engine}-none"
 
     def speculative(self):
-        """Our row's SpeculativeConfig (an ours row only)."""
+        """Our row's SpeculativeConfig (an ours row only). Rows neither read nor feed the draft pool: each run of a
+        prompt is measured as a first request would run it, never copying an earlier row's answer."""
         from ..runtime.settings import SpeculativeConfig
 
         return SpeculativeConfig(algorithm=self.algorithm, num_assistant_tokens=self.k or 1,
-                                 draft_policy=self.policy, confidence=self.confidence, lookup=self.lookup)
+                                 draft_policy=self.policy, confidence=self.confidence, lookup=self.lookup,
+                                 pool_scope=None)
 
 
 @dataclass
@@ -225,9 +227,12 @@ def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run
         if r.stop_reason == "interrupted":  # the Pipeline swallowed a Ctrl-C: hand it on to the runner
             raise KeyboardInterrupt
         st = r.stats.as_dict()
+        # what the row proposed: the draft model's tokens and free copies alike
+        proposed, accepted = (sum(st[f"{source}_tokens_{what}"] for source in ("draft", "suffix", "pool"))
+                              for what in ("proposed", "accepted"))
         return Run(r.text, len(r.token_ids), wall, list(r.token_ids),
                    ttft_ms=1000 * st["first_token_seconds"], tpot_ms=st["time_per_output_token_ms"],
-                   proposed=st["draft_tokens_proposed"], accepted=st["draft_tokens_accepted"],
+                   proposed=proposed, accepted=accepted,
                    target_passes=st["target_passes"], rounds=st["rounds"], draft_seconds=st["draft_seconds"],
                    target_seconds=st["target_seconds"], loop_seconds=st["loop_seconds"])
     return run

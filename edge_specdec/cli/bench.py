@@ -128,7 +128,7 @@ examples:
 setups (--setups takes names or shell patterns; the target alone of each engine is always added):
   ours-none                  our Pipeline, the target alone
   ours-ALG-kK                our speculative decoding, K fixed (each of --ks); ALG = standard (same
-                             vocabulary), slem and tli (other vocabulary), prompt-lookup
+                             vocabulary), slem and tli (other vocabulary), suffix
   ours-ALG-schedule, ours-ALG-cost   the same with an adaptive draft length (--draft-policy of `run`)
   ours-ALG-conf              the runtime's default: up to 8 tokens, stopping under draft probability 0.7
   ours-concurrent-ALG-...    drafting during verification, from a Pipeline(concurrent=True)  (--concurrent)

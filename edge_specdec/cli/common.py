@@ -11,6 +11,7 @@ from ..runtime.devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS
 from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.session import ROLLBACK_METHODS
 from ..runtime.settings import DRAFT_VOCAB, SMALL_MODEL_BYTES
+from ..runtime.suffix import DRAFT_POOL_TOKENS
 
 
 def say(message: str) -> None:
@@ -58,6 +59,12 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
                    help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "
                         f"{NPU_MAX_PROMPT}; the NPU compiles static shapes, and a longer prompt is refused)")
+    p.add_argument("--draft-pool-tokens", type=int, default=DRAFT_POOL_TOKENS, metavar="N",
+                   help=f"remember up to N tokens of earlier requests' prompts and outputs in memory, from which "
+                        f"later requests copy free drafts (text that recurs across requests: many requests of one "
+                        f"shape, a tool-call loop); default {DRAFT_POOL_TOKENS}")
+    p.add_argument("--no-draft-pool", action="store_true",
+                   help="keep no draft pool (free drafts still copy from each request's own text)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the sha256 checks of the bundle's files, which otherwise run at every load while the "
                         "models compile (sizes are still checked): damaged or tampered weights then load silently")
@@ -70,7 +77,8 @@ def engine_config(args: argparse.Namespace, **more):
     return EngineConfig(target_device=args.target_device, draft_device=args.draft_device,
                         allow_fallback=args.allow_fallback, cache_dir=args.cache_dir, threads=args.threads,
                         precision=args.precision, kv_cache=args.kv_cache, draft_vocab=args.draft_vocab,
-                        npu_max_prompt=args.npu_max_prompt, verify_checksums=not args.no_verify, **more)
+                        npu_max_prompt=args.npu_max_prompt, verify_checksums=not args.no_verify,
+                        draft_pool_tokens=0 if args.no_draft_pool else args.draft_pool_tokens, **more)
 
 
 def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
@@ -93,8 +101,9 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
     p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
     p.add_argument("--no-lookup", action="store_true",
                    help="let the draft model draft every round (by default a round first looks for the next "
-                        "tokens in the prompt and the output, and proposes them without running the draft "
-                        "when found: text that repeats, such as code being edited, goes faster)")
+                        "tokens in the prompt, the output and earlier requests, and proposes a copy without running "
+                        "the draft when one is likely to be kept: text that repeats, such as code being edited or a "
+                        "quoted document, goes faster)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
@@ -205,8 +214,10 @@ def stats_line(result) -> str:
             f"{st['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {st['acceptance']:.2f} "
             f"({st['draft_tokens_accepted']}/{st['draft_tokens_proposed']}); time: draft {st['draft_seconds']:.2f} s, "
             f"target {st['target_seconds']:.2f} s, loop {st['loop_seconds']:.2f} s; stop: {result.stop_reason}")
-    if result.extra.get("lookup_rounds"):
-        line += f"; {plural(result.extra['lookup_rounds'], 'round')} copied from the text by lookup"
+    copied = st["suffix_tokens_accepted"] + st["pool_tokens_accepted"]
+    if st["suffix_tokens_proposed"] + st["pool_tokens_proposed"]:
+        line += (f"; {plural(copied, 'token')} copied without the draft ({st['suffix_tokens_accepted']} from the "
+                 f"request, {st['pool_tokens_accepted']} from earlier requests)")
     if st["drafted_ahead_used"]:
         line += f"; drafted ahead and used: {plural(st['drafted_ahead_used'], 'round')}"
     if st["rounds_drafting_paused"]:

@@ -23,6 +23,7 @@ from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .session import ModelSession
 from .slrs import SLRSDrafter
+from .suffix import FREE_TOKENS, DraftPool, SuffixDrafter
 from .text import decode
 
 ANY_RELATION = ("identical", "heterogeneous", "target-only")
@@ -32,8 +33,8 @@ TLI_MIN_DRAFT_SHARE = 0.5
 # under CONFIDENCE (benchmarks/RESULTS.md compares these defaults with the others measured)
 DRAFT_TOKENS, CONFIDENCE = 8, 0.7
 LOOKUP_TOKENS = 3  # prompt lookup has no probabilities: a fixed length
-# a draft model's rounds first look for the next tokens in the text so far (LookupFirst): text that repeats
-# (code being edited, a summary quoting its source) goes by at the target's pace
+# a draft model's rounds first try a free copy of text the target has seen (sources.FreeFirst): text that repeats
+# (code being edited, an answer quoting its document, a revised answer, a tool-call loop) goes by in long runs
 LOOKUP_FIRST = True
 
 
@@ -55,6 +56,12 @@ class DraftContext:
     # the draft's vocabulary for structured output's grammar engine, built when a constrained run of a drafter
     # that drafts in the draft's vocabulary first asks (None: such a drafter drafts freely under a constraint)
     draft_grammar_tokenizer: Optional[Callable[[], GrammarTokenizer]] = None
+    pool: Optional[DraftPool] = None          # the engine's draft pool, where this request may read it
+    pool_scope: str = ""                      # the part of the pool it reads
+
+    def free_drafter(self) -> SuffixDrafter:
+        """The request's free drafts: its own text and the pool (suffix.py)."""
+        return SuffixDrafter(self.prompt_ids, self.pool, self.pool_scope)
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class Algorithm:
     name: str
     draft: str                        # what drafts, for --help and the README: a vocabulary, "no model" or ""
     summary: str                      # how it proposes and verifies, one line for --help and the README
-    # runs a draft model: its rounds can first look the next tokens up (LookupFirst) and stop when the draft is
+    # runs a draft model: its rounds can first try a free copy (sources.FreeFirst) and stop when the draft is
     # unsure (confidence)
     needs_draft: bool
     relations: tuple[str, ...]        # the bundle vocabulary relations it serves
@@ -112,7 +119,10 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in [
                  ("identical",), ("identical",), _standard),
     # no model drafts, so there is nothing to draft while the target verifies
     Algorithm("prompt-lookup", "no model", "n-gram matches from the prompt and the output", False, ANY_RELATION,
-              ANY_RELATION, lambda c: PromptLookupDrafter(), draft_tokens=LOOKUP_TOKENS),
+              (), lambda c: PromptLookupDrafter(), draft_tokens=LOOKUP_TOKENS),
+    Algorithm("suffix", "no model", "copies the most frequent continuation of the longest match in the request "
+              "and in earlier requests (the draft pool)", False, ANY_RELATION, ANY_RELATION,
+              lambda c: c.free_drafter(), draft_tokens=FREE_TOKENS),
     _draft_model("slem", "any vocabulary", "the draft's text is re-tokenized for the target, which keeps the longest "
                  "prefix it would have written itself", ("identical", "heterogeneous"), ("heterogeneous",),
                  _text_drafter(SLEMDrafter)),
@@ -125,8 +135,8 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in [
 AUTO = "auto"  # the registry's choice for the bundle and the request (see auto_algorithm)
 ALGORITHMS = (AUTO, *REGISTRY)  # what a caller may ask for
 AUTO_SUMMARY = (f"standard for identical vocabularies; else slem when greedy, tli when sampling if at least "
-                f"{TLI_MIN_DRAFT_SHARE:.0%} of the draft's vocabulary is shared (else slem); prompt-lookup without "
-                f"a draft")
+                f"{TLI_MIN_DRAFT_SHARE:.0%} of the draft's vocabulary is shared (else slem); suffix without "
+                f"a draft; a draft model's rounds first try a free copy (suffix's)")
 
 
 def auto_algorithm(relation: str, greedy: bool, draft_share: float) -> str:
@@ -135,7 +145,7 @@ def auto_algorithm(relation: str, greedy: bool, draft_share: float) -> str:
     if relation == "identical":
         return "standard"
     if relation == "target-only":
-        return "prompt-lookup"
+        return "suffix"
     return "slem" if greedy or draft_share < TLI_MIN_DRAFT_SHARE else "tli"
 
 
@@ -149,7 +159,7 @@ def resolve(algorithm: str, relation: str, has_draft: bool, greedy: bool = True,
     entry = REGISTRY[algorithm]
     if entry.needs_draft and not has_draft:
         raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft model, but this bundle has only a "
-                               f"target. Use prompt-lookup or none, or export the bundle with --draft.")
+                               f"target. Use suffix, prompt-lookup or none, or export the bundle with --draft.")
     if relation not in entry.relations:
         serving = ", ".join(name for name, a in REGISTRY.items() if relation in a.relations)
         raise EdgeSpecdecError(f"algorithm {algorithm!r} needs a draft with the target's vocabulary, but this "

@@ -20,29 +20,36 @@ from .session import ModelSession
 
 @dataclass
 class Proposal:
+    """A round's proposed tokens, front to back: those a grammar forced, those copied from text the target has
+    seen (free drafts, suffix.py), then those a draft model drafted."""
     tokens: list[int] = field(default_factory=list)
     # the distribution each token was drawn from (over the target's vocabulary); None, or a None entry, where
     # there is none (a deterministic draft): verification then treats it as one-hot
     q: Optional[list[Optional[np.ndarray]]] = None
     forced: int = 0  # how many tokens at its front a grammar forced (proposed without the drafter)
+    copied: int = 0  # how many tokens after those were copied (free drafts, no draft model)
+    source: str = ""  # where the copied tokens came from: "suffix" (the request) or "pool" (earlier requests)
 
     def after_first(self) -> "Proposal":
         """The proposal without its first token (what is left once that token is known to be right)."""
-        return Proposal(self.tokens[1:], None if self.q is None else self.q[1:], max(0, self.forced - 1))
+        forced, copied = (self.forced - 1, self.copied) if self.forced else (0, max(0, self.copied - 1))
+        return Proposal(self.tokens[1:], None if self.q is None else self.q[1:], forced, copied, self.source)
 
     def head(self, k: int) -> "Proposal":
-        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k], min(self.forced, k))
+        forced = min(self.forced, k)
+        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k], forced,
+                        min(self.copied, k - forced), self.source)
 
     @classmethod
     def grammar_forced(cls, tokens: list[int], then: Optional["Proposal"] = None) -> "Proposal":
         """A grammar's forced tokens (deterministic: q one-hot), then a drafter's proposal after them."""
         then = then or Proposal()
         q = None if then.q is None else [None] * len(tokens) + list(then.q)
-        return cls(list(tokens) + then.tokens, q, len(tokens))
+        return cls(list(tokens) + then.tokens, q, len(tokens), then.copied, then.source)
 
 
 class Drafter:
-    """What every drafter has: propose, accept, stats; the defaults of the last two do nothing.
+    """What every drafter has: propose, accept, verified, stats; the defaults of the last three do nothing.
 
     Calls come in this order: propose for a round's sequence, then accept with that round's outcome once the target
     has verified it; accept comes after every verification, also of a round that drafted nothing (0 accepted). In
@@ -50,8 +57,18 @@ class Drafter:
     verifies, so accept for a round comes after a later propose: a drafter must not take accept as the outcome of
     its most recent proposal."""
 
+    # the most tokens a proposal may copy without a draft model (free drafts), whatever the round's k; 0: none
+    free_tokens = 0
+
     def propose(self, sequence: list[int], k: int) -> Proposal:
+        """Up to k tokens to follow the sequence (k may be 0 in a round where the draft model must not run: a
+        drafter with free_tokens may still copy up to that many)."""
         raise NotImplementedError
+
+    def verified(self, proposal: Proposal, accepted: int, seconds: float) -> None:
+        """A round's proposal (the one verified, which in concurrent mode need not be the latest proposed), how
+        many of the drafter's own tokens (after the grammar's forced ones) the target kept, and the round's
+        seconds, draft and target."""
 
     def accept(self, n_accepted: int, next_token: int) -> None:
         """A round was verified: the target kept the first n_accepted tokens of its proposal, then wrote
@@ -170,46 +187,6 @@ class PromptLookupDrafter(Drafter):
                 if len(follow):
                     return n, Proposal([int(t) for t in follow], None)
         return 0, Proposal([], None)
-
-
-class LookupFirst(Drafter):
-    """A draft model's drafter that first looks for the next tokens in the text so far.
-
-    When the last 2-4 tokens occurred before (in the prompt or the output) and at least `min_tokens` tokens
-    followed them there, those tokens are the proposal and the draft model sits the round out: copying costs it
-    nothing, and its cache catches up with the accepted text at its next round. Otherwise the model drafts.
-    Text that repeats (code being edited, a summary quoting its source) then goes by at the target's pace, and
-    other text is drafted as before. `lookup_rounds` counts the rounds the lookup served.
-
-    A match shorter than `max_ngram` proposes at most 2 tokens per matched token (at least `min_tokens`): the
-    target keeps few of the tokens copied after a short match, and a long block costs it more than a short one
-    (benchmarks/RESULTS.md has the figures).
-    """
-
-    def __init__(self, model: Drafter, min_tokens: int = 3, min_ngram: int = 2, max_ngram: int = 4):
-        self.model, self.min_tokens = model, min_tokens
-        self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
-        self.lookup_rounds = 0
-        self.grammar = None
-
-    def accept(self, n_accepted: int, next_token: int) -> None:
-        self.model.accept(n_accepted, next_token)
-
-    def stats(self) -> dict:
-        return {"lookup_rounds": self.lookup_rounds, **self.model.stats()}
-
-    def constrain(self, grammar) -> None:
-        self.grammar = grammar
-        self.model.constrain(grammar)
-
-    def propose(self, sequence: list[int], k: int) -> Proposal:
-        n, found = self.lookup.find(sequence, k)
-        if self.grammar is not None:  # copied text the grammar refuses is no proposal: the model drafts instead
-            found = found.head(self.grammar.valid_prefix(sequence, found.tokens))
-        if len(found.tokens) >= self.min_tokens:
-            self.lookup_rounds += 1
-            return found if n >= self.lookup.max_ngram else found.head(max(self.min_tokens, 2 * n))
-        return self.model.propose(sequence, k)
 
 
 DRAFT_POLICIES = ("fixed", "schedule", "cost")

@@ -33,6 +33,11 @@ class Stats:
     rounds_drafting_paused: int = 0  # rounds the target ran alone because drafting lost to it (DraftingGuard)
     grammar_tokens_proposed: int = 0  # tokens a grammar forced, proposed without the drafter (structured output)
     grammar_tokens_accepted: int = 0  # of those, the ones the target kept (not counted as draft tokens)
+    # free drafts (suffix.py), not counted as draft tokens either: copied from the request's own text...
+    suffix_tokens_proposed: int = 0
+    suffix_tokens_accepted: int = 0
+    pool_tokens_proposed: int = 0  # ... and from earlier requests' (the engine's draft pool)
+    pool_tokens_accepted: int = 0
 
     def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float,
                     drafted_ahead: bool = False, start: Optional[float] = None) -> None:
@@ -191,8 +196,9 @@ def decode(r: Run, seq: list[int]) -> str:
             t0 = time.perf_counter()
             # draft: up to k tokens in the target's vocabulary (k 0: the target alone this round)
             k = min(r.draft_length.round_k(), r.output.room - 1) if r.drafter and r.draft_length else 0
+            free = min(r.drafter.free_tokens, r.output.room - 1) if r.drafter else 0  # copies: no model runs
             r.target.min_block = r.floors[k == 0]  # a round of the target alone steps as the target alone does
-            proposal = draft(r, seq, k)
+            proposal = draft(r, seq, k, free)
             if proposal is None:  # the draft's context is full: the target alone finishes the run
                 r.drafter, proposal = None, Proposal()
             t1 = time.perf_counter()
@@ -230,12 +236,13 @@ def decode(r: Run, seq: list[int]) -> str:
     return reason
 
 
-def draft(r: Run, seq: list[int], k: int) -> Optional[Proposal]:
-    """The round's proposal, at most k tokens: the grammar's forced tokens, then the drafter's (or the one it drafted
-    during the previous target pass), cut to the part the grammar allows; None when the draft's context is full.
-    At most k tokens go to the target, even when a heterogeneous drafter spells k draft tokens with more: a target
-    with fixed blocks of k + 1 then keeps its shape."""
-    if k == 0:
+def draft(r: Run, seq: list[int], k: int, free: int = 0) -> Optional[Proposal]:
+    """The round's proposal, at most k tokens (or `free` tokens copied without a draft model, see suffix.py): the
+    grammar's forced tokens, then the drafter's (or the one it drafted during the previous target pass), cut to the
+    part the grammar allows; None when the draft's context is full. At most k drafted tokens go to the target,
+    even when a heterogeneous drafter spells k draft tokens with more: a target with fixed blocks of k + 1 then
+    keeps its shape."""
+    if k == 0 and free == 0:
         return Proposal()
     ready = r.ahead.take() if r.ahead else None  # drafted during the previous target pass
     forced = r.grammar.forced(k) if r.grammar is not None else []
@@ -248,7 +255,7 @@ def draft(r: Run, seq: list[int], k: int) -> Optional[Proposal]:
         proposal = Proposal.grammar_forced(forced, proposal) if forced else proposal
     else:
         proposal = Proposal.grammar_forced(forced)
-    proposal = proposal.head(k)
+    proposal = proposal.head(max(k, proposal.forced + min(proposal.copied, free)))
     if r.grammar is not None and proposal.tokens:
         proposal = proposal.head(r.grammar.valid_prefix(seq, proposal.tokens))
     return proposal
@@ -256,14 +263,22 @@ def draft(r: Run, seq: list[int], k: int) -> Optional[Proposal]:
 
 def count_round(r: Run, proposal: Proposal, verdict: Verdict, k: int, draft_seconds: float,
                 target_seconds: float) -> None:
-    """A round's outcome to the draft length (which adapts to it) and the statistics; a grammar's forced tokens
-    are counted on their own, not as the drafter's."""
-    forced, n = proposal.forced, verdict.accepted
+    """A round's outcome to the drafter, the draft length (which adapts to the draft model's rounds) and the
+    statistics; a grammar's forced tokens and free copies are counted on their own, not as the draft model's."""
+    forced, copied, n = proposal.forced, proposal.copied, verdict.accepted
     kept_forced = min(n, forced)
+    kept_copied = min(n - kept_forced, copied)
     r.stats.grammar_tokens_proposed += forced
     r.stats.grammar_tokens_accepted += kept_forced
-    proposed, n = len(proposal.tokens) - forced, n - kept_forced
-    if r.draft_length:
+    if copied:
+        setattr(r.stats, f"{proposal.source}_tokens_proposed",
+                getattr(r.stats, f"{proposal.source}_tokens_proposed") + copied)
+        setattr(r.stats, f"{proposal.source}_tokens_accepted",
+                getattr(r.stats, f"{proposal.source}_tokens_accepted") + kept_copied)
+    if r.drafter:
+        r.drafter.verified(proposal, n - kept_forced, draft_seconds + target_seconds)
+    proposed, n = len(proposal.tokens) - forced - copied, n - kept_forced - kept_copied
+    if r.draft_length and not copied:  # a copy is no draft model's round: its guard and length ignore it
         r.draft_length.update(n, proposed, draft_seconds, target_seconds, drafted=k > 0, first=r.stats.rounds == 0)
     r.stats.count_round(proposed, n, draft_seconds, target_seconds, bool(r.ahead and r.ahead.ready), r.start)
 

@@ -37,7 +37,7 @@ from ..vocab_map import TokenBytes
 from .algorithms import (AUTO, DRAFT_TOKENS, REGISTRY, Algorithm, DraftContext,  # noqa: F401
                          available, resolve)
 from .batching import Scheduler, batch_invariant
-from .drafters import DraftingGuard, DraftLength, LookupFirst
+from .drafters import DraftingGuard, DraftLength
 from .generate import Result, generate
 from .grammar import GrammarTokenizer
 from .tool_calls import ToolFormat, tool_format
@@ -50,6 +50,8 @@ from .devices import (DRAFT_GENERATION_TOKENS, TARGET_GENERATION_TOKENS, Placeme
 from .measurements import MeasurementCache, machine_key
 from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
 from .session import CALL_LAYOUT, BlockPool, ModelSession, open_model
+from .sources import FreeFirst
+from .suffix import DraftPool
 from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig
 from .text import PromptTokenizer, TextStream
 
@@ -101,6 +103,8 @@ class Engine:
             verification.wait()  # a file that does not match its checksum raises here, before any generation
         self.load_seconds = time.perf_counter() - start  # checksums, compiles, checks: all of the load
         self.target_retokenizer = Retokenizer(self.tokenizer.encode, self.vocab_map.target)
+        # earlier requests' prompts and outputs, for free drafts (suffix.py); shared by every session
+        self.draft_pool = DraftPool(config.draft_pool_tokens) if config.draft_pool_tokens else None
         self.scheduler, self.pools, self.batching_note = None, {}, ""
         if config.batching:
             self._start_batching(config.batch_wait)
@@ -293,6 +297,12 @@ class Engine:
         from turn to turn (see conversation.py)."""
         return Conversation(self, self.session(), system)
 
+    def forget(self, scope: Optional[str] = None) -> None:
+        """Empty the draft pool (of one scope, or all of it with None): later requests copy nothing from earlier
+        ones until they add to it again."""
+        if self.draft_pool is not None:
+            self.draft_pool.forget(scope)
+
     def guard_prior(self, key: str) -> Optional[dict]:
         """What the drafting guard of the last run of this kind learned on this machine (see DraftingGuard)."""
         return self.measurements.known(f"guard/{key}")
@@ -413,13 +423,16 @@ class DecodingSession:
         k, confidence = speculative.draft_tokens(entry), speculative.confidence_stop()
         self._set_block_shapes(k if entry.speculates else 0, entry.needs_draft)
         rng = np.random.default_rng(config.seed)
-        drafter = entry.drafter and entry.drafter(self._draft_context(prompt, prompt_ids, config, rng, confidence))
+        # a seeded sampled run must repeat: it reads no pool (earlier requests) and no clock (see sources.py)
+        seeded = config.seed is not None and not config.greedy
+        context = self._draft_context(prompt, prompt_ids, config, rng, confidence,
+                                      None if seeded else speculative.pool_scope)
+        drafter = entry.drafter and entry.drafter(context)
         if entry.needs_draft and speculative.lookup:
-            drafter = LookupFirst(drafter)
+            drafter = FreeFirst(drafter, context.free_drafter(), clock=not seeded)
         length = self._draft_length(entry, speculative, k, config)
         # a seeded sampled run drafts one round at a time: drafting ahead draws from the run's random numbers in
         # another order, so its text would depend on the placement
-        seeded = config.seed is not None and not config.greedy
         concurrent = engine.concurrent and drafter is not None and entry.drafts_ahead and not seeded
         with engine.scheduler.generating() if engine.scheduler else nullcontext():
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
@@ -428,19 +441,24 @@ class DecodingSession:
                               alone_block=engine.block_shapes(0, False)["target"], grammar=grammar)
         if length.guard is not None:
             engine.remember_guard(guard_key(entry, config), length.guard.learned())
+        if engine.draft_pool is not None and speculative.pool_scope is not None:
+            engine.draft_pool.add(prompt_ids + result.token_ids, speculative.pool_scope)
         result.extra.update(algorithm=entry.name, **(drafter.stats() if drafter else {}))
         if engine.config.prefix_reuse and not self.target.block_invariant:
             result.extra["prefix_reuse"] = "off: the target is not block-invariant here, so the prompt was fed whole"
         return result
 
     def _draft_context(self, prompt: Union[str, list[int]], prompt_ids: list[int], config: GenerationConfig,
-                       rng: np.random.Generator, confidence: float) -> DraftContext:
-        """What this request's drafter is built from (see algorithms.DraftContext)."""
+                       rng: np.random.Generator, confidence: float, pool_scope: Optional[str]) -> DraftContext:
+        """What this request's drafter is built from (see algorithms.DraftContext); pool_scope None: it reads no
+        draft pool."""
         engine = self.engine
         draft_eos = engine.bundle.draft.info["special_tokens"].get("eos_token_id") if engine.bundle.draft else None
+        pool = engine.draft_pool if pool_scope is not None else None
         return DraftContext(self.draft, self.target.vocab_size, engine.vocab_map, engine.target_retokenizer,
                             lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence,
-                            draft_grammar_tokenizer=lambda: engine.draft_grammar_tokenizer)
+                            draft_grammar_tokenizer=lambda: engine.draft_grammar_tokenizer, pool=pool,
+                            pool_scope=pool_scope or "")
 
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
                       config: GenerationConfig) -> DraftLength:
@@ -449,7 +467,7 @@ class DecodingSession:
         seeded = config.seed is not None and not config.greedy
         guard, policy = speculative.guard, speculative.draft_policy
         if guard is None:  # the default algorithm never runs slower than the target alone (see DraftingGuard)
-            guard = speculative.algorithm == AUTO and not seeded and entry.speculates
+            guard = speculative.algorithm == AUTO and not seeded and entry.needs_draft
         elif guard and seeded:
             raise EdgeSpecdecError("guard=True would make a seeded sampled run depend on the clock, so that it "
                                    "would not reproduce: leave it off for seeded runs.")

@@ -24,6 +24,7 @@ from .batching import MAX_WAIT
 from .devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS
 from .drafters import DRAFT_POLICIES
 from .session import ROLLBACK_METHODS
+from .suffix import DRAFT_POOL_TOKENS
 
 # the draft proposes from its first DRAFT_VOCAB token ids (and its special tokens) unless told otherwise
 DRAFT_VOCAB = 65536
@@ -83,6 +84,9 @@ class EngineConfig:
     # run each model once at load, so that what OpenVINO prepares on a model's first inference is part of the load
     # and not of the first request (Engine._warm_up)
     warm_up: bool = True
+    # the draft pool: earlier requests' prompts and outputs, for free drafts (suffix.py), at most this many tokens
+    # over all scopes, in memory; 0: no pool (free drafts still copy from each request's own text)
+    draft_pool_tokens: int = DRAFT_POOL_TOKENS
 
     def __post_init__(self):
         for name in ("target_device", "draft_device"):
@@ -108,6 +112,8 @@ class EngineConfig:
         _check(_whole(self.crowded_draft_tokens, 0), "crowded_draft_tokens", "0 (the target alone) or more",
                self.crowded_draft_tokens)
         _check(_whole(self.npu_max_prompt, 1), "npu_max_prompt", "at least 1 token", self.npu_max_prompt)
+        _check(_whole(self.draft_pool_tokens, 0), "draft_pool_tokens", "0 (no pool) or a number of tokens",
+               self.draft_pool_tokens)
 
     @classmethod
     def of(cls, config: Optional["EngineConfig"], settings: dict[str, Any]) -> "EngineConfig":
@@ -130,8 +136,12 @@ class SpeculativeConfig:
     # a draft model stops drafting after a token whose top probability is under it (None: algorithms.CONFIDENCE;
     # 0: it drafts num_assistant_tokens every round)
     confidence: Optional[float] = None
-    # a draft model's round first looks for the next tokens in the prompt and the output (drafters.LookupFirst)
+    # a draft model's round first tries a free copy of text the target has seen: the request's own and, with a
+    # pool, earlier requests' (sources.FreeFirst); False: the draft model drafts every round
     lookup: bool = LOOKUP_FIRST
+    # the part of the engine's draft pool this request reads and adds to (a server's API key): requests of one scope
+    # never see another's text; None: this request neither reads the pool nor adds to it
+    pool_scope: Optional[str] = ""
     # run the target alone while drafting loses to it, measured as the run goes (drafters.DraftingGuard); None: on
     # for auto unless the run is seeded sampling, whose text would then depend on the clock
     guard: Optional[bool] = None
@@ -145,6 +155,8 @@ class SpeculativeConfig:
         _check(self.confidence is None or (_number(self.confidence) and 0.0 <= self.confidence < 1.0), "confidence",
                "at least 0 and below 1 (0 = never stop drafting early)", self.confidence)
         _check(isinstance(self.lookup, bool), "lookup", "True or False", self.lookup)
+        _check(self.pool_scope is None or isinstance(self.pool_scope, str), "pool_scope",
+               "a string, or None (no pool)", self.pool_scope)
         _check(self.guard is None or isinstance(self.guard, bool), "guard", "True, False or None (on for auto)",
                self.guard)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import hmac
 import json
 import logging
@@ -107,6 +108,10 @@ class Server:
                                      lambda: len(self.store) if self.store else 0),
             "prefix_store_limit_bytes": ("the prefix store's bound (--prefix-cache-mb; 0: no store)",
                                          lambda: self.store.max_bytes if self.store else 0),
+            "draft_pool_tokens": ("tokens of earlier requests held in the draft pool, for free drafts",
+                                  lambda: self.draft_pool()["tokens"]),
+            "draft_pool_limit_tokens": ("the draft pool's bound (--draft-pool-tokens; 0: no pool)",
+                                        lambda: self.draft_pool()["max_tokens"]),
         })
         self._given_engine = engine
 
@@ -120,7 +125,8 @@ class Server:
                 self.bundle, config=dataclasses.replace(self.settings.engine, batching=batching))
             sessions = [engine.session() for _ in range(self.settings.slots)]
             if self.settings.warm_up:  # measures and compiles what the first requests would otherwise wait for
-                sessions[0].generate(engine.tokenizer.encode("Hello") or [0], GenerationConfig(max_new_tokens=4))
+                sessions[0].generate(engine.tokenizer.encode("Hello") or [0], GenerationConfig(max_new_tokens=4),
+                                     pool_scope=None)
             self.store = self.prefix_store(engine)
             self.engine, self.slots = engine, SlotPool(sessions, self.settings.queue)
             log.info("edge-specdec serve: %s loaded (%s); %d slots%s", self.model_name, engine.placement.describe(),
@@ -154,7 +160,20 @@ class Server:
                                kind="server_error", headers={"Retry-After": "2"} if not self.load_error else None)
         return self.engine
 
+    def draft_pool(self) -> dict:
+        """The draft pool's bound and contents (suffix.DraftPool.describe); zeros before the load or without one."""
+        pool = self.engine.draft_pool if self.engine else None
+        return pool.describe() if pool else {"max_tokens": 0, "tokens": 0, "documents": 0, "scopes": 0}
+
     # --- requests -----------------------------------------------------------------------------------------------
+
+    def pool_scope(self, request: Request) -> str:
+        """The part of the draft pool a request reads and adds to: one per API key (a digest of the key the
+        request authorized with), so that no key's requests see another's text; "" on a server without a key."""
+        if not self.settings.api_key:
+            return ""
+        given = request.headers.get("authorization", "").strip().partition(" ")[2].strip()
+        return hashlib.sha256(given.encode("latin-1")).hexdigest()[:16]
 
     def authorize(self, request: Request) -> None:
         """The API key, when the server has one: 'Authorization: Bearer KEY' (the scheme in any case, as HTTP's
@@ -225,6 +244,7 @@ class Server:
         self.authorize(request)
         engine = self.ready()
         parsed = parse_request(await self.read_json(request), kind, self.repetition_penalty)
+        parsed.speculative = dataclasses.replace(parsed.speculative, pool_scope=self.pool_scope(request))
         tool_format = self.tool_format(engine, parsed)
         prompt_ids = await self.prompt_ids(engine, parsed)
         self.fit_context(engine, parsed, len(prompt_ids))

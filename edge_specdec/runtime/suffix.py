@@ -1,0 +1,261 @@
+"""Free drafts: proposals copied from text the target has already seen, with no draft model.
+
+A copied run of tokens costs the target one block and no draft time, so wherever text repeats (code being edited,
+an answer quoting its document, a conversation revising its last answer, a tool-call loop, many requests of one
+shape) it is the cheapest proposal there is. Two sources feed it, both in the target's tokens:
+
+- the request itself: its prompt (the whole conversation, for a chat) and the output so far;
+- the draft pool: the prompts and outputs of earlier requests on the same engine, bounded in tokens, shared by all
+  of its sessions (a server's slots), kept apart per scope (a server's API key), cleared by `DraftPool.forget`.
+
+`TokenIndex` holds tokens in one growing list with, for every pair of consecutive tokens, the positions where the
+pair ends. A proposal takes the longest match of the sequence's end (the last pair, extended backwards) among the
+most recent occurrences in both sources, and follows the most frequent continuation of the occurrences that match
+that long: at each step the token most of them continue with (ties: the most recent's), as long as at least
+MIN_SHARE of them agree. Its length follows the match's length and what the target accepted of earlier copies
+(`SuffixDrafter.factor`). With the probabilities of its steps it also gives the expected number of its tokens the
+target keeps, which the caller weighs against a draft model's round (see drafters.FreeFirst).
+
+A proposal depends only on the tokens the index holds, never on a verification's random draws, so it is lossless
+under sampling as every deterministic proposal is (verify.py: a token without q is kept with probability p(x)).
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+from .drafters import Drafter, Proposal
+
+SEPARATOR = -1           # between two documents of a pool: no match or continuation crosses it
+MAX_MATCH = 32           # a match is measured up to this many tokens back
+MAX_CANDIDATES = 32      # the most recent occurrences of the last pair looked at, per source
+MIN_SHARE = 0.3          # a continuation step needs at least this share of the matching occurrences
+FREE_TOKENS = 16         # the most tokens one free proposal holds
+MIN_FREE_TOKENS = 2      # a shorter proposal is not worth a round's block
+DRAFT_POOL_TOKENS = 65536  # the default bound of an engine's draft pool (tokens over all scopes)
+
+
+def _pair(a: int, b: int) -> int:
+    return (a << 32) | b
+
+
+class TokenIndex:
+    """Tokens in one growing list, and for each pair of consecutive tokens the positions where it ends.
+
+    `start`: positions before it are forgotten (a pool's evicted documents); they are skipped where read and
+    dropped from the lists when the index compacts."""
+
+    def __init__(self, tokens: Optional[list[int]] = None):
+        self.tokens: list[int] = []
+        self.ends: dict[int, list[int]] = {}
+        self.start = 0
+        if tokens:
+            self.extend(tokens)
+
+    def __len__(self) -> int:
+        return len(self.tokens) - self.start
+
+    def extend(self, tokens: list[int]) -> None:
+        seq, ends = self.tokens, self.ends
+        for token in tokens:
+            seq.append(int(token))
+            if len(seq) > 1 and seq[-2] >= 0 and token >= 0:
+                ends.setdefault(_pair(seq[-2], token), []).append(len(seq) - 1)
+
+    def truncate(self, length: int) -> None:
+        """Forget every token from position `length` on (a guessed sequence that did not come true)."""
+        seq = self.tokens
+        for p in range(len(seq) - 1, max(length, 1) - 1, -1):
+            if seq[p - 1] >= 0 and seq[p] >= 0:
+                key = _pair(seq[p - 1], seq[p])
+                positions = self.ends[key]
+                positions.pop()
+                if not positions:
+                    del self.ends[key]
+        del seq[length:]
+
+    def occurrences(self, context: list[int], skip_end: bool) -> list[tuple[int, int]]:
+        """(match length, position) of the most recent occurrences of the context's last pair that have a token
+        after them, the match extended backwards up to MAX_MATCH tokens. skip_end: the index holds the context
+        itself, whose own end is no occurrence."""
+        if len(context) < 2:
+            return []
+        positions = self.ends.get(_pair(context[-2], context[-1]), [])
+        seq, found = self.tokens, []
+        for p in reversed(positions):
+            if p < self.start + 1 or len(found) == MAX_CANDIDATES:
+                break
+            if p + 1 >= len(seq) or seq[p + 1] < 0 or (skip_end and p == len(seq) - 1):
+                continue
+            n = 2
+            while n < MAX_MATCH and n < len(context) and p - n >= self.start and seq[p - n] == context[-1 - n]:
+                n += 1
+            found.append((n, p))
+        return found
+
+
+@dataclass
+class Copy:
+    """A free proposal: its tokens, the expected number of them the target keeps (from the occurrences' votes),
+    the match's length and where it came from ("suffix": the request, "pool": earlier requests)."""
+    tokens: list[int]
+    expected: float
+    match: int
+    source: str
+
+
+def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], limit: int) -> Optional[Copy]:
+    """The most frequent continuation of the longest match of the context's end in the sources
+    ((name, index, holds the context itself)), at most `limit` tokens; None where nothing matches."""
+    found = [(n, name, index, own, p) for name, index, own in sources for n, p in index.occurrences(context, own)]
+    if not found or limit < 1:
+        return None
+    longest = max(n for n, *_ in found)
+    live = [(index, own, p) for n, _, index, own, p in found if n == longest]  # request first, most recent first
+    source = next(name for n, name, *_ in found if n == longest)
+    tokens, expected, chance = [], 0.0, 1.0
+    for step in range(limit):
+        votes = Counter()
+        nexts = []
+        for index, own, p in live:
+            q = p + 1 + step
+            # past the end of the request's own text, a copy reads on in what it has copied: text that repeats
+            # with a short period (a list, a run of blank lines) is copied for as long as the limit allows
+            token = (index.tokens[q] if q < len(index.tokens) else
+                     tokens[q - len(index.tokens)] if own else SEPARATOR)
+            nexts.append(token)
+            if token >= 0:
+                votes[token] += 1
+        if not votes:
+            break
+        top = max(votes.values())
+        token = next(t for t in nexts if votes.get(t) == top)  # ties: the most recent occurrence's
+        share = top / len(live)
+        if share < MIN_SHARE:
+            break
+        chance *= share
+        expected += chance
+        tokens.append(token)
+        live = [occurrence for occurrence, t in zip(live, nexts) if t == token]
+    return Copy(tokens, expected, longest, source) if tokens else None
+
+
+class DraftPool:
+    """The prompts and outputs of earlier requests on one engine, for free drafts: at most `max_tokens` tokens over
+    all scopes, the oldest documents forgotten first. Thread-safe: a server's slots share it."""
+
+    def __init__(self, max_tokens: int = DRAFT_POOL_TOKENS):
+        self.max_tokens = max_tokens
+        self.scopes: dict[str, TokenIndex] = {}
+        self.documents: "OrderedDict[int, tuple[str, int]]" = OrderedDict()  # id -> (scope, tokens), oldest first
+        self.size = 0  # tokens held (separators included)
+        self._next_id = 0
+        self.lock = threading.Lock()
+
+    def add(self, tokens: list[int], scope: str = "") -> None:
+        """Remember a request's tokens (its prompt and output) in a scope; drop the oldest documents over the bound."""
+        if not self.max_tokens or len(tokens) < 2:
+            return
+        tokens = list(tokens[-self.max_tokens + 1:])
+        with self.lock:
+            index = self.scopes.setdefault(scope, TokenIndex())
+            index.extend([SEPARATOR, *tokens])
+            self.documents[self._next_id] = (scope, len(tokens) + 1)
+            self._next_id += 1
+            self.size += len(tokens) + 1
+            while self.size > self.max_tokens:
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, (scope, length) = self.documents.popitem(last=False)
+        index = self.scopes[scope]
+        index.start += length
+        self.size -= length
+        if not len(index):
+            del self.scopes[scope]
+        elif index.start > len(index):  # mostly forgotten: rebuild it from what is left
+            self.scopes[scope] = TokenIndex(index.tokens[index.start:])
+
+    def index(self, scope: str = "") -> Optional[TokenIndex]:
+        return self.scopes.get(scope)
+
+    def forget(self, scope: Optional[str] = None) -> None:
+        """Forget every document (of one scope, or of all with None)."""
+        with self.lock:
+            for doc, (s, _) in list(self.documents.items()):
+                if scope is None or s == scope:
+                    self.size -= self.documents.pop(doc)[1]
+            if scope is None:
+                self.scopes.clear()
+            else:
+                self.scopes.pop(scope, None)
+
+    def describe(self) -> dict:
+        """The pool's bound and contents, for `info`, `/metrics` and Result.extra."""
+        with self.lock:
+            return {"max_tokens": self.max_tokens, "tokens": self.size, "documents": len(self.documents),
+                    "scopes": len(self.scopes)}
+
+
+class SuffixDrafter(Drafter):
+    """Free drafts for one request, from its own tokens and an engine's draft pool (see the module's docstring):
+    the `suffix` algorithm's drafter, and the free source of a draft model's rounds (sources.FreeFirst).
+
+    The proposal's length: at most `factor` tokens per matched token (at least MIN_FREE_TOKENS, at most
+    FREE_TOKENS); the factor doubles after a copy the target kept whole and halves after one it kept less than
+    half of, so text that keeps repeating is copied in long runs and text that does not in short ones."""
+
+    free_tokens = FREE_TOKENS
+
+    def __init__(self, prompt_ids: list[int], pool: Optional[DraftPool] = None, scope: str = ""):
+        self.own = TokenIndex(prompt_ids)
+        self.pool, self.scope = pool, scope
+        self.factor = 2.0
+
+    def sync(self, sequence: list[int]) -> None:
+        """Make the request's index hold exactly `sequence` (it grows by a round's tokens; a guessed sequence
+        that did not come true is cut back)."""
+        own = self.own.tokens
+        n = min(len(own), len(sequence))
+        if own[:n] != sequence[:n]:  # rare: find where they part
+            n = next(i for i, (a, b) in enumerate(zip(own, sequence)) if a != b)
+        if n < len(own):
+            self.own.truncate(n)
+        self.own.extend(sequence[n:])
+
+    def copy(self, sequence: list[int], limit: int = FREE_TOKENS) -> Optional[Copy]:
+        """The best copy for the sequence's end, at most `limit` tokens (None: nothing worth a round)."""
+        self.sync(sequence)
+        sources = [("suffix", self.own, True)]
+        pool = self.pool
+        if pool is None:
+            found = best_copy(sources, sequence, FREE_TOKENS)
+        else:
+            with pool.lock:
+                pooled = pool.index(self.scope)
+                found = best_copy(sources + ([("pool", pooled, False)] if pooled else []), sequence, FREE_TOKENS)
+        if found is None:
+            return None
+        length = min(limit, max(MIN_FREE_TOKENS, int(self.factor * found.match)))
+        found.tokens = found.tokens[:length]
+        found.expected = min(found.expected, len(found.tokens))
+        return found if len(found.tokens) >= MIN_FREE_TOKENS else None
+
+    def propose(self, sequence: list[int], k: int) -> Proposal:
+        found = self.copy(sequence, min(k, FREE_TOKENS) if k > 0 else FREE_TOKENS)
+        return as_proposal(found) if found else Proposal()
+
+    def verified(self, proposal: Proposal, accepted: int, seconds: float) -> None:
+        if not proposal.copied:
+            return
+        kept = min(accepted, proposal.copied)
+        if kept == proposal.copied:
+            self.factor = min(8.0, 2 * self.factor)
+        elif 2 * kept < proposal.copied:
+            self.factor = max(0.5, self.factor / 2)
+
+
+def as_proposal(found: Copy) -> Proposal:
+    return Proposal(list(found.tokens), None, copied=len(found.tokens), source=found.source)

@@ -1,0 +1,256 @@
+"""Free drafts: copies of text the target has seen (the request's own, and earlier requests' in the draft pool),
+proposed without a draft model, first in a draft model's rounds; lossless greedy and sampled, repeatable seeded."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
+from edge_specdec.runtime.drafters import Proposal
+from edge_specdec.runtime.sources import FIRST_PAUSE, TRIAL_ROUNDS, FreeFirst
+from edge_specdec.runtime.suffix import MIN_FREE_TOKENS, DraftPool, SuffixDrafter, TokenIndex, best_copy
+from hostile_text import HOSTILE_STRINGS
+from support import ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, homogeneity_pvalue
+
+REPEATING = ["def f(x):\n    return x\n" * 3 + "def f(x):\n", "a b a b a b a b",
+             "def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):\n",
+             "one two three four. one two three four. one two"]
+
+
+class Recorder:
+    """A stand-in draft model: proposes [7] and records each call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def propose(self, sequence, k):
+        self.calls.append((list(sequence), k))
+        return Proposal([7] * min(k, 2), None)
+
+    def accept(self, n, token):
+        pass
+
+    def constrain(self, grammar):
+        pass
+
+    def stats(self):
+        return {}
+
+
+# --- the index, the copy and the pool, without a model ------------------------------------------------------------
+
+def test_the_longest_match_is_copied_and_its_most_frequent_continuation_wins():
+    # (1, 2) is followed by 3 twice and by 4 once; the longer context (9, 1, 2) matched only where 5 follows
+    index = TokenIndex([1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 4, 0, 9, 1, 2, 5, 6, 0])
+    assert best_copy([("suffix", index, False)], [7, 1, 2], 4).tokens[0] == 3
+    copy = best_copy([("suffix", index, False)], [9, 1, 2], 4)
+    assert copy.tokens == [5, 6, 0] and copy.match == 3 and copy.expected == pytest.approx(3.0)
+
+
+def test_the_request_index_does_not_match_its_own_end_and_follows_its_sequence():
+    drafter = SuffixDrafter([5, 6, 7, 8, 9])
+    assert drafter.copy([5, 6, 7, 8, 9]) is None  # (8, 9) occurs only at the end itself
+    found = drafter.copy([5, 6, 7, 8, 9, 5, 6])
+    assert found.tokens == [7, 8, 9, 5] and found.source == "suffix"  # 2 matched tokens: up to 2x2 copied
+    assert drafter.own.tokens == [5, 6, 7, 8, 9, 5, 6]
+    drafter.sync([5, 6, 7, 8, 1])  # a guessed sequence that did not come true: cut back, then grown
+    assert drafter.own.tokens == [5, 6, 7, 8, 1] and drafter.copy([5, 6, 7, 8, 1, 5, 6]).tokens[:2] == [7, 8]
+
+
+def test_a_copy_grows_while_the_target_keeps_it_and_shrinks_when_it_does_not():
+    body = list(range(20, 40))
+    drafter = SuffixDrafter([1, 2] + body + [9])
+    sequence = [1, 2] + body + [9, 1, 2]
+    assert len(drafter.copy(sequence).tokens) == 4  # a 2-token match: twice as many
+    drafter.verified(Proposal(body[:4], copied=4, source="suffix"), 4, 0.1)
+    assert len(drafter.copy(sequence).tokens) == 8
+    drafter.verified(Proposal(body[:8], copied=8, source="suffix"), 1, 0.1)
+    assert len(drafter.copy(sequence).tokens) == 4
+
+
+def test_the_pool_keeps_earlier_requests_within_its_bound_per_scope():
+    pool = DraftPool(max_tokens=30)
+    pool.add(list(range(100, 112)), scope="alice")
+    drafter = SuffixDrafter([1, 100, 101], pool, scope="alice")
+    assert drafter.copy([1, 100, 101]).tokens[:2] == [102, 103] and drafter.copy([1, 100, 101]).source == "pool"
+    assert SuffixDrafter([1, 100, 101], pool, scope="bob").copy([1, 100, 101]) is None  # another key sees nothing
+    pool.add(list(range(200, 212)), scope="bob")
+    pool.add(list(range(300, 312)), scope="alice")  # over 30 tokens: the oldest document goes
+    assert pool.describe() == {"max_tokens": 30, "tokens": 26, "documents": 2, "scopes": 2}
+    assert SuffixDrafter([1, 100, 101], pool, scope="alice").copy([1, 100, 101]) is None
+    assert SuffixDrafter([300, 301], pool, scope="alice").copy([300, 301]).tokens[0] == 302
+    pool.forget("alice")
+    assert SuffixDrafter([300, 301], pool, scope="alice").copy([300, 301]) is None
+    assert pool.describe()["documents"] == 1
+    pool.forget()
+    assert pool.describe() == {"max_tokens": 30, "tokens": 0, "documents": 0, "scopes": 0}
+
+
+def test_documents_of_the_pool_do_not_run_into_each_other():
+    pool = DraftPool()
+    pool.add([1, 2, 3])
+    pool.add([4, 5, 6])
+    assert SuffixDrafter([2, 3], pool).copy([2, 3]) is None  # 3 ends its document: nothing follows it
+
+
+def test_a_copy_goes_first_the_model_drafts_otherwise_and_after_a_short_sure_copy():
+    model = Recorder()
+    drafter = FreeFirst(model, SuffixDrafter([1, 2, 3, 4, 5, 6, 9]))
+    proposal = drafter.propose([1, 2, 3, 4, 5, 6, 9, 1, 2], 4)  # (1, 2) recurs: copied, and nothing chained
+    assert proposal.tokens == [3, 4, 5, 6] and proposal.copied == 4 and model.calls == []
+    assert drafter.propose([8, 8, 5, 7], 4).tokens == [7, 7] and len(model.calls) == 1  # nothing repeats
+    proposal = drafter.propose([1, 2, 3, 4, 5, 6, 9, 1, 2], 8)  # k longer than the copy: the model goes on
+    assert proposal.tokens[:4] == [3, 4, 5, 6] and proposal.tokens[4:] == [7, 7] and proposal.copied == 4
+    assert model.calls[-1] == ([1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 5, 6], 4)
+    assert drafter.propose([1, 2, 3, 4, 5, 6, 9, 1, 2], 0).tokens == [3, 4, 5, 6]  # the model paused: still copies
+    assert drafter.propose([8, 8, 5, 7], 0).tokens == [] and len(model.calls) == 2
+
+
+def test_a_free_source_that_loses_is_paused_and_measured_again():
+    model = Recorder()
+    drafter = FreeFirst(model, SuffixDrafter(list(range(10, 30)) * 2))
+    sequence = list(range(10, 30)) * 2 + [10, 11]
+    for _ in range(3):  # model rounds: 3 tokens in 0.1 s
+        drafter.verified(Proposal([7, 7]), 2, 0.1)
+    for _ in range(TRIAL_ROUNDS):  # copies the target rejects: 1 token in 0.1 s
+        proposal = drafter.propose(sequence, 4)
+        assert proposal.copied
+        drafter.verified(proposal, 0, 0.1)
+    paused = [drafter.propose(sequence, 4).copied for _ in range(FIRST_PAUSE)]
+    assert not any(paused) and drafter.stats()["free_paused_rounds"] == FIRST_PAUSE
+    assert drafter.propose(sequence, 4).copied  # tried again after the pause
+
+
+def test_without_a_clock_the_source_is_judged_by_what_the_target_kept():
+    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) * 2), clock=False)
+    sequence = list(range(10, 30)) * 2 + [10, 11]
+    for _ in range(TRIAL_ROUNDS):
+        drafter.verified(drafter.propose(sequence, 4), 0, 1e-9)  # absurd clocks do not matter: nothing kept
+    assert not drafter.propose(sequence, 4).copied
+
+
+# --- lossless with real (tiny) models ----------------------------------------------------------------------------
+
+def logprob_bits(result) -> list:
+    return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
+
+
+@pytest.fixture(scope="module")
+def pipes(bundle_dir):
+    return {"standard": Pipeline(bundle_dir(*SAME_VOCAB)), "hetero": Pipeline(bundle_dir(*OTHER_VOCAB))}
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "slem", "suffix", pytest.param("tli", marks=pytest.mark.slow),
+                                       pytest.param("slrs", marks=pytest.mark.slow)])
+def test_greedy_ids_and_bits_are_the_target_alones_with_copies_and_the_pool(pipes, algorithm):
+    pipe = pipes["standard" if algorithm == "standard" else "hetero"]
+    pipe.forget()
+    config = GenerationConfig(max_new_tokens=24, ignore_eos=True, logprobs=True)
+    copied = pooled = 0
+    for prompt in REPEATING + [s for s in HOSTILE_STRINGS if s.strip()][:6]:
+        base = pipe.generate(prompt, config, algorithm="none", pool_scope=None)
+        for scope in ("cold", "warm"):  # the second run finds the first's text in the pool
+            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4, pool_scope=scope)
+            assert spec.token_ids == base.token_ids and logprob_bits(spec) == logprob_bits(base), (prompt, scope)
+            copied += spec.stats.suffix_tokens_accepted
+            pooled += spec.stats.pool_tokens_accepted
+        off = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4, lookup=False)
+        assert off.token_ids == base.token_ids
+    assert copied > 0 and pooled > 0  # copies from the request and from the pool were verified, and stayed exact
+    pipe.forget()
+
+
+def test_a_seeded_sampled_request_repeats_with_the_pool_warm_or_cold(pipes):
+    pipe = pipes["hetero"]
+    pipe.forget()
+    config = GenerationConfig(max_new_tokens=24, seed=7, ignore_eos=True, **SAMPLING)
+    prompt = REPEATING[0]
+    cold = pipe.generate(prompt, config, algorithm="slem")
+    for _ in range(2):  # the pool now holds this very answer, and other text
+        pipe.generate(prompt, GenerationConfig(max_new_tokens=24, ignore_eos=True), algorithm="slem")
+        again = pipe.generate(prompt, config, algorithm="slem")
+        assert again.token_ids == cold.token_ids
+    pipe.forget()
+
+
+def test_an_engine_without_a_pool_and_forget(bundle_dir):
+    engine = Engine(bundle_dir(*SAME_VOCAB), draft_pool_tokens=0)
+    assert engine.draft_pool is None
+    engine.forget()  # nothing to forget: no error
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True)
+    first = engine.session().generate(REPEATING[2], config, algorithm="suffix")
+    second = engine.session().generate(REPEATING[2], config, algorithm="suffix")
+    assert second.token_ids == first.token_ids and second.stats.pool_tokens_proposed == 0
+
+
+@pytest.mark.slow
+def test_sampling_keeps_the_target_distribution_where_copies_are_verified(pipes):
+    """On a prompt that repeats, the first rounds are copies, chained with the model's tokens; the sampled tokens
+    keep the target's distribution, and the returned logprobs are the target's on the emitted ids."""
+    pipe = pipes["standard"]
+    pipe.forget()
+    prompt = "a b c d a b c d a b c d a b"
+    samples = {"none": Counter(), "standard": Counter()}
+    copied = 0
+    for algorithm, offset in (("none", 0), ("standard", 50_000)):
+        for seed in range(offset, offset + N_SAMPLES):
+            config = GenerationConfig(max_new_tokens=5, seed=seed, ignore_eos=True, **SAMPLING)
+            result = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4, pool_scope=None)
+            samples[algorithm][tuple(result.token_ids[:2])] += 1
+            copied += result.stats.suffix_tokens_proposed
+    assert copied >= N_SAMPLES  # every speculative run copied
+    assert len(samples["none"]) > 5, "the test distribution is too concentrated to tell anything"
+    assert homogeneity_pvalue(samples["none"], samples["standard"]) > ALPHA
+    config = GenerationConfig(max_new_tokens=12, seed=3, ignore_eos=True, logprobs=True, **SAMPLING)
+    spec = pipe.generate(prompt, config, algorithm="standard", num_assistant_tokens=4)
+    forced = pipe.generate(pipe.tokenizer.encode(prompt) + spec.token_ids[:-1], dataclasses_replace(config))
+    assert spec.stats.suffix_tokens_proposed
+
+
+def dataclasses_replace(config):
+    import dataclasses
+    return dataclasses.replace(config, max_new_tokens=1)
+
+
+@pytest.mark.slow
+def test_cli_no_lookup_and_the_json_counts(bundle_dir):
+    counts = {}
+    for flags in ([], ["--no-lookup"]):
+        proc = subprocess.run([sys.executable, "-m", "edge_specdec.cli", "run", str(bundle_dir(*SAME_VOCAB)),
+                               "--prompt", REPEATING[0], "--max-new-tokens", "16", "--ignore-eos", "--json", *flags],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        counts[bool(flags)] = json.loads(proc.stdout)["stats"]["suffix_tokens_proposed"]
+    assert counts[False] > 0 and counts[True] == 0
+
+
+@pytest.mark.slow
+def test_the_server_shows_its_pool_and_scopes_it_by_key(bundle_dir):
+    import urllib.request
+
+    from edge_specdec.runtime.settings import EngineConfig
+    from edge_specdec.serve.app import ServerSettings
+    from serve_helpers import serve_in_thread
+
+    def metric(url: str, name: str) -> float:
+        text = urllib.request.urlopen(urllib.request.Request(url + "/metrics", headers=auth)).read().decode()
+        return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(f"edge_specdec_{name} ")))
+
+    auth = {"Authorization": "Bearer k1", "Content-Type": "application/json"}
+    body = json.dumps({"prompt": REPEATING[0], "max_tokens": 8, "temperature": 0}).encode()
+    settings = ServerSettings(str(bundle_dir(*SAME_VOCAB)), slots=1, api_key="k1",
+                              engine=EngineConfig(draft_pool_tokens=5000))
+    with serve_in_thread(settings) as running:
+        assert metric(running.url, "draft_pool_limit_tokens") == 5000 and metric(running.url, "draft_pool_tokens") == 0
+        urllib.request.urlopen(urllib.request.Request(running.url + "/v1/completions", data=body, headers=auth))
+        assert metric(running.url, "draft_pool_tokens") > 8
+        scopes = list(running.server.engine.draft_pool.scopes)
+        assert scopes and "" not in scopes and "k1" not in scopes  # one scope, named by the key's digest
+    with serve_in_thread(ServerSettings(str(bundle_dir(*SAME_VOCAB)), slots=1, api_key="k1",
+                                        engine=EngineConfig(draft_pool_tokens=0))) as running:
+        assert metric(running.url, "draft_pool_limit_tokens") == 0
