@@ -46,7 +46,7 @@ def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
               say: Callable[[str], None] = lambda _: None) -> dict:
     """Each algorithm's greedy runs against the target alone's: token ids and logprob bits, and the acceptance."""
     session = engine.session()
-    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, logprobs=True, ignore_eos=True)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, logprobs=True, ignore_eos=True).pinned()
     reference = {p: session.generate(p, config, algorithm="none") for p in prompts}
     out = {}
     for name in engine.algorithms():

@@ -31,7 +31,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..demo import run_defaults
+from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine
@@ -85,7 +85,7 @@ class Server:
 
     def __init__(self, settings: ServerSettings, engine: Optional[Engine] = None):
         self.settings = settings.check()
-        self.bundle, self.repetition_penalty = run_defaults(settings.bundle, None)
+        self.bundle = settings.bundle or str(DEMO_BUNDLE)
         self.model_name = settings.model_name or Path(self.bundle).name
         self.engine: Optional[Engine] = None
         self.slots: Optional[SlotPool[DecodingSession]] = None
@@ -224,7 +224,7 @@ class Server:
         arrival = time.perf_counter()
         self.authorize(request)
         engine = self.ready()
-        parsed = parse_request(await self.read_json(request), kind, self.repetition_penalty)
+        parsed = parse_request(await self.read_json(request), kind, engine.default_config.repetition_penalty)
         tool_format = self.tool_format(engine, parsed)
         prompt_ids = await self.prompt_ids(engine, parsed)
         self.fit_context(engine, parsed, len(prompt_ids))
@@ -362,7 +362,7 @@ class Server:
                 "algorithms": ["auto", *engine.algorithms()],
                 "slots": self.settings.slots, "batching": engine.scheduler is not None,
                 "batching_note": engine.batching_note, "max_tokens": self.settings.max_tokens,
-                "default_repetition_penalty": self.repetition_penalty}
+                "default_repetition_penalty": engine.default_config.repetition_penalty}
         return card
 
     async def list_models(self, request: Request) -> Response:
