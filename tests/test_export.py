@@ -182,7 +182,8 @@ def test_export_records_generation_defaults_only_when_told(model_dir, tmp_path, 
     target = str(model_dir("qwen2-bytelevel"))
     for bad, words in (("repetiton_penalty=1.3", "no such setting"), ("top_p=0", "top_p must be in (0, 1]"),
                        ("temperature", "write NAME=VALUE")):
-        assert main(["export", "--target", target, "--out", str(tmp_path / "bad"), "--generation-default", bad]) == 1
+        assert main(["export", "--target", target, "--out", str(tmp_path / "bad"),
+                     "--generation-default", bad]) == 1
         assert words in capsys.readouterr().err and not any(tmp_path.iterdir())
     assert main(["export", "--target", target, "--out", str(tmp_path / "b"), "--quiet",
                  "--generation-default", "repetition_penalty=1.3", "--generation-default", "top_k=5"]) == 0

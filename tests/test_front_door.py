@@ -51,7 +51,8 @@ def test_a_partial_config_through_the_api_writes_what_run_writes(capsys):
     api = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=64))
     assert api.token_ids == ran["token_ids"] and api.text == ran["text"]
     # a value set equal to GenerationConfig's own default still wins over the bundle's: 1.0 means off, in both
-    assert main(["run", "--prompt", "def fib(n):", "--max-new-tokens", "64", "--repetition-penalty", "1", "--json"]) == 0
+    assert main(["run", "--prompt", "def fib(n):", "--max-new-tokens", "64", "--repetition-penalty", "1",
+                 "--json"]) == 0
     off = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=64, repetition_penalty=1.0))
     assert off.token_ids == json.loads(capsys.readouterr().out)["token_ids"] != api.token_ids
 
