@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from ..runtime.generate import TARGET_ALONE_THROUGHOUT
 from .stats import quantile
 
 NOISE_BAND = 0.10  # relative: a ratio between 0.9 and 1.1 is no measured difference without a spread of its own
 MIN_RATIOS_FOR_SPREAD = 3  # fewer paired ratios than this give no spread worth the name
-TARGET_ALONE_THROUGHOUT = "the target alone throughout: drafting loses on this machine"
 NO_DIFFERENCE = "no measurable difference"
 
 

@@ -211,9 +211,8 @@ def stats_line(result) -> str:
         line += f"; {plural(result.extra['lookup_rounds'], 'round')} copied from the text by lookup"
     if st["drafted_ahead_used"]:
         line += f"; drafted ahead and used: {plural(st['drafted_ahead_used'], 'round')}"
-    if st["rounds_drafting_paused"]:
-        line += (f"; drafting paused for {plural(st['rounds_drafting_paused'], 'round')} (slower than the target "
-                 f"alone on this machine, measured as it ran)")
+    if result.stats.drafting_note:
+        line += f"; {result.stats.drafting_note}"
     if st["grammar_tokens_proposed"]:
         line += (f"; {plural(st['grammar_tokens_accepted'], 'token')} forced by the grammar (proposed without the "
                  f"draft)")

@@ -97,8 +97,6 @@ class Server:
             "queue_depth": ("requests waiting for a slot", lambda: self.slots.depth if self.slots else 0),
             "slots_busy": ("slots generating", lambda: self.slots.busy if self.slots else 0),
             "slots_total": ("decoding slots (sessions on the one engine)", lambda: self.settings.slots),
-            "batched_calls": ("model calls that ran several sessions' blocks together (a counter)",
-                              lambda: self.batching_stats()["batched_calls"]),
             "sequences_per_batched_call": ("the mean number of sessions' blocks in a batched call",
                                            lambda: self.batching_stats()["mean_sequences_per_batched_call"]),
             "prefix_store_bytes": ("bytes of KV caches held in the prefix store (host memory)",
@@ -107,6 +105,9 @@ class Server:
                                      lambda: len(self.store) if self.store else 0),
             "prefix_store_limit_bytes": ("the prefix store's bound (--prefix-cache-mb; 0: no store)",
                                          lambda: self.store.max_bytes if self.store else 0),
+        }, read_counters={
+            "batched_calls": ("model calls that ran several sessions' blocks together",
+                              lambda: self.batching_stats()["batched_calls"]),
         })
         self._given_engine = engine
 
