@@ -127,7 +127,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from serve_helpers import serve_command
 
-    from edge_specdec.demo import DEMO_BUNDLE, run_defaults
+    from edge_specdec.demo import DEMO_BUNDLE
     from edge_specdec.runtime import GenerationConfig, Pipeline
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -152,9 +152,9 @@ def main() -> int:
         print(json.dumps({**summary, "max_tokens": args.max_tokens, "bundle": args.bundle}, indent=1))
         return 0 if summary["identical"] == summary["pairs"] else 1
 
-    _, penalty = run_defaults(args.bundle, None)  # the demo's repetition penalty, as the server applies it
     pipe = Pipeline(args.bundle)
-    config = GenerationConfig(max_new_tokens=args.max_tokens, temperature=0, repetition_penalty=penalty)
+    # the fields left unset take the bundle's defaults (the demo's repetition penalty), as the server applies them
+    config = GenerationConfig(max_new_tokens=args.max_tokens, temperature=0)
     refs = {prompt: pipe.generate(prompt, config, algorithm="none").text for prompt in prompts}
     pipe = None  # its models' memory goes before the server loads its own
     batching = (["--no-batching"] if args.no_batching else []) + (

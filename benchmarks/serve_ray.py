@@ -29,7 +29,7 @@ import openai  # noqa: E402
 import ray  # noqa: E402
 from ray import serve  # noqa: E402
 
-from edge_specdec.demo import run_defaults  # noqa: E402
+from edge_specdec.demo import DEMO_BUNDLE  # noqa: E402
 from edge_specdec.runtime import GenerationConfig, Pipeline  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
 from edge_specdec.serve.ray_app import REPLICA_HEADER, deployment  # noqa: E402
@@ -61,9 +61,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--configs", nargs="+", default=["1x1", "2x1", "1x2"], help="REPLICASxSLOTS")
     a = ap.parse_args()
-    bundle, penalty = run_defaults(a.bundle, None)
+    bundle = a.bundle or str(DEMO_BUNDLE)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(a.requests)]
-    config = GenerationConfig(max_new_tokens=a.tokens, temperature=0, repetition_penalty=penalty, ignore_eos=True)
+    config = GenerationConfig(max_new_tokens=a.tokens, temperature=0, ignore_eos=True)  # + the bundle's defaults
     pipeline = Pipeline(bundle)
     reference = {p: pipeline.generate(p, config, algorithm="none").text for p in set(prompts)}
     del pipeline

@@ -104,6 +104,12 @@ class Bundle:
         return self.manifest["vocabulary"]
 
     @property
+    def generation_defaults(self) -> dict[str, Any]:
+        """The GenerationConfig fields export recorded as this bundle's defaults (--generation-default), which a
+        request's unset fields take; empty: GenerationConfig's own defaults."""
+        return dict(self.manifest.get("generation_defaults") or {})
+
+    @property
     def vocab_map_path(self) -> Path:
         return self.path / VOCAB_MAP_FILE
 
@@ -333,6 +339,10 @@ def describe(bundle: Bundle) -> str:
     lines.append("chat     " + ("the target's chat template: edge-specdec chat and /v1/chat/completions work"
                              if _has_chat_template(bundle.target.folder) else
                              "no chat template: the target continues text (run, /v1/completions)"))
+    defaults = bundle.generation_defaults
+    lines.append("defaults " + (", ".join(f"{k} {v!r}" for k, v in sorted(defaults.items()))
+                                + " (recorded at export; a request that sets none of these takes them)" if defaults
+                                else "none recorded: GenerationConfig's own (greedy, no repetition penalty)"))
     total = sum(r["size"] for r in m["files"].values())
     lines.append(f"files    {len(m['files'])} files, {total / 1e6:.1f} MB")
     versions = ", ".join(f"{k} {v}" for k, v in m.get("tool_versions", {}).items())

@@ -88,6 +88,10 @@ def check_manifest(manifest: dict[str, Any], where: str, fix: str) -> None:
     for key in ("intersection", "target_text_tokens", "draft_text_tokens"):
         if key in vocabulary:
             c.integer(vocabulary[key], f"vocabulary.{key}", 0)
+    if manifest.get("generation_defaults") is not None:  # its values are checked as a GenerationConfig's at load
+        for name, value in c.obj(manifest["generation_defaults"], "generation_defaults").items():
+            if isinstance(value, (dict, list)) and name != "stop_strings":
+                raise c.fail(f"generation_defaults.{name}", f"must be a number, a boolean or text, not {_kind(value)}")
 
 
 def _check_file(c: _Checker, rel: Any, record: Any) -> None:

@@ -8,10 +8,11 @@ On the devices chosen (or AUTO's), for one bundle:
 4. the prediction: what `run --compare` will measure, measured the way it measures it: the default run (`auto`
    with its drafting guard, the bundle's default settings such as the demo's repetition penalty, 128 tokens)
    against the target alone, time per output token, on check's prompts after a warm-up run (everything the
-   decode loop pays included). Beside it the ideal of the cost model: a round that drafts k tokens costs
-   k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on average (a: the acceptance per drafted token,
-   measured in step 2), against t(1) per token for the target alone; its best k is the recommended draft
-   length;
+   decode loop pays included), told as verdict.speedup_verdict tells it (no ratio where nothing was drafted,
+   "no measurable difference" within the noise band). Beside it the ideal of the cost model: a round that
+   drafts k tokens costs k*d + t(k+1) and yields (1 - a^(k+1)) / (1 - a) tokens on average (a: the acceptance
+   per drafted token, d: the loop's draft seconds per drafted token, both measured in step 2), against t(1) per
+   token for the target alone; its best k is the recommended draft length;
 5. the draft's step on every device AUTO could give it (integrated GPUs, NPUs, a free discrete GPU, the CPU):
    the fastest is the recommended placement.
 
@@ -27,6 +28,7 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
+from .benchmark.verdict import speedup_verdict
 from .runtime import Engine, GenerationConfig
 from .runtime.algorithms import AUTO, REGISTRY
 from .runtime.devices import compile_config, draft_candidates, list_devices, resolve_cache_dir
@@ -44,7 +46,7 @@ def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
               say: Callable[[str], None] = lambda _: None) -> dict:
     """Each algorithm's greedy runs against the target alone's: token ids and logprob bits, and the acceptance."""
     session = engine.session()
-    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, logprobs=True, ignore_eos=True)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, logprobs=True, ignore_eos=True).pinned()
     # no run here reads or feeds the draft pool: each prompt is measured as a first request would run it
     reference = {p: session.generate(p, config, algorithm="none", pool_scope=None) for p in prompts}
     out = {}
@@ -60,6 +62,10 @@ def exactness(engine: Engine, prompts: list[str], max_new_tokens: int,
         out[name] = {"identical": sum(same), "runs": len(runs),
                      "first_difference": next((p for p, ok in zip(prompts, same) if not ok), None),
                      "acceptance": accepted / proposed if proposed else None,
+                     # what a drafted token costs in the decode loop: the draft's calls, its re-tokenization
+                     # and the lookups, not the bare draft step
+                     "draft_seconds_per_drafted_token": (sum(r.stats.draft_seconds for r in runs) / proposed
+                                                         if proposed else None),
                      "tokens_per_target_pass": statistics.median(r.stats.tokens_per_target_pass for r in runs),
                      "measured_speedup": loop_speedup([reference[p] for p in prompts], runs)}
         say(f"  {name}: {sum(same)}/{len(runs)} identical to the target alone"
@@ -79,7 +85,8 @@ def default_speedup(engine: Engine, prompts: list[str], max_new_tokens: int = SP
     """The default run against the target alone as `run --compare` measures them: `auto` with the bundle's default
     settings (`engine.default_config`), greedy, after one untimed warm-up run of both (the first calls of a block
     shape prepare its kernels; the drafting guard learns its verdict), then each prompt with both. Returns the
-    median ratio of times per output token, of tokens/s, and the rounds in which drafting was paused."""
+    median ratio of times per output token, of tokens/s, the tokens drafted, the rounds in which drafting was
+    paused, and the verdict in words (verdict.speedup_verdict: no ratio where nothing was drafted)."""
     session = engine.session()
     config = dataclasses.replace(engine.default_config, max_new_tokens=max_new_tokens, temperature=0,
                                  ignore_eos=True)
@@ -87,7 +94,11 @@ def default_speedup(engine: Engine, prompts: list[str], max_new_tokens: int = SP
         session.generate(prompts[0], config, algorithm=algorithm, pool_scope=None)
     runs = [(session.generate(p, config, algorithm=AUTO, pool_scope=None),
              session.generate(p, config, algorithm="none", pool_scope=None)) for p in prompts]
-    return {"speedup": loop_speedup([alone for _, alone in runs], [drafted for drafted, _ in runs]),
+    speedup = loop_speedup([alone for _, alone in runs], [drafted for drafted, _ in runs])
+    ratios = [a.stats.time_per_output_token / d.stats.time_per_output_token for d, a in runs]
+    drafted_tokens = sum(d.stats.draft_tokens_proposed + d.stats.free_tokens_proposed for d, _ in runs)
+    return {"speedup": speedup, "verdict": speedup_verdict(speedup, drafted_tokens > 0, ratios),
+            "drafted_tokens": drafted_tokens,
             "tokens_per_s_speedup": float(statistics.median(d.stats.tokens_per_s / a.stats.tokens_per_s
                                                             for d, a in runs)),
             "algorithm": runs[0][0].extra.get("algorithm"), "max_new_tokens": max_new_tokens,
@@ -143,15 +154,20 @@ def predict(acceptance: float, draft_step: float, target: dict[int, float], k_ma
 
 
 def describe_prediction(prediction: dict) -> str:
-    """check's last line: the measured default run against the target alone, and the cost model's ideal."""
-    k, speedup, run = prediction["draft_length"], prediction["predicted_speedup"], prediction["default_run"]
+    """check's last line: the measured default run against the target alone (verdict.speedup_verdict: no ratio
+    where it drafted nothing), and the cost model's ideal, a drafted token priced as the decode loop paid it."""
+    k, run = prediction["draft_length"], prediction["default_run"]
     paused = (f"; drafting paused in {run['rounds_drafting_paused']} of its {run['rounds']} rounds, where it "
               "lost to the target alone" if run["rounds_drafting_paused"] else "")
-    return (f"prediction: about {speedup:.2f}x the target alone per output token with the default run "
-            f"({run['algorithm']}{paused}), as `run --compare` measures it; {prediction['algorithm']}'s acceptance "
-            f"{prediction['acceptance']:.2f} (exactness runs) and the step costs alone would allow "
-            f"{prediction['ideal_speedup']:.2f}x "
-            + (f"with {k} drafted token{'' if k == 1 else 's'} per round" if k else "at best"))
+    verdict = run["verdict"]
+    told = f"about {verdict} the target alone per output token" if verdict.endswith("x") else verdict
+    ideal = prediction["ideal_speedup"]
+    allow = (f"would allow {ideal:.2f}x with {k} drafted token{'' if k == 1 else 's'} per round" if k else
+             f"would allow no gain (at best {ideal:.2f}x)")
+    return (f"prediction: {told} with the default run ({run['algorithm']}{paused}), as `run --compare` measures "
+            f"it; {prediction['algorithm']}'s acceptance {prediction['acceptance']:.2f} and its cost per drafted "
+            f"token in the loop ({1000 * prediction['draft_seconds_per_drafted_token']:.2f} ms; exactness runs) "
+            f"with the target's step costs {allow}")
 
 
 def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *,
@@ -184,11 +200,13 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
         if drafted:
             name = default if default in drafted else max(drafted, key=lambda n: drafted[n]["acceptance"])
             target_s = {n: ms / 1000 for n, ms in costs["target_blocks_ms"].items()}
-            ideal = predict(drafted[name]["acceptance"], draft_step, target_s)
+            per_drafted = drafted[name]["draft_seconds_per_drafted_token"]
+            ideal = predict(drafted[name]["acceptance"], per_drafted, target_s)
             say(f"the default run against the target alone, as `run --compare` runs them ({len(prompts or PROMPTS)}"
                 f" prompts, {SPEED_TOKENS} tokens, the bundle's default settings):")
             measured = default_speedup(engine, prompts or PROMPTS)
             prediction = {"algorithm": name, "acceptance": drafted[name]["acceptance"],
+                          "draft_seconds_per_drafted_token": per_drafted,
                           "draft_length": ideal["draft_length"], "ideal_speedup": ideal["predicted_speedup"],
                           "rates": ideal["rates"], "predicted_speedup": measured["speedup"], "default_run": measured}
         costs["draft_step_ms_by_device"] = draft_steps(engine, costs["draft_step_ms"])

@@ -52,6 +52,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 EXCLUDED_DIRS = {"test", "tests", "idlelib", "site-packages"}
 EOS = "<|endoftext|>"
+# the bundle's recorded default (export --generation-default): greedy, the tiny target otherwise repeats one run
+REPETITION_PENALTY = 1.2
 PROMPTS = ["def parse_args(", "class LRUCache:", "import os\n\ndef walk(", "def _read_config(path):\n    ",
            "    for line in "]
 # The demo's chat template (Hugging Face's Jinja format, rendered by edge_specdec/runtime/chat.py). The pair is a
@@ -784,7 +786,8 @@ def main() -> None:
         write_chat_template(out / "target-hf")
         cmd = edge_specdec() + ["export", "--target", str(out / "target-hf"), "--draft", str(out / "draft-hf"),
                                 "--out", str(args.bundle), "--force", "--target-weights", args.target_weights,
-                                "--draft-weights", args.draft_weights, "--quiet"]
+                                "--draft-weights", args.draft_weights, "--generation-default",
+                                f"repetition_penalty={REPETITION_PENALTY}", "--quiet"]
         if args.target_weights == "int4":
             cmd[-1:-1] = ["--target-group-size", str(args.target_group_size)]
         log("export: " + " ".join(shlex.quote(c) for c in cmd))

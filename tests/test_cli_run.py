@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,7 +36,10 @@ def test_cli_compare_runs_the_target_alone_and_reports_the_speedup(bundle_dir):
     proc = run_cli(*args)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stderr.splitlines() if x.startswith("compare:"))
-    assert "x that; output identical to the target alone" in line, line
+    # a ratio where it drafted (which may be within the noise band), else the target alone throughout
+    assert re.search(r"; (standard \d+\.\d\dx that|standard: no measurable difference \(within \+-\d+ %\)|the "
+                     r"target alone throughout: drafting loses on this machine); output identical to the target "
+                     r"alone$", line), line
     report = json.loads(run_cli(*args, "--json").stdout)
     alone = json.loads(run_cli(*args[:-1], "--algorithm", "none", "--json").stdout)
     assert report["compare"]["identical"] is True and report["token_ids"] == alone["token_ids"]

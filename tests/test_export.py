@@ -170,3 +170,28 @@ def test_data_aware_int4_with_calibration_text(model_dir, tmp_path):
     weights = bundle.target.info["weights"]
     assert weights["awq"] and weights["scale_estimation"] and weights["dataset"] == str(calib)
     assert weights["group_size"] == 32 and weights["share_by_type"]["u4"] >= 0.25
+
+
+def test_export_records_generation_defaults_only_when_told(model_dir, tmp_path, capsys):
+    """--generation-default goes into the manifest, which `info` shows and a request's unset fields take; a
+    setting that does not exist or a value GenerationConfig refuses stops the export before anything is written."""
+    from edge_specdec.bundle import load_bundle
+    from edge_specdec.cli import main
+    from edge_specdec.runtime.pipeline import bundle_defaults
+
+    target = str(model_dir("qwen2-bytelevel"))
+    for bad, words in (("repetiton_penalty=1.3", "no such setting"), ("top_p=0", "top_p must be in (0, 1]"),
+                       ("temperature", "write NAME=VALUE")):
+        assert main(["export", "--target", target, "--out", str(tmp_path / "bad"),
+                     "--generation-default", bad]) == 1
+        assert words in capsys.readouterr().err and not any(tmp_path.iterdir())
+    assert main(["export", "--target", target, "--out", str(tmp_path / "b"), "--quiet",
+                 "--generation-default", "repetition_penalty=1.3", "--generation-default", "top_k=5"]) == 0
+    bundle = load_bundle(tmp_path / "b", verify=False)
+    assert bundle.generation_defaults == {"repetition_penalty": 1.3, "top_k": 5}
+    assert (bundle_defaults(bundle).repetition_penalty, bundle_defaults(bundle).top_k) == (1.3, 5)
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "b"), "--no-verify"]) == 0
+    assert "defaults repetition_penalty 1.3, top_k 5 (recorded at export" in capsys.readouterr().out
+    assert main(["export", "--target", target, "--out", str(tmp_path / "plain"), "--quiet"]) == 0
+    assert "generation_defaults" not in load_bundle(tmp_path / "plain", verify=False).manifest

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import edge_specdec
-from edge_specdec.demo import DEMO_BUNDLE, DEMO_REPETITION_PENALTY
+from edge_specdec.demo import DEMO_BUNDLE
 
 
 def test_the_top_level_exports_what_a_user_needs():
@@ -24,14 +24,73 @@ def test_importing_the_package_loads_no_runtime():
     assert out == ["False", "False"]
 
 
-def test_no_bundle_opens_the_demo_with_its_run_defaults():
+def test_no_bundle_opens_the_demo_with_the_defaults_its_manifest_records():
     from edge_specdec import GenerationConfig, Pipeline
 
     pipe = Pipeline(static_shapes=False)
     assert pipe.bundle.path.resolve() == DEMO_BUNDLE
-    assert pipe.default_config.repetition_penalty == DEMO_REPETITION_PENALTY
-    plain = pipe.generate("def parse_args(", GenerationConfig(max_new_tokens=48))
+    assert pipe.default_config.repetition_penalty == 1.2 == pipe.bundle.generation_defaults["repetition_penalty"]
+    off = pipe.generate("def parse_args(", GenerationConfig(max_new_tokens=48, repetition_penalty=1.0))
     default = pipe.generate("def parse_args(")
-    penalized = pipe.generate("def parse_args(", GenerationConfig(repetition_penalty=DEMO_REPETITION_PENALTY))
-    assert default.token_ids == penalized.token_ids[:len(default.token_ids)]
-    assert len(set(plain.text.split())) < len(set(default.text.split()))  # the penalty is what stops the loop
+    partial = pipe.generate("def parse_args(", GenerationConfig(max_new_tokens=48))
+    assert partial.token_ids == default.token_ids[:len(partial.token_ids)]
+    assert len(set(off.text.split())) < len(set(partial.text.split()))  # the penalty is what stops the loop
+
+
+def test_a_partial_config_through_the_api_writes_what_run_writes(capsys):
+    """The README's snippet: GenerationConfig(max_new_tokens=64) keeps the demo's recorded defaults, as `run` does."""
+    import json
+
+    from edge_specdec import GenerationConfig, Pipeline
+    from edge_specdec.cli import main
+
+    capsys.readouterr()
+    assert main(["run", "--prompt", "def fib(n):", "--max-new-tokens", "64", "--json"]) == 0
+    ran = json.loads(capsys.readouterr().out)
+    pipe = Pipeline(static_shapes=False)
+    api = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=64))
+    assert api.token_ids == ran["token_ids"] and api.text == ran["text"]
+    # a value set equal to GenerationConfig's own default still wins over the bundle's: 1.0 means off, in both
+    assert main(["run", "--prompt", "def fib(n):", "--max-new-tokens", "64", "--repetition-penalty", "1",
+                 "--json"]) == 0
+    off = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=64, repetition_penalty=1.0))
+    assert off.token_ids == json.loads(capsys.readouterr().out)["token_ids"] != api.token_ids
+
+
+def test_every_generation_field_records_whether_it_was_set():
+    """Generic: any field of GenerationConfig, those added later too, is tracked without a list to maintain."""
+    import dataclasses
+
+    from edge_specdec import GenerationConfig
+
+    bundle = GenerationConfig(max_new_tokens=7, temperature=0.5, top_k=3, repetition_penalty=1.2).pinned()
+    for f in dataclasses.fields(GenerationConfig):
+        given = GenerationConfig(**{f.name: getattr(GenerationConfig(), f.name)})  # set, to the class default
+        assert given.fields_set == {f.name}
+        resolved = given.with_defaults(bundle)
+        assert getattr(resolved, f.name) == getattr(GenerationConfig(), f.name)  # the value set wins
+        assert all(getattr(resolved, g.name) == getattr(bundle, g.name) for g in dataclasses.fields(GenerationConfig)
+                   if g.name != f.name)  # the rest take the bundle's
+    late = GenerationConfig()
+    late.repetition_penalty = 1.0  # assigned after construction: set too
+    assert late.with_defaults(bundle).repetition_penalty == 1.0 and late.with_defaults(bundle).top_k == 3
+    assert GenerationConfig(9).fields_set == {"max_new_tokens"}  # by position
+
+
+def test_a_manifest_default_that_is_no_setting_is_one_clear_error(tmp_path):
+    import json
+    import shutil
+
+    import pytest
+
+    from edge_specdec import Pipeline
+    from edge_specdec.errors import BundleError
+
+    bundle = tmp_path / "demo"
+    shutil.copytree(DEMO_BUNDLE, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for defaults, words in (({"repetiton_penalty": 1.2}, "'repetiton_penalty' that is no GenerationConfig field"),
+                            ({"repetition_penalty": 0}, "repetition_penalty must be between")):
+        (bundle / "manifest.json").write_text(json.dumps({**manifest, "generation_defaults": defaults}))
+        with pytest.raises(BundleError, match=words):
+            Pipeline(bundle, static_shapes=False, warm_up=False)

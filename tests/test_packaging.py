@@ -15,7 +15,7 @@ import pytest
 import edge_specdec
 from edge_specdec import catalog, demo
 from edge_specdec.bundle import load_bundle
-from edge_specdec.cli import build_parser
+from edge_specdec.cli import build_parser, main
 
 PACKAGE = Path(edge_specdec.__file__).resolve().parent
 PYPROJECT = PACKAGE.parent / "pyproject.toml"
@@ -46,12 +46,10 @@ def test_pyproject_declares_every_data_file_as_package_data():
     assert present and present == declared
 
 
-def test_run_defaults_pick_the_demo_and_its_repetition_penalty(tmp_path):
-    assert demo.run_defaults(None, None) == (str(demo.DEMO_BUNDLE), demo.DEMO_REPETITION_PENALTY)
-    assert demo.run_defaults(str(demo.DEMO_BUNDLE), None)[1] == demo.DEMO_REPETITION_PENALTY
-    assert demo.run_defaults(None, 1.0) == (str(demo.DEMO_BUNDLE), 1.0)  # an explicit value wins
-    assert demo.run_defaults(str(tmp_path), None) == (str(tmp_path), 1.0)  # other bundles: off
-    assert demo.DEMO_REPETITION_PENALTY != 1.0
+def test_the_demo_records_its_repetition_penalty_and_info_shows_it(capsys):
+    assert load_bundle(demo.DEMO_BUNDLE, verify=False).generation_defaults == {"repetition_penalty": 1.2}
+    assert main(["info", "--no-verify"]) == 0
+    assert "defaults repetition_penalty 1.2 (recorded at export" in capsys.readouterr().out
 
 
 def test_run_help_says_the_bundle_is_optional_and_names_the_demo(capsys):

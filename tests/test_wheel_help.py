@@ -89,13 +89,37 @@ def test_the_statistics_line_takes_the_plural_of_its_counts():
     assert "(1 from the request, 2 from earlier requests)" in line
 
 
-def test_pyproject_has_an_spdx_license_and_project_urls():
+def test_pyproject_has_an_spdx_license():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert project["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in project["build-system"]["requires"][0]  # PEP 639's license expressions
-    urls = project["project"]["urls"]
-    assert urls["Homepage"].startswith("https://") and urls["Documentation"] == docs_command.DOCS_URL
+
+
+def test_no_text_points_at_a_repository_that_does_not_exist(capsys):
+    """The project has no public repository: no address of one in the metadata, the package, the docs or what
+    `docs` and `pairs` print; the documentation ships with the package."""
+    texts = {path: path.read_text(encoding="utf-8") for path in [REPO / "pyproject.toml", REPO / "README.md",
+                                                                 *PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.json"),
+                                                                 *(REPO / "docs").glob("*.md")]}
+    for argv in (["docs"], ["pairs", "--json"]):
+        assert main(argv) == 0
+        texts[" ".join(argv)] = capsys.readouterr().out
+    for where, text in texts.items():
+        assert "github.com/edge-specdec" not in text, where
+
+
+def test_the_pages_the_readme_lists_are_docs_topics(capsys):
+    """README's Documentation section links pages outside docs/ too (the measurements, the demo pair): each is a
+    topic of `edge-specdec docs`, which prints the page itself."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Documentation"):]
+    linked = dict(re.findall(r"\[([^\]]+)\]\(([^)#]+\.md)\)", section))
+    assert {"RESULTS", "the demo pair"} <= set(linked)
+    for topic, path in (("RESULTS", linked["RESULTS"]), ("results", linked["RESULTS"]),
+                        ("demo", linked["the demo pair"])):
+        assert main(["docs", topic]) == 0
+        assert capsys.readouterr().out == (REPO / path).read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -110,6 +134,9 @@ def test_the_wheel_builds_without_warnings_and_carries_the_docs_and_the_chat_tem
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy(REPO / name, source / name)
     shutil.copytree(REPO / "docs", source / "docs")
+    for page in docs_command.PAGES_OUTSIDE_DOCS.values():
+        (source / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / page, source / page)
     shutil.copytree(PACKAGE, source / "edge_specdec", ignore=shutil.ignore_patterns("__pycache__", "data"))
     shutil.copytree(PACKAGE / "data", source / "edge_specdec" / "data", ignore=shutil.ignore_patterns("docs"))
     proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir",
@@ -119,7 +146,9 @@ def test_the_wheel_builds_without_warnings_and_carries_the_docs_and_the_chat_tem
     wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("edge_specdec-*.whl")))
     names = set(wheel.namelist())
     assert {f"edge_specdec/data/docs/{page.name}" for page in (REPO / "docs").glob("*.md")} <= names
+    assert {f"edge_specdec/data/docs/{topic}.md" for topic in docs_command.PAGES_OUTSIDE_DOCS} <= names
+    assert wheel.read("edge_specdec/data/docs/RESULTS.md") == (REPO / "benchmarks" / "RESULTS.md").read_bytes()
     assert "edge_specdec/data/demo_bundle/target/chat_template.jinja" in names
     assert "edge_specdec/serve/static/favicon.svg" in names
     metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert "License-Expression: Apache-2.0" in metadata and "Project-URL: Documentation, " in metadata
+    assert "License-Expression: Apache-2.0" in metadata and "github.com/edge-specdec" not in metadata

@@ -34,7 +34,7 @@ def ours_concurrent(sessions: list, algorithm: str, max_new_tokens: int) -> Call
     """N client threads, one session each, released together by a barrier."""
     from ..runtime import GenerationConfig
 
-    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0).pinned()
     engine = sessions[0].engine
 
     def run(prompts: list[ClientPrompt]) -> Round:
@@ -83,7 +83,7 @@ def ours_sequential(session, algorithm: str, max_new_tokens: int) -> Callable[[l
     """The N requests one after another on one session."""
     from ..runtime import GenerationConfig
 
-    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0).pinned()
 
     def run(prompts: list[ClientPrompt]) -> Round:
         done = []  # the bookkeeping waits for the end, so that the requests' times add up to the wall time

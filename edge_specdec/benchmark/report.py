@@ -10,6 +10,7 @@ from .prompt_set import Prompt
 from .report_files import pyplot, save_chart, write_report_files
 from .setups import ENGINE_TITLES, Setup
 from .stats import first_difference, median, rounded, spread
+from .verdict import speedup_verdict
 
 MIB = 1024 * 1024
 
@@ -18,7 +19,9 @@ DEFINITIONS = """\
   same clock for every engine; median and spread over every prompt and repeat.
 - speedup: the median, over (prompt, repeat), of tok/s of the row / tok/s of the target alone of the same
   engine on the same prompt in the same repeat (the two ran back to back). Per category: the same median over
-  that category's prompts.
+  that category's prompts. Where a row of ours drafted no token, it ran the target alone throughout and no ratio
+  is shown; a median within the noise band (half the distance between the paired ratios' quartiles, or 10 %
+  with fewer than 3) reads "no measurable difference".
 - TTFT / TPOT: time to first token and time per output token after it, medians. Ours: the Pipeline's stats;
   GenAI: its perf metrics (get_ttft().mean, get_tpot().mean); transformers: a streamer's clock.
 - acceptance: drafted tokens the target kept / drafted tokens, pooled over all runs (GenAI: as its extended
@@ -80,7 +83,7 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
         "runs": len(runs), "failed_runs": len(setup.failures), "failures": setup.failures[:20],
         "new_tokens_total": sum(r.new_tokens for r in runs),
         "tokens_per_s": spread(tps),
-        "speedup": median(ratios), "speedup_spread": spread(ratios),
+        "speedup": median(ratios), "speedup_spread": spread(ratios), "speedup_verdict": None,
         "ttft_ms": median(r.ttft_ms for r in runs), "tpot_ms": median(r.tpot_ms for r in runs),
         "identical": identical, "identity_checked_runs": compared, "mismatches": mismatches[:20],
         "mismatched_runs": len(mismatches),
@@ -89,6 +92,9 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
     accepted = sum(r.accepted or 0 for r in runs)
     row["draft_tokens_proposed"], row["draft_tokens_accepted"] = (proposed, accepted) if proposed else (None, None)
     row["acceptance"] = accepted / proposed if proposed else None
+    # our rows count what they drafted: one that drafted nothing ran the target alone, and its ratio is noise
+    drafted = spec.engine != "ours" or bool(proposed)
+    row["speedup_verdict"] = speedup_verdict(row["speedup"], drafted, ratios) if ratios else None
     passes = [r for r in runs if r.target_passes]
     row["mean_tokens_per_target_pass"] = (sum(r.new_tokens for r in passes) / sum(r.target_passes for r in passes)
                                           if passes else None)
@@ -111,9 +117,10 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
     for category in categories:
         keys = {p.key for p in prompts if p.category == category}
         cat_runs = [r for (key, _), r in setup.runs.items() if key in keys]
+        cat_ratios = _paired_ratios(setup, base, keys) if base is not None else []
         row["per_category"][category] = {
-            "tokens_per_s": median(r.tokens_per_s for r in cat_runs),
-            "speedup": median(_paired_ratios(setup, base, keys)) if base is not None else None}
+            "tokens_per_s": median(r.tokens_per_s for r in cat_runs), "speedup": median(cat_ratios),
+            "speedup_verdict": speedup_verdict(median(cat_ratios), drafted, cat_ratios) if cat_ratios else None}
     row["per_prompt_tokens_per_s"] = {p.key: median(r.tokens_per_s for (key, _), r in setup.runs.items()
                                                     if key == p.key) for p in prompts}
     return row
@@ -213,7 +220,7 @@ def render_markdown(report: dict) -> str:
           cell((r["tokens_per_s"] or {}).get("median")),
           f"{r['tokens_per_s']['p25']:.2f}-{r['tokens_per_s']['p75']:.2f}" if r["tokens_per_s"] else "-",
           f"{r['tokens_per_s']['min']:.2f}-{r['tokens_per_s']['max']:.2f}" if r["tokens_per_s"] else "-",
-          "baseline" if r["setup"] == r["baseline"] else cell(r["speedup"], ".2f", "x"),
+          "baseline" if r["setup"] == r["baseline"] else r["speedup_verdict"] or "-",
           cell(r["ttft_ms"], ".1f"), cell(r["tpot_ms"], ".1f"), cell(r["acceptance"], ".3f"),
           cell(r["mean_tokens_per_target_pass"]), _identity_cell(r)] for r in rows])
 
@@ -239,8 +246,8 @@ def render_markdown(report: dict) -> str:
             cells = [cell(r["per_category"][c]["tokens_per_s"], ".1f", " tok/s") for c in categories]
             cells.append(cell((r["tokens_per_s"] or {}).get("median"), ".1f", " tok/s"))
         else:
-            cells = [cell(r["per_category"][c]["speedup"], ".2f", "x") for c in categories]
-            cells.append(cell(r["speedup"], ".2f", "x"))
+            cells = [r["per_category"][c]["speedup_verdict"] or "-" for c in categories]
+            cells.append(r["speedup_verdict"] or "-")
         per_category.append([r["setup"], *cells])
     lines += table(["setup", *categories, "all"], per_category)
 

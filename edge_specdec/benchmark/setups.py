@@ -217,7 +217,7 @@ def select_specs(candidates: list[Spec], patterns: Optional[list[str]], relation
 def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run]:
     from ..runtime import GenerationConfig
 
-    config = GenerationConfig(max_new_tokens=max_new_tokens)
+    config = GenerationConfig(max_new_tokens=max_new_tokens).pinned()  # greedy, no penalty, whatever the bundle
     speculative = spec.speculative()
 
     def run(prompt: Prompt) -> Run:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Callable, Optional, TextIO
 
-from ..demo import DEMO_BUNDLE, run_defaults
+from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from .common import add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
 
@@ -96,10 +96,10 @@ def _use_readline() -> None:
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
+    args.bundle = args.bundle or str(DEMO_BUNDLE)
     config, speculative = decoding_settings(args)
     pipe = open_pipeline(args)
-    return chat_loop(pipe, config, speculative, system=args.system)
+    return chat_loop(pipe, config.with_defaults(pipe.default_config), speculative, system=args.system)
 
 
 def add_parser(sub) -> None:

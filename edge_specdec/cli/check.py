@@ -16,9 +16,11 @@ examples:
 It proves, on the devices chosen: the target's block invariance (the basis of exactness), and for every
 algorithm the bundle serves that greedy runs give the target alone's token ids and logprob bits on a few
 prompts. The predicted speedup is measured as `run --compare` measures it: the default run (auto, its
-drafting guard, the bundle's default settings, 128 tokens) against the target alone, time per output token;
-beside it, the ideal the measured step costs allow (a round of k drafted tokens costs k*d + t(k+1) and yields
-(1 - a^(k+1)) / (1 - a) tokens), and the draft length that reaches it.
+drafting guard, the bundle's default settings, 128 tokens) against the target alone, time per output token
+(no ratio when no round drafted; "no measurable difference" within the spread of the prompts' ratios); beside
+it, the ideal the measured costs allow (a round of k drafted tokens costs k*d + t(k+1) and yields
+(1 - a^(k+1)) / (1 - a) tokens, d being what a drafted token cost in the decode loop), and the draft length that
+reaches it.
 Exit status: 0 when everything is exact, 1 when a check fails or a device is absent.
 """
 

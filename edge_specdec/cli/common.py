@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..demo import DEMO_REPETITION_PENALTY
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
 from ..runtime.devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS
 from ..runtime.drafters import DRAFT_POLICIES
@@ -104,14 +103,15 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
                         "tokens in the prompt, the output and earlier requests, and proposes a copy without running "
                         "the draft when one is likely to be kept: text that repeats, such as code being edited or a "
                         "quoted document, goes faster)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0 = off)")
+    # sampling options left out take the bundle's defaults (`edge-specdec info` shows them), else these
+    p.add_argument("--temperature", type=float, help="0 = greedy (the default, unless the bundle records another)")
+    p.add_argument("--top-k", type=int, help="sample from the K most likely tokens (0 = off, the default)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling mass (1.0 = off, the default)")
     p.add_argument("--seed", type=int, help="random seed for sampling")
     p.add_argument("--repetition-penalty", type=float, metavar="R",
-                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off, "
-                        f"the default; the demo pair's default is {DEMO_REPETITION_PENALTY}, which keeps its tiny "
-                        "target from repeating itself)")
+                   help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off). "
+                        "Default: the bundle's (the demo pair's is 1.2, which keeps its tiny target from repeating "
+                        "itself), else off")
     p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
@@ -164,15 +164,17 @@ def constraint_option(args: argparse.Namespace):
 
 def decoding_settings(args: argparse.Namespace):
     """The GenerationConfig (validated here, before anything loads) and the SpeculativeConfig of
-    add_decoding_options' options; args.repetition_penalty must be resolved already (demo.run_defaults)."""
+    add_decoding_options' options. A sampling option left out is not set in the config, so that it takes the
+    bundle's default, as a GenerationConfig field left unset does in the Python API."""
     from ..runtime import GenerationConfig
     from ..runtime.settings import SpeculativeConfig
 
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
-                              ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
-                              logprobs=getattr(args, "logprobs", None) is not None,
-                              top_logprobs=getattr(args, "logprobs", None) or 0, constraint=constraint_option(args))
+    sampling = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "repetition_penalty")
+                if getattr(args, name) is not None}
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, seed=args.seed, stop_strings=args.stop or [],
+                              ignore_eos=args.ignore_eos, logprobs=getattr(args, "logprobs", None) is not None,
+                              top_logprobs=getattr(args, "logprobs", None) or 0, constraint=constraint_option(args),
+                              **sampling)
     config.validate()
     if config.constraint is not None:  # a schema feature or a pattern the grammar engine refuses, before the load
         problem = config.constraint.problem()
@@ -220,9 +222,8 @@ def stats_line(result) -> str:
                  f"request, {st['pool_tokens_accepted']} from earlier requests)")
     if st["drafted_ahead_used"]:
         line += f"; drafted ahead and used: {plural(st['drafted_ahead_used'], 'round')}"
-    if st["rounds_drafting_paused"]:
-        line += (f"; drafting paused for {plural(st['rounds_drafting_paused'], 'round')} (slower than the target "
-                 f"alone on this machine, measured as it ran)")
+    if result.stats.drafting_note:
+        line += f"; {result.stats.drafting_note}"
     if st["grammar_tokens_proposed"]:
         line += (f"; {plural(st['grammar_tokens_accepted'], 'token')} forced by the grammar (proposed without the "
                  f"draft)")

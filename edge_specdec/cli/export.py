@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ..errors import EdgeSpecdecError
@@ -98,11 +99,29 @@ def _apply_pair(args: argparse.Namespace) -> None:
         raise EdgeSpecdecError("export needs --target SRC and --out DIR, or --pair NAME (see `edge-specdec pairs`).")
 
 
+def _generation_defaults(args: argparse.Namespace) -> dict:
+    """--generation-default NAME=VALUE options as a dict, each VALUE read as JSON (1.2, true, 40) or else as text,
+    checked as GenerationConfig checks it."""
+    from ..export import check_generation_defaults
+
+    defaults = {}
+    for item in args.generation_default or []:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise EdgeSpecdecError(f"--generation-default {item!r}: write NAME=VALUE, e.g. repetition_penalty=1.2.")
+        try:
+            defaults[name.strip()] = json.loads(text)
+        except ValueError:
+            defaults[name.strip()] = text
+    return check_generation_defaults(defaults)
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..export import export_bundle
 
     _apply_preset(args)
     _apply_pair(args)
+    _generation_defaults(args)  # refused before any work
 
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.quiet else None
     if args.check_only:  # every check export runs before converting, and no conversion; nothing is written
@@ -118,7 +137,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 0
     export_bundle(args.target, args.draft, args.out, target_weights=_weights(args, "target"),
                   draft_weights=_weights(args, "draft"), force=args.force,
-                  allow_larger_draft=args.allow_larger_draft, progress=progress)
+                  allow_larger_draft=args.allow_larger_draft, generation_defaults=_generation_defaults(args),
+                  progress=progress)
     return 0
 
 
@@ -140,6 +160,10 @@ def add_parser(sub) -> None:
     p.add_argument("--check-only", action="store_true",
                    help="run the checks export runs before converting (architectures against the installed "
                         "optimum-intel/transformers, tokenizers against openvino-tokenizers) and stop; writes nothing")
+    p.add_argument("--generation-default", action="append", metavar="NAME=VALUE",
+                   help="record a GenerationConfig default in the bundle (repeatable), which requests that leave the "
+                        "setting out then get: e.g. repetition_penalty=1.2; `edge-specdec info` shows them. Nothing "
+                        "is taken from the model's generation_config.json")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_weight_options(p, "target", "int4")
     _add_weight_options(p, "draft", "int8")

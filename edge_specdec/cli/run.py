@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Optional
 
-from ..demo import DEMO_BUNDLE, run_defaults
+from ..demo import DEMO_BUNDLE
 from ..benchmark import compare
 from ..errors import EdgeSpecdecError
 from ..runtime.algorithms import DRAFT_TOKENS, algorithms_help
@@ -85,13 +85,14 @@ def _check_text(text: str, where: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    args.bundle, args.repetition_penalty = run_defaults(args.bundle, args.repetition_penalty)
+    args.bundle = args.bundle or str(DEMO_BUNDLE)
     prompt = _read_prompt(args)
     config, speculative = decoding_settings(args)
     if args.chat and prompt is None and args.compare:
         raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "
                                "interactive --chat session.")
     pipe = open_pipeline(args, announce=not args.json)
+    config = config.with_defaults(pipe.default_config)  # what runs: the options given, else the bundle's defaults
     if args.chat and prompt is None:
         return chat_loop(pipe, config, speculative)
     if args.chat:

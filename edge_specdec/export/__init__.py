@@ -11,6 +11,7 @@ it, and their export imports neither torch nor transformers.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -25,7 +26,7 @@ from typing import Any, Callable, Optional
 
 from .. import __version__
 from ..bundle import FORMAT_NAME, MANIFEST_FILE, MANIFEST_VERSION, VOCAB_MAP_FILE, file_records, read_manifest
-from ..errors import BundleError, ExportError
+from ..errors import BundleError, EdgeSpecdecError, ExportError
 from ..vocab_map import NO_TOKEN, VocabMap, build_vocab_map
 from .checks import check_architecture, check_sources, folder_architecture, raise_problems
 from .convert import PARITY_STRINGS, WeightSettings, export_model, export_tokenizer, quiet_libraries
@@ -46,8 +47,13 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
                   target_weights: Optional[WeightSettings] = None,
                   draft_weights: Optional[WeightSettings] = None,
                   force: bool = False, allow_larger_draft: bool = False,
+                  generation_defaults: Optional[dict[str, Any]] = None,
                   progress: Optional[Callable[[str], None]] = None) -> Path:
     """Export target (and draft, unless None) into the bundle folder `out`; return its path.
+
+    generation_defaults: GenerationConfig fields (name -> value) recorded in the manifest as the bundle's defaults,
+    which a request's unset fields then take (`edge-specdec info` shows them). None records none: a Hugging Face
+    generation_config.json is not inherited, since its sampling settings would silently change every greedy run.
 
     Weights: None takes the default (int4 target, int8 draft) for a model that is converted here; an OpenVINO IR
     source keeps its own weights, and weight settings given for it must match them.
@@ -60,6 +66,7 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
     say = _with_elapsed(progress)
     out = Path(out).expanduser().absolute()
     _check_output(out, force)
+    generation_defaults = check_generation_defaults(generation_defaults or {})
     sources = {"target": target, "draft": draft}
     given = {"target": target_weights, "draft": draft_weights}
     settings, irs, checked, quiet = _check_before_writing(sources, given, say)
@@ -103,6 +110,7 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
             "target": entries["target"],
             "draft": entries.get("draft"),
             "vocabulary": vocabulary,
+            **({"generation_defaults": generation_defaults} if generation_defaults else {}),
         }
         say("hashing files")
         manifest["files"] = file_records(partial)
@@ -116,6 +124,26 @@ def export_bundle(target: str, draft: Optional[str], out: str | Path, *,
         shutil.rmtree(scratch, ignore_errors=True)
     say(f"bundle written to {out}")
     return out
+
+
+def check_generation_defaults(defaults: dict[str, Any]) -> dict[str, Any]:
+    """The defaults as given, once GenerationConfig accepts them: known field names, values it validates, and
+    JSON-ready (a manifest holds them); an ExportError names the one it refuses."""
+    from ..runtime.sampling import GenerationConfig
+
+    names = {f.name for f in dataclasses.fields(GenerationConfig)} - {"constraint", "eos_token_ids"}
+    for name, value in defaults.items():
+        if name not in names:
+            raise ExportError(f"--generation-default {name}: no such setting; choose from {', '.join(sorted(names))}.")
+        try:
+            json.dumps(value)
+        except TypeError:
+            raise ExportError(f"--generation-default {name}: {value!r} cannot be written to the manifest.") from None
+    try:
+        GenerationConfig(**defaults).validate()
+    except EdgeSpecdecError as exc:
+        raise ExportError(f"--generation-default: {exc}") from None
+    return dict(defaults)
 
 
 def check_export(target: str, draft: Optional[str], out: Optional[str | Path] = None, *,

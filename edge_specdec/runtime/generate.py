@@ -16,6 +16,9 @@ from .session import ContextOverflowError, ModelSession
 from .text import Span, TextPiece, TextStream, unfinished_end
 from .verify import Verdict, verify
 
+# what every front end says of a run the drafting guard kept from drafting in every round (DraftingGuard)
+TARGET_ALONE_THROUGHOUT = "the target alone throughout: drafting loses on this machine"
+
 
 @dataclass
 class Stats:
@@ -58,12 +61,29 @@ class Stats:
         return self.new_tokens / self.seconds if self.seconds else 0.0
 
     @property
+    def free_tokens_proposed(self) -> int:
+        """Tokens copied without a draft model (free drafts, from the request and from the draft pool)."""
+        return self.suffix_tokens_proposed + self.pool_tokens_proposed
+
+    @property
     def acceptance(self) -> float:
         return self.draft_tokens_accepted / self.draft_tokens_proposed if self.draft_tokens_proposed else 0.0
 
     @property
     def tokens_per_target_pass(self) -> float:
         return self.new_tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def drafting_note(self) -> str:
+        """Why the run drafted less than it could, in the words the CLI, the server and its page share: the
+        target alone throughout where the drafting guard paused every drafting round, the rounds it paused where
+        it paused some, else empty."""
+        if not self.rounds_drafting_paused:
+            return ""
+        if not self.draft_tokens_proposed and not self.free_tokens_proposed:
+            return TARGET_ALONE_THROUGHOUT
+        rounds = f"{self.rounds_drafting_paused} round{'' if self.rounds_drafting_paused == 1 else 's'}"
+        return f"drafting paused for {rounds} (slower than the target alone on this machine, measured as it ran)"
 
     @property
     def time_per_output_token(self) -> float:

@@ -29,9 +29,9 @@ from typing import Any, Callable, Iterator, Optional, Union
 import numpy as np
 import openvino as ov
 
-from ..bundle import Bundle, load_bundle, start_verification
-from ..demo import DEMO_BUNDLE, run_defaults
-from ..errors import EdgeSpecdecError
+from ..bundle import MANIFEST_FILE, Bundle, load_bundle, start_verification
+from ..demo import DEMO_BUNDLE
+from ..errors import BundleError, EdgeSpecdecError
 from ..vocab_map import TokenBytes
 # DRAFT_TOKENS: the default draft length, read here by callers that size blocks for it
 from .algorithms import (AUTO, DRAFT_TOKENS, REGISTRY, Algorithm, DraftContext,  # noqa: F401
@@ -62,8 +62,9 @@ WARM_UP_BLOCK = 8  # the block a model runs at load before its single step: a sh
 class Engine:
     """A loaded bundle: the target (and draft) compiled on their devices once, shared by every session.
 
-    bundle: a bundle folder (or a loaded Bundle); None: the demo pair that ships inside the package, whose
-    default GenerationConfig carries the repetition penalty `edge-specdec run` gives it (see demo.py).
+    bundle: a bundle folder (or a loaded Bundle); None: the demo pair that ships inside the package.
+    default_config: the GenerationConfig of the defaults the bundle's manifest records (the demo's: a repetition
+    penalty of 1.2); a request's config takes them for the fields it leaves unset.
     config: how the engine loads and runs (an EngineConfig, whose fields say what each one does); its fields may be
     given as keyword arguments instead, `Engine(bundle, target_device="CPU")`. core: the OpenVINO Core to compile on.
 
@@ -80,11 +81,11 @@ class Engine:
                  core: Optional[ov.Core] = None, **settings):
         start = time.perf_counter()
         self.config = config = EngineConfig.of(config, settings)
-        if bundle is None:  # the demo pair that ships inside the package, with the defaults `run` gives it
+        if bundle is None:  # the demo pair that ships inside the package
             bundle = DEMO_BUNDLE
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle, verify=False)  # sizes
         verification = start_verification(self.bundle) if config.verify_checksums else None  # hashed while compiling
-        self.default_config = GenerationConfig(repetition_penalty=run_defaults(self.bundle.path, None)[1])
+        self.default_config = bundle_defaults(self.bundle)
         self.core = core or ov.Core()
         cache = resolve_cache_dir(config.cache_dir)
         self.placement = self._place(list_devices(self.core), cache)
@@ -373,6 +374,23 @@ class Engine:
                 draft_job.result()
 
 
+def bundle_defaults(bundle: Bundle) -> GenerationConfig:
+    """The GenerationConfig of the defaults the bundle's manifest records (`generation_defaults`, written by export
+    with --generation-default); a field it does not record keeps GenerationConfig's own. A value that is no
+    GenerationConfig field or that the config refuses is a BundleError naming it."""
+    defaults = bundle.generation_defaults
+    where = f"{bundle.path / MANIFEST_FILE}: generation_defaults"
+    try:
+        return GenerationConfig(**defaults).validate().pinned()
+    except TypeError:
+        known = {f.name for f in dataclasses.fields(GenerationConfig)}
+        unknown = sorted(set(defaults) - known)
+        raise BundleError(f"{where} names {', '.join(map(repr, unknown)) or 'a field'} that is no GenerationConfig "
+                          f"field ({', '.join(sorted(known))}); remove it or re-export the bundle.") from None
+    except EdgeSpecdecError as exc:
+        raise BundleError(f"{where}: {exc} Fix it or re-export the bundle.") from None
+
+
 def guard_key(entry: Algorithm, config: GenerationConfig) -> str:
     """The kind of request whose drafting guard verdicts carry over: what moves acceptance the most (the
     algorithm, a repetition penalty, sampling, a grammar), not the prompt."""
@@ -400,7 +418,8 @@ class DecodingSession:
                  cancel: Optional[threading.Event] = None, **settings) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
-        config: what to generate, the sampling and stopping (default: the engine's default_config). speculative:
+        config: what to generate, the sampling and stopping; a field it leaves unset takes the bundle's default
+        (the engine's default_config, as the manifest records it; see GenerationConfig). speculative:
         how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults); its fields may be given
         as keyword arguments instead, `generate(prompt, algorithm="slem")`. on_text receives the text as it
         becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round,
@@ -410,7 +429,7 @@ class DecodingSession:
         """
         engine = self.engine
         speculative = SpeculativeConfig.of(speculative, settings)
-        config = config or engine.default_config
+        config = engine.default_config if config is None else config.with_defaults(engine.default_config)
         if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
             config = dataclasses.replace(config, eos_token_ids=engine.bundle.target.eos_token_ids)
         prompt_ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)

@@ -1,8 +1,10 @@
 """Generation options and the logits -> distribution transform, applied identically to target and draft."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 from typing import Optional
 
@@ -21,9 +23,36 @@ MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-6, 1e6
 
 
+def records_fields_set(cls):
+    """A dataclass that records which of its fields the caller set (`fields_set`): those its constructor was given,
+    by keyword or position, and those assigned later. The rest hold the class's defaults and may take a bundle's
+    instead (GenerationConfig.with_defaults). It covers every field the class has, so a field added later needs
+    nothing more. `dataclasses.replace` passes every field to the constructor: its copy has every field set."""
+    init, names = cls.__init__, [f.name for f in fields(cls) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.__dict__["_fields_set"] = set(names[:len(args)]) | set(kwargs)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if "_fields_set" in self.__dict__ and name in names:
+            self._fields_set.add(name)
+
+    cls.__init__, cls.__setattr__ = __init__, __setattr__
+    return cls
+
+
+@records_fields_set
 @dataclass
 class GenerationConfig:
     """The options users know from Hugging Face and OpenVINO GenAI.
+
+    A field the caller does not set takes the bundle's default, which its manifest records (`edge-specdec info`
+    shows it; export writes it only when told to, with --generation-default): `GenerationConfig(max_new_tokens=64)`
+    on the demo keeps its repetition penalty, and `repetition_penalty=1.0` set explicitly switches it off. The
+    defaults below hold where the bundle records none.
 
     temperature 0 means greedy decoding; top_k 0 and top_p 1.0 switch those filters off. eos_token_ids None
     takes the bundle's; stop_strings end generation once the text contains one of them (the text is cut
@@ -87,6 +116,22 @@ class GenerationConfig:
     @property
     def wants_logprobs(self) -> bool:
         return self.logprobs or self.top_logprobs > 0
+
+    @property
+    def fields_set(self) -> frozenset:
+        """The names of the fields the caller set (see records_fields_set); the others may take a bundle's
+        defaults."""
+        return frozenset(self._fields_set)
+
+    def with_defaults(self, defaults: "GenerationConfig") -> "GenerationConfig":
+        """A copy in which every field the caller did not set takes its value in `defaults` (a bundle's); the copy
+        has every field set."""
+        return dataclasses.replace(defaults, **{name: getattr(self, name) for name in self.fields_set})
+
+    def pinned(self) -> "GenerationConfig":
+        """A copy with every field set, so that no bundle's defaults apply: what a benchmark or a check measures
+        is then what its config says, on any bundle."""
+        return dataclasses.replace(self)
 
 
 def _integer(name: str, value) -> None:

@@ -32,7 +32,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..demo import run_defaults
+from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine
@@ -86,7 +86,7 @@ class Server:
 
     def __init__(self, settings: ServerSettings, engine: Optional[Engine] = None):
         self.settings = settings.check()
-        self.bundle, self.repetition_penalty = run_defaults(settings.bundle, None)
+        self.bundle = settings.bundle or str(DEMO_BUNDLE)
         self.model_name = settings.model_name or Path(self.bundle).name
         self.engine: Optional[Engine] = None
         self.slots: Optional[SlotPool[DecodingSession]] = None
@@ -98,8 +98,6 @@ class Server:
             "queue_depth": ("requests waiting for a slot", lambda: self.slots.depth if self.slots else 0),
             "slots_busy": ("slots generating", lambda: self.slots.busy if self.slots else 0),
             "slots_total": ("decoding slots (sessions on the one engine)", lambda: self.settings.slots),
-            "batched_calls": ("model calls that ran several sessions' blocks together (a counter)",
-                              lambda: self.batching_stats()["batched_calls"]),
             "sequences_per_batched_call": ("the mean number of sessions' blocks in a batched call",
                                            lambda: self.batching_stats()["mean_sequences_per_batched_call"]),
             "prefix_store_bytes": ("bytes of KV caches held in the prefix store (host memory)",
@@ -112,6 +110,9 @@ class Server:
                                   lambda: self.draft_pool()["tokens"]),
             "draft_pool_limit_tokens": ("the draft pool's bound (--draft-pool-tokens; 0: no pool)",
                                         lambda: self.draft_pool()["max_tokens"]),
+        }, read_counters={
+            "batched_calls": ("model calls that ran several sessions' blocks together",
+                              lambda: self.batching_stats()["batched_calls"]),
         })
         self._given_engine = engine
 
@@ -243,7 +244,7 @@ class Server:
         arrival = time.perf_counter()
         self.authorize(request)
         engine = self.ready()
-        parsed = parse_request(await self.read_json(request), kind, self.repetition_penalty)
+        parsed = parse_request(await self.read_json(request), kind, engine.default_config.repetition_penalty)
         parsed.speculative = dataclasses.replace(parsed.speculative, pool_scope=self.pool_scope(request))
         tool_format = self.tool_format(engine, parsed)
         prompt_ids = await self.prompt_ids(engine, parsed)
@@ -382,7 +383,7 @@ class Server:
                 "algorithms": ["auto", *engine.algorithms()],
                 "slots": self.settings.slots, "batching": engine.scheduler is not None,
                 "batching_note": engine.batching_note, "max_tokens": self.settings.max_tokens,
-                "default_repetition_penalty": self.repetition_penalty}
+                "default_repetition_penalty": engine.default_config.repetition_penalty}
         return card
 
     async def list_models(self, request: Request) -> Response:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
 PREFIX = "edge_specdec_"
 # seconds: from a request's arrival to its first token, and between output tokens
@@ -24,7 +24,8 @@ class Histogram:
 
 
 class Metrics:
-    """What /metrics reports. Counters only grow; gauges are read when scraped (gauges: name -> function)."""
+    """What /metrics reports. Counters only grow; gauges are read when scraped (gauges: name -> (help, function)),
+    and so are the counters others keep (read_counters, the same form: the engine's batched calls)."""
 
     COUNTERS = {
         "requests_total": "requests answered, by endpoint and outcome (ok, cancelled, rejected = queue full, "
@@ -41,8 +42,10 @@ class Metrics:
         "target_passes_total": "target model passes (each verifies one proposal and adds one token of its own)",
     }
 
-    def __init__(self, gauges: dict[str, tuple[str, Callable[[], float]]]):
+    def __init__(self, gauges: dict[str, tuple[str, Callable[[], float]]],
+                 read_counters: Optional[dict[str, tuple[str, Callable[[], float]]]] = None):
         self._lock = threading.Lock()
+        self.read_counters = read_counters or {}
         self.counters: dict[str, dict[tuple, float]] = {name: {} for name in self.COUNTERS}
         self.histograms = {"time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
                            "time_per_output_token_seconds": Histogram(TPOT_BUCKETS)}
@@ -67,9 +70,10 @@ class Metrics:
                 lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} counter"]
                 for key, value in sorted(self.counters[name].items()) or [((), 0)]:
                     lines.append(f"{PREFIX}{name}{_labels(key)} {_number(value)}")
-            for name, (help_text, read) in self.gauges.items():
-                lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} gauge",
-                          f"{PREFIX}{name} {_number(read())}"]
+            for kind, read_at_scrape in (("counter", self.read_counters), ("gauge", self.gauges)):
+                for name, (help_text, read) in read_at_scrape.items():
+                    lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}",
+                              f"{PREFIX}{name} {_number(read())}"]
             for name, h in self.histograms.items():
                 lines += [f"# HELP {PREFIX}{name} {name.replace('_', ' ')}", f"# TYPE {PREFIX}{name} histogram"]
                 for bound, count in zip(h.buckets, h.counts):

@@ -159,6 +159,7 @@ function summaryText(s, usage) {
     const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
     line += ` · ${cached} of ${usage.prompt_tokens} prompt tokens reused`;
   }
+  if (s.drafting_note) line += ` · ${s.drafting_note}`;  // why it drafted less: the CLI's own sentence
   return line;
 }
 
