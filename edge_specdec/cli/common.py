@@ -3,6 +3,7 @@ decoding options of run and chat, and the statistics line they print."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..demo import DEMO_REPETITION_PENALTY
@@ -103,6 +104,17 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
                    help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off, "
                         f"the default; the demo pair's default is {DEMO_REPETITION_PENALTY}, which keeps its tiny "
                         "target from repeating itself)")
+    p.add_argument("--min-p", type=float, default=0.0, metavar="P",
+                   help="drop tokens less likely than P times the most likely one (0 = off, the default)")
+    p.add_argument("--presence-penalty", type=float, default=0.0, metavar="X",
+                   help="subtract X from the logit of every token the output already holds (OpenAI semantics: the "
+                        "prompt does not count; -2 to 2, 0 = off)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0, metavar="X",
+                   help="subtract X times its count in the output from each token's logit (OpenAI semantics; "
+                        "-2 to 2, 0 = off)")
+    p.add_argument("--logit-bias", action="append", metavar="ID+BIAS", type=logit_bias_option,
+                   help="add BIAS (-100 to 100) to the logit of target token ID, as llama.cpp writes it: 15043+1, "
+                        "15043-100 (repeatable)")
     p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
@@ -111,6 +123,16 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
     p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS,
                    help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
+
+
+def logit_bias_option(text: str) -> tuple[int, float]:
+    """--logit-bias ID+BIAS or ID-BIAS (llama.cpp's spelling) as (token id, bias)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([+-].+)", text)
+    try:
+        return int(match.group(1)), float(match.group(2))
+    except (AttributeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not TOKEN_ID+BIAS or TOKEN_ID-BIAS (such as 15043+1 or "
+                                         f"15043-100)") from None
 
 
 def add_constraint_options(p: argparse.ArgumentParser) -> None:
@@ -162,6 +184,8 @@ def decoding_settings(args: argparse.Namespace):
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, stop_strings=args.stop or [],
                               ignore_eos=args.ignore_eos, repetition_penalty=args.repetition_penalty,
+                              min_p=args.min_p, presence_penalty=args.presence_penalty,
+                              frequency_penalty=args.frequency_penalty, logit_bias=dict(args.logit_bias or []),
                               logprobs=getattr(args, "logprobs", None) is not None,
                               top_logprobs=getattr(args, "logprobs", None) or 0, constraint=constraint_option(args))
     config.validate()

@@ -407,6 +407,7 @@ class DecodingSession:
         if not prompt_ids:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
         check_token_ids(prompt_ids, self.target.vocab_size)
+        check_logit_bias(config.logit_bias, self.target.vocab_size)
         grammar = (engine.grammar_tokenizer.compile(config.constraint, base=len(prompt_ids))
                    if config.constraint is not None else None)
         entry = REGISTRY[engine.resolve_algorithm(speculative.algorithm, config)]
@@ -522,6 +523,14 @@ def check_token_ids(ids: list[int], vocab_size: int) -> None:
     if bad is not None:
         raise EdgeSpecdecError(f"prompt token id {ids[bad]!r} at position {bad} is not a token of the target: ids "
                                f"run from 0 to {vocab_size - 1}.")
+
+
+def check_logit_bias(bias: dict[int, float], vocab_size: int) -> None:
+    """logit_bias's keys must be token ids of the target."""
+    bad = next((t for t in bias if isinstance(t, (int, np.integer)) and t >= vocab_size), None)
+    if bad is not None:
+        raise EdgeSpecdecError(f"logit_bias names token id {bad}, which is not a token of the target: ids run from "
+                               f"0 to {vocab_size - 1}.")
 
 
 def weight_bytes(model) -> int:
