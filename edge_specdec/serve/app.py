@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 from ..demo import run_defaults
 from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
-from ..runtime.pipeline import DecodingSession, Engine
+from ..runtime.pipeline import DecodingSession, Engine, check_logit_bias
 from ..runtime.sampling import GenerationConfig
 from ..runtime.session import common_prefix
 from ..runtime.settings import EngineConfig
@@ -228,13 +228,7 @@ class Server:
         tool_format = self.tool_format(engine, parsed)
         prompt_ids = await self.prompt_ids(engine, parsed)
         self.fit_context(engine, parsed, len(prompt_ids))
-        try:  # refused here, before a stream starts, rather than in the worker
-            parsed.config.validate()
-            # an algorithm this bundle cannot run is a 400 now; the request keeps "auto" if it asked for it, so
-            # that the default's drafting guard stays on (a pinned name would switch it off)
-            engine.resolve_algorithm(parsed.speculative.algorithm, parsed.config)
-        except EdgeSpecdecError as exc:
-            raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
+        self.check_settings(engine, parsed)
         session = await acquire_slot(request, self.slots,
                                      affinity=lambda slot: common_prefix(slot.target.tokens, prompt_ids))
         if session is None:
@@ -256,6 +250,22 @@ class Server:
         if tool_format is not None:
             responder.content, responder.tool_calls = tool_format.parse(result.text)
         return JSONResponse(responder.response(result, len(prompt_ids)))
+
+    @staticmethod
+    def check_settings(engine: Engine, parsed: ParsedRequest) -> None:
+        """Refuse, before a stream starts rather than in the worker, settings the engine cannot run: a value out of
+        bounds, an algorithm this bundle cannot run, a logit bias for a token the target does not have."""
+        try:
+            parsed.config.validate()
+            # the request keeps "auto" if it asked for it, so that the default's drafting guard stays on (a pinned
+            # name would switch it off)
+            engine.resolve_algorithm(parsed.speculative.algorithm, parsed.config)
+        except EdgeSpecdecError as exc:
+            raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
+        try:
+            check_logit_bias(parsed.config.logit_bias, len(engine.vocab_map.target))
+        except EdgeSpecdecError as exc:
+            raise RequestError(str(exc), param="logit_bias") from None
 
     @staticmethod
     def tool_format(engine: Engine, parsed: ParsedRequest) -> Optional[ToolFormat]:
