@@ -1,5 +1,5 @@
-"""The server's sampling knobs (min_p, presence_penalty, frequency_penalty, logit_bias) in OpenAI's wire format, on
-loopback."""
+"""The server's sampling knobs (min_p, presence_penalty, frequency_penalty, logit_bias) in OpenAI's wire format, and
+llama-server's /tokenize and /detokenize, on loopback."""
 from __future__ import annotations
 
 import http.client
@@ -8,7 +8,8 @@ import json
 import pytest
 
 from edge_specdec.runtime import Engine, GenerationConfig
-from edge_specdec.serve.protocol import RequestError, parse_request
+from edge_specdec.runtime.text import PromptTokenizer
+from edge_specdec.serve.protocol import RequestError, parse_detokenize, parse_request, parse_tokenize
 from support import OTHER_VOCAB
 
 KEY = "s3cret"
@@ -45,6 +46,33 @@ def test_bad_knob_values_are_a_400_naming_the_field(field, value, words):
     with pytest.raises(RequestError) as caught:
         parse_request({"prompt": "x", field: value}, "completion")
     assert caught.value.status == 400 and caught.value.param == field and words in str(caught.value)
+
+
+def test_tokenize_and_detokenize_bodies_are_checked():
+    assert parse_tokenize({"content": "hi"}) == ("hi", False)  # add_special: false by default, as llama-server
+    assert parse_tokenize({"content": "", "add_special": True}) == ("", True)
+    assert parse_detokenize({"tokens": [0, 5]}, 10) == [0, 5]
+    for call, body, param in ((parse_tokenize, {"content": 5}, "content"),
+                              (parse_tokenize, {"content": "x", "add_special": "yes"}, "add_special"),
+                              (parse_tokenize, {"content": "x", "with_pieces": True}, "with_pieces"),
+                              (parse_detokenize, {"tokens": "1 2"}, "tokens"),
+                              (parse_detokenize, {"tokens": [1, True]}, "tokens"),
+                              (parse_detokenize, {"tokens": [10]}, "tokens")):
+        with pytest.raises(RequestError) as caught:
+            call(body, 10) if call is parse_detokenize else call(body)
+        assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_add_special_leaves_out_the_bos_the_tokenizer_puts_first(bundle_dir):
+    """The llama-style tokenizer puts a BOS before every text; without add_special the text's own ids remain."""
+    from edge_specdec.bundle import load_bundle
+    draft = load_bundle(bundle_dir(*OTHER_VOCAB)).draft
+    tokenizer = PromptTokenizer(draft.tokenizer_xml)
+    bos = draft.special_tokens["bos_token_id"]
+    with_bos = tokenizer.encode("hello world")
+    assert with_bos[0] == bos and len(with_bos) > 1
+    assert tokenizer.encode("hello world", add_special=False) == with_bos[1:]
+    assert tokenizer.encode("", add_special=False) == []
 
 
 # --- on loopback ------------------------------------------------------------------------------------------------
@@ -111,3 +139,27 @@ def test_a_logit_bias_for_a_token_the_target_lacks_is_a_400(server, engine):
     status, answer = call(server, "/v1/completions", {"prompt": "x", "logit_bias": {str(vocabulary): 1}})
     assert status == 400 and answer["error"]["param"] == "logit_bias", answer
     assert f"token id {vocabulary}" in answer["error"]["message"]
+
+
+@pytest.mark.slow
+def test_tokenize_and_detokenize_as_llama_server(server, engine):
+    text = "def fib(n):\n    return n  # é 😀"
+    status, answer = call(server, "/tokenize", {"content": text})
+    assert status == 200 and set(answer) == {"tokens"}, answer
+    tokens = answer["tokens"]
+    assert tokens == engine.tokenizer.encode(text, add_special=False) and len(tokens) > 5
+    status, answer = call(server, "/detokenize", {"tokens": tokens})
+    assert status == 200 and answer == {"content": text}
+    status, answer = call(server, "/detokenize", {"tokens": [len(engine.vocab_map.target)]})
+    assert status == 400 and answer["error"]["param"] == "tokens"
+
+
+@pytest.mark.slow
+def test_tokenize_and_detokenize_keep_the_key_and_host_checks(server):
+    for path, body in (("/tokenize", {"content": "hi"}), ("/detokenize", {"tokens": [1]})):
+        status, answer = call(server, path, body, key=None)
+        assert status == 401 and answer["error"]["code"] == "invalid_api_key", answer
+        status, answer = call(server, path, body, key="wrong")
+        assert status == 401
+        status, answer = call(server, path, body, host="evil.example")
+        assert status == 403 and answer["error"]["code"] == "host_not_allowed", answer

@@ -38,11 +38,12 @@ from ..runtime.pipeline import DecodingSession, Engine, check_logit_bias
 from ..runtime.sampling import GenerationConfig
 from ..runtime.session import common_prefix
 from ..runtime.settings import EngineConfig
-from ..runtime.text import unfinished_end
+from ..runtime.text import decode, unfinished_end
 from ..runtime.tool_calls import ToolFormat
 from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
-from .protocol import ParsedRequest, RequestError, Responder, decode_json, error_body, parse_request
+from .protocol import (ParsedRequest, RequestError, Responder, decode_json, error_body, parse_detokenize,
+                       parse_request, parse_tokenize)
 from .prefix_store import Prepared, PrefixStore
 from .slots import SlotPool
 
@@ -388,6 +389,23 @@ class Server:
                                f"{self.model_name!r}.", status=404, code="model_not_found")
         return JSONResponse(self.model_card())
 
+    async def tokenize(self, request: Request) -> Response:
+        """llama-server's /tokenize: {"content", "add_special"} -> {"tokens"}, in the target's vocabulary."""
+        self.authorize(request)
+        engine = self.ready()
+        content, add_special = parse_tokenize(await self.read_json(request))
+        tokens = await asyncio.get_running_loop().run_in_executor(None, engine.tokenizer.encode, content,
+                                                                  add_special)
+        return JSONResponse({"tokens": tokens})
+
+    async def detokenize(self, request: Request) -> Response:
+        """llama-server's /detokenize: {"tokens"} -> {"content"}, the text as a completion spells those tokens
+        (special tokens have none)."""
+        self.authorize(request)
+        engine = self.ready()
+        tokens = parse_detokenize(await self.read_json(request), len(engine.vocab_map.target))
+        return JSONResponse({"content": decode(engine.vocab_map.target, tokens)})
+
     async def metrics_text(self, request: Request) -> Response:
         self.authorize(request)
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
@@ -563,6 +581,8 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
               methods=["POST"]),
         Route("/v1/models", endpoint(server.list_models, "models"), methods=["GET"]),
         Route("/v1/models/{model:path}", endpoint(server.show_model, "model"), methods=["GET"]),
+        Route("/tokenize", endpoint(server.tokenize, "tokenize"), methods=["POST"]),
+        Route("/detokenize", endpoint(server.detokenize, "detokenize"), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", endpoint(server.metrics_text, "metrics"), methods=["GET"]),
         Route("/", page, methods=["GET"]),

@@ -374,6 +374,35 @@ def _extension(extension: Any) -> SpeculativeConfig:
     return speculative
 
 
+def parse_tokenize(body: Any) -> tuple[str, bool]:
+    """llama-server's /tokenize body: {"content": text, "add_special": bool (default false)}."""
+    _only_fields(body, {"content", "add_special"}, "/tokenize")
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise RequestError("content must be the text to tokenize, a string.", param="content")
+    return content, _Fields(body).boolean("add_special", False)
+
+
+def parse_detokenize(body: Any, vocabulary: int) -> list[int]:
+    """llama-server's /detokenize body: {"tokens": [token ids]}, each id a token of the target."""
+    _only_fields(body, {"tokens"}, "/detokenize")
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise RequestError("tokens must be a list of token ids.", param="tokens")
+    if any(not 0 <= t < vocabulary for t in tokens):
+        raise RequestError(f"token ids must be between 0 and {vocabulary - 1}.", param="tokens")
+    return tokens
+
+
+def _only_fields(body: Any, known: set[str], endpoint: str) -> None:
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object.")
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise RequestError(f"unrecognized {endpoint} argument: {unknown[0]} (known: {', '.join(sorted(known))}).",
+                           param=unknown[0])
+
+
 # --- the body --------------------------------------------------------------------------------------------------
 
 def decode_json(body: bytes) -> Any:
