@@ -15,6 +15,7 @@ waits): the simple API. For parallel generation, give each thread `pipe.session(
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import queue
@@ -24,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Union
 
 import numpy as np
 import openvino as ov
@@ -504,12 +505,24 @@ class Pipeline(Engine):
         with self._lock:
             return self._own.generate(prompt, config, speculative, **options)
 
+    async def agenerate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
+                        speculative: Optional[SpeculativeConfig] = None, **options) -> Result:
+        """generate() for asyncio: it runs in a worker thread, so the event loop stays free while it generates.
+        Cancelling the awaiting task stops the generation within a round (its `cancel` event is set)."""
+        cancel = options.pop("cancel", None) or threading.Event()
+        try:
+            return await asyncio.to_thread(self.generate, prompt, config, speculative, cancel=cancel, **options)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":
         """Iterate over the text as it is generated; the Result is in .result once the iterator is exhausted.
 
         Leaving the loop early (break) stops generation: the loop's iterator is closed when it is dropped, or call
-        .close(). Options as for generate().
+        .close(). Options as for generate(). `async for piece in pipe.stream(...)` iterates for asyncio, the event
+        loop free while each piece is awaited.
         """
         return TextIterator(self, prompt, config, options)
 
@@ -547,7 +560,8 @@ def draft_output_ids(tokens: TokenBytes, draft_vocab: int) -> Optional[np.ndarra
 
 
 class TextIterator:
-    """Runs one generate() call in a background thread and hands its text pieces over as an iterator.
+    """Runs one generate() call in a background thread and hands its text pieces over as an iterator (`for`), or
+    as an asynchronous one (`async for`).
 
     The thread holds only the queue and the cancel event, not the iterator: an iterator that is dropped
     (abandoned before its end, or never iterated) cancels its generation within a round."""
@@ -571,6 +585,18 @@ class TextIterator:
                 yield piece
         finally:
             self.close()
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        """`async for`: the same pieces, each awaited in a worker thread so that the event loop stays free; leaving
+        the loop early stops generation, as for the plain iterator."""
+        try:
+            while not self._cancel.is_set() and (piece := await asyncio.to_thread(self._pieces.get)) is not None:
+                yield piece
+        finally:
+            self._cancel.set()
+            await asyncio.to_thread(self._thread.join)
         if "error" in self._outcome:
             raise self._outcome["error"]
 
