@@ -124,7 +124,7 @@ def test_sampling_test_catches_a_broken_acceptance_rule(pipe, monkeypatch):
     """Accepting every drafted token (ignoring p/q) yields the draft's distribution, and the test sees it."""
     import edge_specdec.runtime.generate as gen
 
-    def accept_everything(rows, proposal, config, rng, context, grammar=None):
+    def accept_everything(rows, proposal, config, rng, context, grammar=None, prompt_length=0):
         from edge_specdec.runtime.sampling import distribution, sample
         return len(proposal.tokens), sample(distribution(rows[-1], config), rng), rows
 

@@ -3,6 +3,7 @@ decoding options of run and chat, and the statistics line they print."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
@@ -112,6 +113,17 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
                    help="divide the logits of tokens already in the text by R (Hugging Face semantics; 1.0 = off). "
                         "Default: the bundle's (the demo pair's is 1.2, which keeps its tiny target from repeating "
                         "itself), else off")
+    p.add_argument("--min-p", type=float, metavar="P",
+                   help="drop tokens less likely than P times the most likely one (0 = off, the default)")
+    p.add_argument("--presence-penalty", type=float, metavar="X",
+                   help="subtract X from the logit of every token the output already holds (OpenAI semantics: the "
+                        "prompt does not count; -2 to 2, 0 = off)")
+    p.add_argument("--frequency-penalty", type=float, metavar="X",
+                   help="subtract X times its count in the output from each token's logit (OpenAI semantics; "
+                        "-2 to 2, 0 = off)")
+    p.add_argument("--logit-bias", action="append", metavar="ID+BIAS", type=logit_bias_option,
+                   help="add BIAS (-100 to 100) to the logit of target token ID, as llama.cpp writes it: 15043+1, "
+                        "15043-100 (repeatable)")
     p.add_argument("--stop", action="append", metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     p.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=None,
@@ -120,6 +132,16 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
     p.add_argument("--kv-rollback", choices=ROLLBACK_METHODS,
                    help="how the KV cache forgets rejected tokens: paged (default on CPU/GPU: paged-attention "
                         "IR, bit-exact) or masked (stateful IR with attention-mask rollback, always f32)")
+
+
+def logit_bias_option(text: str) -> tuple[int, float]:
+    """--logit-bias ID+BIAS or ID-BIAS (llama.cpp's spelling) as (token id, bias)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([+-].+)", text)
+    try:
+        return int(match.group(1)), float(match.group(2))
+    except (AttributeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not TOKEN_ID+BIAS or TOKEN_ID-BIAS (such as 15043+1 or "
+                                         f"15043-100)") from None
 
 
 def add_constraint_options(p: argparse.ArgumentParser) -> None:
@@ -169,12 +191,13 @@ def decoding_settings(args: argparse.Namespace):
     from ..runtime import GenerationConfig
     from ..runtime.settings import SpeculativeConfig
 
-    sampling = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "repetition_penalty")
+    sampling = {name: getattr(args, name) for name in ("temperature", "top_k", "top_p", "repetition_penalty",
+                                                   "min_p", "presence_penalty", "frequency_penalty")
                 if getattr(args, name) is not None}
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, seed=args.seed, stop_strings=args.stop or [],
                               ignore_eos=args.ignore_eos, logprobs=getattr(args, "logprobs", None) is not None,
                               top_logprobs=getattr(args, "logprobs", None) or 0, constraint=constraint_option(args),
-                              **sampling)
+                              **sampling, **({"logit_bias": dict(args.logit_bias)} if args.logit_bias else {}))
     config.validate()
     if config.constraint is not None:  # a schema feature or a pattern the grammar engine refuses, before the load
         problem = config.constraint.problem()

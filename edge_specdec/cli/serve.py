@@ -23,9 +23,10 @@ then, from any OpenAI client:
   python -c 'import openai; c = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none"); \\
       print(c.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}]))'
 
-endpoints: POST /v1/chat/completions, POST /v1/completions (stream, logprobs, stop, seed, top_k,
-repetition_penalty, ignore_eos, and "edge_specdec": {"algorithm", "num_assistant_tokens", "confidence", "lookup"}),
-GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus), GET / (the page).
+endpoints: POST /v1/chat/completions, POST /v1/completions (stream, logprobs, stop, seed, top_k, min_p,
+presence_penalty, frequency_penalty, logit_bias, repetition_penalty, ignore_eos, and "edge_specdec": {"algorithm",
+"num_assistant_tokens", "confidence", "lookup"}), POST /tokenize and /detokenize (llama-server's), GET /v1/models,
+GET /health (503 while loading), GET /metrics (Prometheus), GET / (the page).
 A full queue answers 429 with Retry-After; a client that disconnects frees its slot within a round;
 Ctrl-C or SIGTERM finishes the requests in flight, then exits. More: edge-specdec docs serving.
 """

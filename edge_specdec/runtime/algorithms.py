@@ -85,7 +85,8 @@ class Algorithm:
 
 
 def _standard(c: DraftContext) -> Drafter:
-    return DraftModelDrafter(c.draft, c.config, c.rng, c.confidence, width=c.target_width)
+    return DraftModelDrafter(c.draft, c.config, c.rng, c.confidence, width=c.target_width,
+                             prompt_length=len(c.prompt_ids))
 
 
 def _text_context(c: DraftContext) -> DraftTextContext:

@@ -87,11 +87,13 @@ class DraftModelDrafter(Drafter):
     """A same-vocabulary draft model: k tokens one at a time, from the same distribution transform as the target.
 
     confidence: stop drafting early when the draft's top probability falls below it (0 = never; see `unsure`).
+    prompt_length: the prompt's tokens at the start of every sequence (the penalties count the output after them).
     """
 
     def __init__(self, session: ModelSession, config: GenerationConfig, rng: np.random.Generator,
-                 confidence: float = 0.0, width: Optional[int] = None):
+                 confidence: float = 0.0, width: Optional[int] = None, prompt_length: int = 0):
         self.session, self.config, self.rng, self.confidence = session, config, rng, confidence
+        self.prompt_length = prompt_length
         self.width = width  # the target's number of logits, which may differ from the draft's (padding)
         self.grammar = None
 
@@ -103,10 +105,10 @@ class DraftModelDrafter(Drafter):
             if self.grammar and walk is None:  # the sequence already left the grammar: nothing can be accepted
                 return Proposal()
 
-            def shape(row: np.ndarray, drafted: list[int]) -> Optional[np.ndarray]:  # width, penalty, grammar
+            def shape(row: np.ndarray, drafted: list[int]) -> Optional[np.ndarray]:  # width, penalties, grammar
                 row = to_width(row, self.width)
-                if self.config.repetition_penalty != 1.0:
-                    row = penalize(row[None], self.config, sequence + drafted, [])[0]
+                if self.config.adjusts_logits:
+                    row = penalize(row[None], self.config, sequence + drafted, [], self.prompt_length)[0]
                 if walk is not None:
                     if drafted:
                         walk.step(drafted[-1])

@@ -177,7 +177,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
     try:
         reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,
-                            floors, grammar), list(prompt_ids))
+                            floors, grammar, len(prompt_ids)), list(prompt_ids))
     finally:
         target.min_block = floors[0]  # as the caller set it
         if ahead:
@@ -205,6 +205,7 @@ class Run:
     start: float                         # the run's start on time.perf_counter()'s clock
     floors: tuple[int, int] = (1, 1)     # the target's min_block in a round that drafts, and in one that does not
     grammar: Optional[GrammarState] = None  # structured output: what the output must match
+    prompt_length: int = 0               # the sequence's first tokens that are the prompt, not the output
 
 
 def decode(r: Run, seq: list[int]) -> str:
@@ -227,7 +228,8 @@ def decode(r: Run, seq: list[int]) -> str:
             rows = (r.ahead.target_pass(r.target, seq, proposal, r.drafter, k) if r.ahead
                     else r.target.sync(seq, proposal.tokens))
             # (_make: a stand-in rule, such as the tests' deliberately broken ones, may return a plain tuple)
-            verdict = Verdict._make(verify(rows, proposal, r.config, r.rng, seq, r.grammar))
+            verdict = Verdict._make(verify(rows, proposal, r.config, r.rng, seq, r.grammar,
+                                           prompt_length=r.prompt_length))
             if r.drafter:  # the outcome of the drafter's own tokens, after the grammar's forced ones
                 r.drafter.accept(max(0, verdict.accepted - proposal.forced), verdict.next_token)
             # roll back: the target's cache forgets the drafted tokens it rejected

@@ -11,10 +11,12 @@ An `Engine` holds what is loaded once: the bundle, the placement, the compiled m
 the tokenizers, the vocabulary map and its measurement cache. A `DecodingSession` (`engine.session()`) holds one
 request's KV caches and infer requests, nothing else: N sessions decode in N threads with the weights held once.
 A `Pipeline` is an Engine with one session of its own, whose calls run one at a time (a lock; a second thread
-waits): the simple API. For parallel generation, give each thread `pipe.session()`.
+waits): the simple API. For parallel generation, give each thread `pipe.session()`, or give `pipe.generate` a list
+of prompts.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import queue
@@ -24,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 import openvino as ov
@@ -56,6 +58,9 @@ from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, Specula
 from .text import PromptTokenizer, TextStream
 
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
+# Pipeline.generate over several prompts runs at most this many at once, each on a session of its own (each holds KV
+# caches and infer requests); the others wait for a free session
+SESSIONS_AT_ONCE = 8
 WARM_UP_BLOCK = 8  # the block a model runs at load before its single step: a short prompt's (Engine._warm_up)
 
 
@@ -436,6 +441,7 @@ class DecodingSession:
         if not prompt_ids:
             raise EdgeSpecdecError("the prompt is empty: give some text to continue.")
         check_token_ids(prompt_ids, self.target.vocab_size)
+        check_logit_bias(config.logit_bias, self.target.vocab_size)
         grammar = (engine.grammar_tokenizer.compile(config.constraint, base=len(prompt_ids))
                    if config.constraint is not None else None)
         entry = REGISTRY[engine.resolve_algorithm(speculative.algorithm, config)]
@@ -533,19 +539,65 @@ class Pipeline(Engine):
     def draft(self) -> Optional[ModelSession]:
         return self._own.draft
 
-    def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
-                 speculative: Optional[SpeculativeConfig] = None, **options) -> Result:
+    def generate(self, prompt: Union[str, list[int], Sequence[Union[str, list[int]]]],
+                 config: Optional[GenerationConfig] = None, speculative: Optional[SpeculativeConfig] = None,
+                 **options) -> Union[Result, list[Result]]:
         """Generate a continuation of prompt on the Pipeline's own session; arguments as for
-        DecodingSession.generate."""
+        DecodingSession.generate. Several prompts (a list of texts, or of lists of token ids) give a list of
+        Results, one per prompt in order, each the Result that prompt gets alone (see _generate_many)."""
+        if is_several_prompts(prompt):
+            return self._generate_many(list(prompt), config, speculative, options)
         with self._lock:
             return self._own.generate(prompt, config, speculative, **options)
+
+    def _generate_many(self, prompts: list, config: Optional[GenerationConfig],
+                       speculative: Optional[SpeculativeConfig], options: dict) -> list[Result]:
+        """Each prompt on a session of its own, up to SESSIONS_AT_ONCE at once, each session in a thread of its own:
+        on an engine with batching (EngineConfig.batching) their target calls join in batched calls. The first
+        failure is raised once every prompt has run."""
+        if options.get("on_text") is not None:
+            raise EdgeSpecdecError("on_text streams the text of one prompt: give one prompt per call to stream it, "
+                                   "or leave on_text out to generate several at once.")
+        pending: "queue.Queue" = queue.Queue()
+        for item in enumerate(prompts):
+            pending.put(item)
+        results: list[Optional[Result]] = [None] * len(prompts)
+
+        def work(session: DecodingSession) -> None:  # one session takes prompts until none is left
+            while True:
+                try:
+                    i, prompt = pending.get_nowait()
+                except queue.Empty:
+                    return
+                results[i] = session.generate(prompt, config, speculative, **options)
+
+        # the sessions exist before any thread starts, so that the threads start generating together
+        sessions = [self.session() for _ in range(min(len(prompts), SESSIONS_AT_ONCE))]
+        with ThreadPoolExecutor(len(sessions), thread_name_prefix="prompts") as pool:
+            workers = [pool.submit(work, session) for session in sessions]
+        for worker in workers:
+            worker.result()
+        return results
+
+    async def agenerate(self, prompt: Union[str, list[int], Sequence[Union[str, list[int]]]],
+                        config: Optional[GenerationConfig] = None, speculative: Optional[SpeculativeConfig] = None,
+                        **options) -> Union[Result, list[Result]]:
+        """generate() for asyncio: it runs in a worker thread, so the event loop stays free while it generates.
+        Cancelling the awaiting task stops the generation within a round (its `cancel` event is set)."""
+        cancel = options.pop("cancel", None) or threading.Event()
+        try:
+            return await asyncio.to_thread(self.generate, prompt, config, speculative, cancel=cancel, **options)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
     def stream(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                **options) -> "TextIterator":
         """Iterate over the text as it is generated; the Result is in .result once the iterator is exhausted.
 
         Leaving the loop early (break) stops generation: the loop's iterator is closed when it is dropped, or call
-        .close(). Options as for generate().
+        .close(). Options as for generate(). `async for piece in pipe.stream(...)` iterates for asyncio, the event
+        loop free while each piece is awaited.
         """
         return TextIterator(self, prompt, config, options)
 
@@ -559,6 +611,21 @@ def check_token_ids(ids: list[int], vocab_size: int) -> None:
     if bad is not None:
         raise EdgeSpecdecError(f"prompt token id {ids[bad]!r} at position {bad} is not a token of the target: ids "
                                f"run from 0 to {vocab_size - 1}.")
+
+
+def is_several_prompts(prompt: Any) -> bool:
+    """Whether generate() was given several prompts: a list of texts or of token id lists (a list of ints is one
+    prompt of token ids)."""
+    return (isinstance(prompt, (list, tuple)) and len(prompt) > 0
+            and all(isinstance(p, (str, list, tuple)) for p in prompt))
+
+
+def check_logit_bias(bias: dict[int, float], vocab_size: int) -> None:
+    """logit_bias's keys must be token ids of the target."""
+    bad = next((t for t in bias if isinstance(t, (int, np.integer)) and t >= vocab_size), None)
+    if bad is not None:
+        raise EdgeSpecdecError(f"logit_bias names token id {bad}, which is not a token of the target: ids run from "
+                               f"0 to {vocab_size - 1}.")
 
 
 def weight_bytes(model) -> int:
@@ -575,7 +642,8 @@ def draft_output_ids(tokens: TokenBytes, draft_vocab: int) -> Optional[np.ndarra
 
 
 class TextIterator:
-    """Runs one generate() call in a background thread and hands its text pieces over as an iterator.
+    """Runs one generate() call in a background thread and hands its text pieces over as an iterator (`for`), or
+    as an asynchronous one (`async for`).
 
     The thread holds only the queue and the cancel event, not the iterator: an iterator that is dropped
     (abandoned before its end, or never iterated) cancels its generation within a round."""
@@ -599,6 +667,18 @@ class TextIterator:
                 yield piece
         finally:
             self.close()
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        """`async for`: the same pieces, each awaited in a worker thread so that the event loop stays free; leaving
+        the loop early stops generation, as for the plain iterator."""
+        try:
+            while not self._cancel.is_set() and (piece := await asyncio.to_thread(self._pieces.get)) is not None:
+                yield piece
+        finally:
+            self._cancel.set()
+            await asyncio.to_thread(self._thread.join)
         if "error" in self._outcome:
             raise self._outcome["error"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 from typing import Optional
@@ -21,6 +22,8 @@ MAX_TOP_LOGPROBS = 20  # as in OpenAI's API
 # through both, and go far past any setting a user could want.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-6, 1e6
+MAX_PRESENCE_PENALTY = MAX_FREQUENCY_PENALTY = 2.0  # OpenAI's range for both: -2 to 2
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range: -100 (the token never comes) to 100 (it always does)
 
 
 def records_fields_set(cls):
@@ -57,9 +60,14 @@ class GenerationConfig:
     temperature 0 means greedy decoding; top_k 0 and top_p 1.0 switch those filters off. eos_token_ids None
     takes the bundle's; stop_strings end generation once the text contains one of them (the text is cut
     before it). repetition_penalty (1.0 = off) works as in Hugging Face: the logit of every token already in
-    the prompt or the output is divided by it when positive, multiplied when negative.
+    the prompt or the output is divided by it when positive, multiplied when negative. presence_penalty and
+    frequency_penalty (0 = off, -2 to 2) work as in OpenAI's API and count the output only, not the prompt: a token
+    the output holds n times loses presence_penalty + n * frequency_penalty from its logit. logit_bias (empty =
+    off): target token id -> a number from -100 to 100 added to that token's logit first. min_p (0 = off, up to 1)
+    works as in vLLM and llama-server: a token is dropped when its probability (after the temperature, top-k and
+    top-p) is under min_p times the most likely token's; like top-k and top-p, it changes sampled runs only.
     logprobs: put on the result the target's log-probability of each output token, from the logits that decided
-    it (after the repetition penalty and the temperature, before top-k and top-p); top_logprobs (at most
+    it (after logit_bias, the penalties and the temperature, before top-k, top-p and min-p); top_logprobs (at most
     MAX_TOP_LOGPROBS) adds that many most likely tokens per position and implies logprobs.
     constraint: the output must match it (a JSON schema, any JSON object, a regex or a grammar; see
     grammar.Constraint): the target's logits are masked to what it allows at every position, and the logprobs
@@ -77,6 +85,10 @@ class GenerationConfig:
     logprobs: bool = False
     top_logprobs: int = 0
     constraint: Optional[Constraint] = None
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     @property
     def greedy(self) -> bool:
@@ -89,7 +101,7 @@ class GenerationConfig:
         cannot slip through (`not low <= x <= high`), after the value is known to be a finite number."""
         for name in ("max_new_tokens", "top_k", "top_logprobs"):
             _integer(name, getattr(self, name))
-        for name in ("temperature", "top_p", "repetition_penalty"):
+        for name in ("temperature", "top_p", "repetition_penalty", "min_p", "presence_penalty", "frequency_penalty"):
             _finite(name, getattr(self, name))
         if self.max_new_tokens < 1:
             raise EdgeSpecdecError(f"max_new_tokens must be at least 1 (got {self.max_new_tokens}).")
@@ -104,6 +116,13 @@ class GenerationConfig:
             raise EdgeSpecdecError(f"repetition_penalty must be between {MIN_REPETITION_PENALTY:g} and "
                                    f"{MAX_REPETITION_PENALTY:g} (got {self.repetition_penalty!r}); 1.0 switches it "
                                    f"off.")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise EdgeSpecdecError(f"min_p must be between 0 and 1 (got {self.min_p!r}); 0 switches it off.")
+        for name, bound in (("presence_penalty", MAX_PRESENCE_PENALTY), ("frequency_penalty", MAX_FREQUENCY_PENALTY)):
+            if not -bound <= getattr(self, name) <= bound:
+                raise EdgeSpecdecError(f"{name} must be between {-bound:g} and {bound:g} (got "
+                                       f"{getattr(self, name)!r}); 0 switches it off.")
+        _logit_bias(self.logit_bias)
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise EdgeSpecdecError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (got "
                                    f"{self.top_logprobs}).")
@@ -133,6 +152,28 @@ class GenerationConfig:
         is then what its config says, on any bundle."""
         return dataclasses.replace(self)
 
+    def adjusts_logits(self) -> bool:
+        """Whether penalize() changes anything: a logit bias or a penalty is on."""
+        return bool(self.logit_bias) or self.repetition_penalty != 1.0 or self.counts_output
+
+    @property
+    def counts_output(self) -> bool:
+        """Whether a presence or frequency penalty is on (they count the output's tokens)."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+
+def _logit_bias(bias) -> None:
+    """logit_bias: a dict of token ids (whole numbers from 0) to numbers from -MAX_LOGIT_BIAS to MAX_LOGIT_BIAS."""
+    if not isinstance(bias, dict):
+        raise EdgeSpecdecError(f"logit_bias must be a dict of token ids to numbers (got {bias!r}).")
+    for token, value in bias.items():
+        if isinstance(token, bool) or not isinstance(token, Integral) or token < 0:
+            raise EdgeSpecdecError(f"logit_bias keys must be token ids, whole numbers from 0 (got {token!r}).")
+        _finite(f"logit_bias[{token}]", value)
+        if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+            raise EdgeSpecdecError(f"logit_bias[{token}] must be between {-MAX_LOGIT_BIAS:g} and "
+                                   f"{MAX_LOGIT_BIAS:g} (got {value!r}).")
+
 
 def _integer(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, Integral):
@@ -144,26 +185,39 @@ def _finite(name: str, value) -> None:
         raise EdgeSpecdecError(f"{name} must be a finite number (got {value!r}).")
 
 
-def penalize(rows: np.ndarray, config: GenerationConfig, context: list[int], block: list[int]) -> np.ndarray:
-    """Apply the repetition penalty to logits rows for context + block[:i] (row i follows block[:i]).
+def penalize(rows: np.ndarray, config: GenerationConfig, context: list[int], block: list[int],
+             prompt_length: int = 0) -> np.ndarray:
+    """Apply logit_bias, then the repetition penalty, then the presence and frequency penalties to logits rows for
+    context + block[:i] (row i follows block[:i]); context[prompt_length:] is the output so far.
 
-    Row by row the penalized set is exactly what one-token-at-a-time decoding would have seen, so a
-    speculative round and the target alone compute the same distributions: the penalty stays lossless.
+    The repetition penalty counts the tokens of the prompt and the output, the presence and frequency penalties
+    those of the output only. Row by row the counts are exactly what one-token-at-a-time decoding would have seen,
+    so a speculative round and the target alone compute the same distributions: the penalties stay lossless.
     """
-    if config.repetition_penalty == 1.0:
+    if not config.adjusts_logits:
         return rows
     rows = np.array(rows, dtype=np.float32)
+    if config.logit_bias:
+        ids = np.fromiter(config.logit_bias, dtype=np.int64, count=len(config.logit_bias))
+        rows[:, ids] += np.array(list(config.logit_bias.values()), dtype=np.float32)
     seen = np.unique(np.asarray(context, dtype=np.int64))
+    written = Counter(context[prompt_length:])
     for i in range(len(rows)):
-        x = rows[i, seen]
-        rows[i, seen] = np.where(x > 0, x / config.repetition_penalty, x * config.repetition_penalty)
+        if config.repetition_penalty != 1.0:
+            x = rows[i, seen]
+            rows[i, seen] = np.where(x > 0, x / config.repetition_penalty, x * config.repetition_penalty)
+        if config.counts_output and written:
+            ids = np.fromiter(written, dtype=np.int64, count=len(written))
+            counts = np.fromiter(written.values(), dtype=np.float64, count=len(written))
+            rows[i, ids] -= (config.presence_penalty + config.frequency_penalty * counts).astype(np.float32)
         if i < len(block):
             seen = np.union1d(seen, [block[i]])
+            written[block[i]] += 1
     return rows
 
 
 def distribution(logits: np.ndarray, config: GenerationConfig) -> np.ndarray:
-    """Rows of logits -> rows of probabilities (float64) after temperature, top-k and top-p."""
+    """Rows of logits -> rows of probabilities (float64) after temperature, top-k, top-p and min-p."""
     x = np.asarray(logits, dtype=np.float64) / config.temperature
     if config.top_k and config.top_k < x.shape[-1]:
         kth = np.partition(x, -config.top_k, axis=-1)[..., -config.top_k, None]
@@ -179,6 +233,9 @@ def distribution(logits: np.ndarray, config: GenerationConfig) -> np.ndarray:
         keep = np.zeros_like(keep_sorted)
         np.put_along_axis(keep, order, keep_sorted, axis=-1)
         p = np.where(keep, p, 0.0)
+        p /= p.sum(axis=-1, keepdims=True)
+    if config.min_p > 0.0:  # relative to the most likely token, which always stays
+        p = np.where(p >= config.min_p * p.max(axis=-1, keepdims=True), p, 0.0)
         p /= p.sum(axis=-1, keepdims=True)
     return p
 

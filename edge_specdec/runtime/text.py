@@ -18,10 +18,15 @@ class PromptTokenizer:
     def __init__(self, tokenizer_xml: Path, core: Optional[ov.Core] = None):
         self.compiled = (core or ov.Core()).compile_model(str(tokenizer_xml), "CPU")
         self._lock = threading.Lock()  # the compiled model's own request serves one call at a time
+        self.added = self.encode("")  # the special tokens the tokenizer puts before any text (a BOS, or none)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """The text's token ids; add_special False leaves out the special tokens the tokenizer puts before it."""
         with self._lock:
-            return self.compiled([text])["input_ids"][0].tolist()
+            ids = self.compiled([text])["input_ids"][0].tolist()
+        if not add_special and self.added and ids[:len(self.added)] == self.added:
+            return ids[len(self.added):]
+        return ids
 
 
 def unfinished_end(text: str, marks) -> int:

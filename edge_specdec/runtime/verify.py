@@ -22,16 +22,17 @@ class Verdict(NamedTuple):
     """What a verification decided: the round writes proposal.tokens[:accepted] + [next_token]."""
     accepted: int       # how many of the proposal's tokens the target keeps, from the first
     next_token: int     # the target's own token after them: a correction, or a bonus token when all were kept
-    rows: np.ndarray    # the target's logits after the repetition penalty: row i decided output token i (logprobs)
+    rows: np.ndarray    # the target's logits after the penalties (penalize): row i decided output token i
 
 
 def verify(rows: np.ndarray, proposal: Proposal, config: GenerationConfig, rng: np.random.Generator,
-           context: list[int], grammar: Optional[GrammarState] = None) -> Verdict:
-    """rows: target logits, len(proposal.tokens) + 1 of them, following context. With a grammar, each row is
-    masked to what the grammar allows at its position (after the penalty): the target's distribution becomes
-    the constrained one, for the drafted tokens and the next one alike."""
+           context: list[int], grammar: Optional[GrammarState] = None, prompt_length: int = 0) -> Verdict:
+    """rows: target logits, len(proposal.tokens) + 1 of them, following context, whose first prompt_length tokens
+    are the prompt (the rest the output so far, which the presence and frequency penalties count). With a grammar,
+    each row is masked to what the grammar allows at its position (after the penalties): the target's distribution
+    becomes the constrained one, for the drafted tokens and the next one alike."""
     tokens = proposal.tokens
-    rows = penalize(rows, config, context, tokens)
+    rows = penalize(rows, config, context, tokens, prompt_length)
     if grammar is not None:
         rows = grammar.mask(rows, tokens)
     if config.greedy:

@@ -35,15 +35,16 @@ from starlette.staticfiles import StaticFiles
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
-from ..runtime.pipeline import DecodingSession, Engine
+from ..runtime.pipeline import DecodingSession, Engine, check_logit_bias
 from ..runtime.sampling import GenerationConfig
 from ..runtime.session import common_prefix
 from ..runtime.settings import EngineConfig
-from ..runtime.text import unfinished_end
+from ..runtime.text import decode, unfinished_end
 from ..runtime.tool_calls import ToolFormat
 from .guard import HostPolicy, RequestGuard
 from .metrics import Metrics
-from .protocol import ParsedRequest, RequestError, Responder, decode_json, error_body, parse_request
+from .protocol import (ParsedRequest, RequestError, Responder, decode_json, error_body, parse_detokenize,
+                       parse_request, parse_tokenize)
 from .prefix_store import Prepared, PrefixStore
 from .slots import SlotPool
 
@@ -249,13 +250,7 @@ class Server:
         tool_format = self.tool_format(engine, parsed)
         prompt_ids = await self.prompt_ids(engine, parsed)
         self.fit_context(engine, parsed, len(prompt_ids))
-        try:  # refused here, before a stream starts, rather than in the worker
-            parsed.config.validate()
-            # an algorithm this bundle cannot run is a 400 now; the request keeps "auto" if it asked for it, so
-            # that the default's drafting guard stays on (a pinned name would switch it off)
-            engine.resolve_algorithm(parsed.speculative.algorithm, parsed.config)
-        except EdgeSpecdecError as exc:
-            raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
+        self.check_settings(engine, parsed)
         session = await acquire_slot(request, self.slots,
                                      affinity=lambda slot: common_prefix(slot.target.tokens, prompt_ids))
         if session is None:
@@ -277,6 +272,22 @@ class Server:
         if tool_format is not None:
             responder.content, responder.tool_calls = tool_format.parse(result.text)
         return JSONResponse(responder.response(result, len(prompt_ids)))
+
+    @staticmethod
+    def check_settings(engine: Engine, parsed: ParsedRequest) -> None:
+        """Refuse, before a stream starts rather than in the worker, settings the engine cannot run: a value out of
+        bounds, an algorithm this bundle cannot run, a logit bias for a token the target does not have."""
+        try:
+            parsed.config.validate()
+            # the request keeps "auto" if it asked for it, so that the default's drafting guard stays on (a pinned
+            # name would switch it off)
+            engine.resolve_algorithm(parsed.speculative.algorithm, parsed.config)
+        except EdgeSpecdecError as exc:
+            raise RequestError(str(exc), param="edge_specdec" if "algorithm" in str(exc) else None) from None
+        try:
+            check_logit_bias(parsed.config.logit_bias, len(engine.vocab_map.target))
+        except EdgeSpecdecError as exc:
+            raise RequestError(str(exc), param="logit_bias") from None
 
     @staticmethod
     def tool_format(engine: Engine, parsed: ParsedRequest) -> Optional[ToolFormat]:
@@ -398,6 +409,23 @@ class Server:
             raise RequestError(f"the model {request.path_params['model']!r} does not exist here; this server serves "
                                f"{self.model_name!r}.", status=404, code="model_not_found")
         return JSONResponse(self.model_card())
+
+    async def tokenize(self, request: Request) -> Response:
+        """llama-server's /tokenize: {"content", "add_special"} -> {"tokens"}, in the target's vocabulary."""
+        self.authorize(request)
+        engine = self.ready()
+        content, add_special = parse_tokenize(await self.read_json(request))
+        tokens = await asyncio.get_running_loop().run_in_executor(None, engine.tokenizer.encode, content,
+                                                                  add_special)
+        return JSONResponse({"tokens": tokens})
+
+    async def detokenize(self, request: Request) -> Response:
+        """llama-server's /detokenize: {"tokens"} -> {"content"}, the text as a completion spells those tokens
+        (special tokens have none)."""
+        self.authorize(request)
+        engine = self.ready()
+        tokens = parse_detokenize(await self.read_json(request), len(engine.vocab_map.target))
+        return JSONResponse({"content": decode(engine.vocab_map.target, tokens)})
 
     async def metrics_text(self, request: Request) -> Response:
         self.authorize(request)
@@ -574,6 +602,8 @@ def create_app(settings: Optional[ServerSettings] = None, engine: Optional[Engin
               methods=["POST"]),
         Route("/v1/models", endpoint(server.list_models, "models"), methods=["GET"]),
         Route("/v1/models/{model:path}", endpoint(server.show_model, "model"), methods=["GET"]),
+        Route("/tokenize", endpoint(server.tokenize, "tokenize"), methods=["POST"]),
+        Route("/detokenize", endpoint(server.detokenize, "detokenize"), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", endpoint(server.metrics_text, "metrics"), methods=["GET"]),
         Route("/", page, methods=["GET"]),

@@ -1,13 +1,14 @@
 """OpenAI's wire format: request bodies in (checked field by field), responses, stream chunks and errors out.
 
-Both endpoints take the fields OpenAI documents for them (chat: response_format and tools too), the extras
-llama-server and vLLM accept (top_k, repetition_penalty, ignore_eos; a constraint as `json_schema`, `grammar`,
+Both endpoints take the fields OpenAI documents for them (chat: response_format and tools too; presence_penalty,
+frequency_penalty and logit_bias in OpenAI's ranges), the extras llama-server and vLLM accept (top_k, min_p,
+repetition_penalty, ignore_eos; a constraint as `json_schema`, `grammar`,
 `guided_json`, `guided_regex` or `guided_grammar`) and one extension object, `edge_specdec`, with the speculative
 settings of the request (a SpeculativeConfig: algorithm, num_assistant_tokens, confidence, lookup, draft_policy).
 Responses carry the run's statistics in an `edge_specdec` object beside OpenAI's fields; a stream marks each content
 chunk with the source of its text (drafted and accepted, forced by a grammar, or written by the target) the same
-way. Anything we cannot honour (n > 1, a penalty we do not implement, a schema feature the grammar engine lacks, an
-unknown field) is a 400 that names it.
+way. Anything we cannot honour (n > 1, a schema feature the grammar engine lacks, an unknown field) is a 400 that
+names it.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
 from ..runtime.grammar import Constraint
 from ..runtime.tool_calls import check_tools
-from ..runtime.sampling import MAX_TOP_LOGPROBS, GenerationConfig, TokenLogprob
+from ..runtime.sampling import (MAX_FREQUENCY_PENALTY, MAX_LOGIT_BIAS, MAX_PRESENCE_PENALTY, MAX_TOP_LOGPROBS,
+                                GenerationConfig, TokenLogprob)
 from ..runtime.settings import SpeculativeConfig
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the room left
@@ -75,16 +77,14 @@ class ParsedRequest:
 # The fields each endpoint takes. Fields OpenAI clients send that change nothing here are accepted only with a
 # value that changes nothing (see NEUTRAL).
 COMMON = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "user",
-          "top_k", "repetition_penalty", "ignore_eos", "edge_specdec", "frequency_penalty", "presence_penalty",
-          "logit_bias", "metadata", "store", "service_tier"} | set(CONSTRAINT_FIELDS)
+          "top_k", "min_p", "repetition_penalty", "ignore_eos", "edge_specdec", "frequency_penalty",
+          "presence_penalty", "logit_bias", "metadata", "store", "service_tier"} | set(CONSTRAINT_FIELDS)
 FIELDS = {"chat": COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
                             "tools", "tool_choice", "parallel_tool_calls"},
           "completion": COMMON | {"prompt", "logprobs", "echo", "best_of", "suffix"}}
 # field -> the values that ask for nothing we do not do
 NEUTRAL: dict[str, Callable[[Any], bool]] = {
-    "n": lambda v: v == 1, "best_of": lambda v: v == 1,
-    "frequency_penalty": lambda v: v == 0, "presence_penalty": lambda v: v == 0,
-    "logit_bias": lambda v: not v, "echo": lambda v: v is False, "suffix": lambda v: not v,
+    "n": lambda v: v == 1, "best_of": lambda v: v == 1, "echo": lambda v: v is False, "suffix": lambda v: not v,
     "user": lambda v: True, "metadata": lambda v: True, "store": lambda v: True, "service_tier": lambda v: True,
 }
 EXTENSION_FIELDS = {"algorithm", "num_assistant_tokens", "confidence", "lookup", "draft_policy"}
@@ -118,6 +118,11 @@ def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0)
         ignore_eos=get.boolean("ignore_eos", False),
         repetition_penalty=get.number("repetition_penalty", default_repetition_penalty, low=0.0, high=10.0,
                                       low_open=True),
+        min_p=get.number("min_p", 0.0, low=0.0, high=1.0),
+        presence_penalty=get.number("presence_penalty", 0.0, low=-MAX_PRESENCE_PENALTY, high=MAX_PRESENCE_PENALTY),
+        frequency_penalty=get.number("frequency_penalty", 0.0, low=-MAX_FREQUENCY_PENALTY,
+                                     high=MAX_FREQUENCY_PENALTY),
+        logit_bias=_logit_bias(body.get("logit_bias")),
         logprobs=wants_logprobs, top_logprobs=top, constraint=_constraint(body))
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -246,6 +251,26 @@ class _Fields:
         return self.number(name, default, low, high, integer=True)
 
 
+def _logit_bias(bias: Any) -> dict[int, float]:
+    """OpenAI's logit_bias: an object of token ids (as strings, JSON's keys) to numbers from -100 to 100."""
+    if bias is None:
+        return {}
+    if not isinstance(bias, dict):
+        raise RequestError('logit_bias must be an object of token ids to numbers, such as {"15043": -100}.',
+                           param="logit_bias")
+    out = {}
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit()):
+            raise RequestError(f"logit_bias keys must be token ids written as whole numbers, not {key!r}.",
+                               param="logit_bias")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+            raise RequestError(f"logit_bias[{key}] must be a number from {-MAX_LOGIT_BIAS:g} to {MAX_LOGIT_BIAS:g}, "
+                               f"not {value!r}.", param="logit_bias")
+        out[int(key)] = float(value)
+    return out
+
+
 def _stop_strings(stop: Any) -> list[str]:
     if stop is None:
         return []
@@ -347,6 +372,35 @@ def _extension(extension: Any) -> SpeculativeConfig:
         raise RequestError(f"edge_specdec.num_assistant_tokens must be at most {MAX_ASSISTANT_TOKENS}, not "
                            f"{speculative.num_assistant_tokens}.", param="edge_specdec")
     return speculative
+
+
+def parse_tokenize(body: Any) -> tuple[str, bool]:
+    """llama-server's /tokenize body: {"content": text, "add_special": bool (default false)}."""
+    _only_fields(body, {"content", "add_special"}, "/tokenize")
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise RequestError("content must be the text to tokenize, a string.", param="content")
+    return content, _Fields(body).boolean("add_special", False)
+
+
+def parse_detokenize(body: Any, vocabulary: int) -> list[int]:
+    """llama-server's /detokenize body: {"tokens": [token ids]}, each id a token of the target."""
+    _only_fields(body, {"tokens"}, "/detokenize")
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise RequestError("tokens must be a list of token ids.", param="tokens")
+    if any(not 0 <= t < vocabulary for t in tokens):
+        raise RequestError(f"token ids must be between 0 and {vocabulary - 1}.", param="tokens")
+    return tokens
+
+
+def _only_fields(body: Any, known: set[str], endpoint: str) -> None:
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object.")
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise RequestError(f"unrecognized {endpoint} argument: {unknown[0]} (known: {', '.join(sorted(known))}).",
+                           param=unknown[0])
 
 
 # --- the body --------------------------------------------------------------------------------------------------
