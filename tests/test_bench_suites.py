@@ -1,0 +1,60 @@
+"""The named suites of `edge-specdec bench`: the help lists them, and each one runs on the demo pair (no BUNDLE), a
+few tokens long, writing its report the way every suite does."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edge_specdec.benchmark.suites import SUITES, load_suite
+from edge_specdec.cli import main
+
+
+def run_suite(capsys, tmp_path, name: str, *args: str) -> dict:
+    """`edge-specdec bench NAME ARGS --out DIR` on the demo pair; its report.json, once report.md was printed."""
+    out = tmp_path / name
+    assert main(["bench", name, *args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"# edge-specdec bench {name}: demo_bundle")
+    assert (out / "report.md").read_text().rstrip("\n") == printed.rstrip("\n")
+    return json.loads((out / "report.json").read_text())
+
+
+def rows_of(report: dict) -> dict[str, dict]:
+    return {r["setup"]: r for r in report["setups"]}
+
+
+def test_help_lists_every_suite(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: edge-specdec bench [SUITE] [BUNDLE]")
+    for name in SUITES:
+        assert f"  {name}  " in text, name
+        assert " ".join(load_suite(name).SUMMARY.split()[:4]) in " ".join(text.split()), name
+
+
+def test_a_suite_has_its_own_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "conversation", "--help"])
+    text = capsys.readouterr().out
+    assert text.startswith("usage: edge-specdec bench conversation") and "--turns" in text and "--ks" not in text
+    with pytest.raises(SystemExit) as stop:  # an option of another suite is refused by argparse
+        main(["bench", "conversation", "--ks", "3"])
+    assert stop.value.code == 2 and "unrecognized arguments: --ks" in capsys.readouterr().err
+
+
+def test_conversation_suite_on_the_demo(capsys, tmp_path):
+    report = run_suite(capsys, tmp_path, "conversation", "--turns", "2", "--service", "2", "--answer-tokens", "4",
+                       "--no-genai")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-reuse", "ours-no-reuse"]
+    assert report["cells"] == ["turn 1", "turn 2", "request 1", "request 2"]
+    reuse, whole = rows["ours-reuse"], rows["ours-no-reuse"]
+    assert reuse["runs"] == whole["runs"] == 4 and not reuse["failures"]
+    assert reuse["identical"] is True and reuse["identity_checked_runs"] == 4
+    # the second turn and the second request reuse the prefix the first one left; the baseline never does
+    assert reuse["figures"]["reused_tokens"] > 0 and whole["figures"]["reused_tokens"] == 0
+    assert reuse["per_cell"]["turn 1"] is None and reuse["per_cell"]["turn 2"] > 0  # TTFT from turn 2 on
+    assert reuse["ratio_to_baseline"] > 0 and report["baseline"] == "ours-no-reuse"
