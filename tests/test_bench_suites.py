@@ -58,3 +58,23 @@ def test_conversation_suite_on_the_demo(capsys, tmp_path):
     assert reuse["figures"]["reused_tokens"] > 0 and whole["figures"]["reused_tokens"] == 0
     assert reuse["per_cell"]["turn 1"] is None and reuse["per_cell"]["turn 2"] > 0  # TTFT from turn 2 on
     assert reuse["ratio_to_baseline"] > 0 and report["baseline"] == "ours-no-reuse"
+
+
+def test_structured_suite_on_the_demo(capsys, tmp_path):
+    report = run_suite(capsys, tmp_path, "structured", "--limit", "2", "--max-new-tokens", "8", "--no-genai")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-auto"] and report["cells"] == ["person-1", "person-2"]
+    auto = rows["ours-auto"]
+    assert auto["runs"] == 2 and not auto["failures"]
+    assert auto["identical"] is True and auto["identity_checked_runs"] == 2  # lossless under the grammar too
+    assert rows["ours-none"]["figures"]["tokens"] == 8 and auto["figures"]["tokens_per_s"] > 0
+    assert auto["figures"]["valid"] is not None  # counted (8 tokens may cut the JSON short: 0 is a count too)
+
+
+def test_structured_answers_are_checked_against_their_schema():
+    from edge_specdec.benchmark.structured_tasks import SENTIMENT
+    from edge_specdec.benchmark.suites.structured import schema_valid
+
+    assert schema_valid(SENTIMENT, '{"sentiment": "positive"}') == 1
+    assert schema_valid(SENTIMENT, '{"sentiment": "happy"}') == 0  # not in the enum
+    assert schema_valid(SENTIMENT, '{"sentiment": "positive"') == 0  # cut short

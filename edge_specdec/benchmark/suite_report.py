@@ -12,8 +12,8 @@ from .stats import first_difference, median, rounded, spread
 from .suite_runs import Suite, SuiteRow
 
 DEFINITIONS = """\
-- every figure is the median over the row's timed runs (every cell and repeat); a run without such a figure
-  does not count.
+- every figure is the median over the row's timed runs (every cell and repeat), a count ("total") their sum; a
+  run without such a figure does not count.
 - vs BASELINE: the median, over (cell, repeat), of the row's headline figure / the baseline row's on the same cell
   in the same repeat (the two ran back to back).
 - identical: the row's output (token ids) equals that of its reference row on the same cell and repeat; under
@@ -54,10 +54,17 @@ def _ratio(row: SuiteRow, baseline: Optional[SuiteRow], key: str) -> Optional[fl
     return median(ratios)
 
 
+def _total(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return float(sum(values)) if values else None
+
+
 def summarize_row(row: SuiteRow, suite: Suite, rows: dict[str, SuiteRow]) -> dict[str, Any]:
     runs = list(row.measured.values())
     identical, mismatches, compared = _identity(row, rows)
-    figures = {f.key: median(m.figures.get(f.key) for m in runs) for f in suite.figures}
+    figures = {f.key: _total(m.figures.get(f.key) for m in runs) if f.total else median(m.figures.get(f.key)
+                                                                                      for m in runs)
+               for f in suite.figures}
     headline = [m.figures[suite.headline] for m in runs if m.figures.get(suite.headline) is not None]
     per_cell = {c.key: median(m.figures.get(suite.headline) for (key, _), m in row.measured.items() if key == c.key)
                 for c in suite.cells}
@@ -85,8 +92,8 @@ def build_suite_report(suite: Suite, machine: dict, command: Optional[str], inte
                            "interrupted": interrupted},
               "machine": machine, "bundle": bundle, "method": suite.method, "headline": suite.headline,
               "baseline": suite.baseline,
-              "figures": [{"key": f.key, "title": f.title, "format": f.spec, "lower_is_better": f.lower_is_better}
-                          for f in suite.figures],
+              "figures": [{"key": f.key, "title": f.title + (" (total)" if f.total else ""), "format": f.spec,
+                           "lower_is_better": f.lower_is_better} for f in suite.figures],
               "cells": [c.key for c in suite.cells], "setups": rows, "skipped": suite.skipped, "notes": suite.notes,
               "not_identical": [r["setup"] for r in rows if r["identical"] is False]}
     return rounded(report, 4)
@@ -111,8 +118,9 @@ def render_suite_markdown(report: dict) -> str:
     if report.get("command"):
         lines += ["```", report["command"], "```", ""]
     sides = "; ".join(f"{side} {b[side]['source']} ({b[side]['weights']})" for side in ("target", "draft") if side in b)
-    lines += [f"Bundle `{s['bundle']}`: {sides}; vocabulary {b['relation']}; {s['repeats']} repeat(s).", "",
-              report["method"], ""]
+    shown = {k: v for k, v in s.items() if k not in ("bundle", "repeats", "interrupted") and v is not None}
+    lines += [f"Bundle `{s['bundle']}`: {sides}; vocabulary {b['relation']}; {s['repeats']} repeat(s); "
+              + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items()) + ".", "", report["method"], ""]
     if s.get("interrupted"):
         lines += ["**Interrupted**: the figures cover only the runs done before Ctrl-C.", ""]
     vs = f"{head['title']} vs {report['baseline']}" if report["baseline"] else None

@@ -20,11 +20,13 @@ from .machine import machine_info, note_load_at_end
 
 @dataclass(frozen=True)
 class Figure:
-    """A column of a suite's table: the median of Measured.figures[key] over a row's timed runs."""
+    """A column of a suite's table: the median of Measured.figures[key] over a row's timed runs (total: their
+    sum, for counts such as valid answers)."""
     key: str
     title: str
     spec: str = ".2f"
     lower_is_better: bool = False
+    total: bool = False
 
 
 @dataclass

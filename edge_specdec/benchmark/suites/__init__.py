@@ -29,6 +29,7 @@ from types import ModuleType
 SUITES = {
     "general": "general",
     "conversation": "conversation",
+    "structured": "structured",
     "clients": "clients",
 }
 DEFAULT_SUITE = next(iter(SUITES))
