@@ -78,3 +78,22 @@ def test_structured_answers_are_checked_against_their_schema():
     assert schema_valid(SENTIMENT, '{"sentiment": "positive"}') == 1
     assert schema_valid(SENTIMENT, '{"sentiment": "happy"}') == 0  # not in the enum
     assert schema_valid(SENTIMENT, '{"sentiment": "positive"') == 0  # cut short
+
+
+@pytest.mark.slow
+def test_startup_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkeypatch):
+    from edge_specdec.benchmark import fresh_process
+
+    started = []
+    real = fresh_process.run_fresh
+    monkeypatch.setattr(fresh_process, "run_fresh", lambda function, **kw: started.append(function) or real(function, **kw))
+    report = run_suite(capsys, tmp_path, "startup", "--repeats", "1", "--max-new-tokens", "4", "--no-genai")
+    rows = rows_of(report)
+    assert list(rows) == ["ours", "run-auto", "run-none"]
+    assert len(started) == 2 * 3  # the uncounted round and the timed one, a process per row each time
+    for name, row in rows.items():
+        figures = row["figures"]
+        assert row["runs"] == 1 and not row["failures"], (name, row["failures"])
+        assert 0 < figures["load_s"] < figures["first_token_s"] < figures["process_wall_s"]
+        assert figures["peak_rss_mib"] > 50 and figures["tokens_per_s"] > 0
+    assert rows["ours"]["identical"] is True and rows["run-auto"]["identical"] is True  # run-none's token ids

@@ -30,6 +30,7 @@ SUITES = {
     "general": "general",
     "conversation": "conversation",
     "structured": "structured",
+    "startup": "startup",
     "clients": "clients",
 }
 DEFAULT_SUITE = next(iter(SUITES))
