@@ -86,7 +86,10 @@ def test_startup_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkey
 
     started = []
     real = fresh_process.run_fresh
-    monkeypatch.setattr(fresh_process, "run_fresh", lambda function, **kw: started.append(function) or real(function, **kw))
+    def counted(function, **kwargs):
+        started.append(function)
+        return real(function, **kwargs)
+    monkeypatch.setattr(fresh_process, "run_fresh", counted)
     report = run_suite(capsys, tmp_path, "startup", "--repeats", "1", "--max-new-tokens", "4", "--no-genai")
     rows = rows_of(report)
     assert list(rows) == ["ours", "run-auto", "run-none"]
