@@ -100,3 +100,27 @@ def test_startup_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkey
         assert 0 < figures["load_s"] < figures["first_token_s"] < figures["process_wall_s"]
         assert figures["peak_rss_mib"] > 50 and figures["tokens_per_s"] > 0
     assert rows["ours"]["identical"] is True and rows["run-auto"]["identical"] is True  # run-none's token ids
+
+
+@pytest.mark.slow
+def test_long_prompts_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path):
+    report = run_suite(capsys, tmp_path, "long-prompts", "--lengths", "200", "300", "--max-new-tokens", "4",
+                       "--repeats", "1", "--kv-caches", "u8", "--no-genai")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-kv-u8"]
+    assert report["cells"] == ["200 tokens", "300 tokens"]
+    for name, row in rows.items():
+        assert row["runs"] == 2 and not row["failures"], (name, row["failures"])
+        assert row["figures"]["ttft_s"] > 0 and row["figures"]["peak_rss_mib"] > 50
+    assert rows["ours-auto"]["identical"] is True and rows["ours-auto"]["identity_checked_runs"] == 2
+    assert rows["ours-auto-kv-u8"]["identical"] is None  # u8 is exact only up to float noise: not compared
+    # a u8 cache holds fewer bytes per token than the default f16 one
+    assert rows["ours-auto-kv-u8"]["figures"]["kv_bytes_per_token"] < rows["ours-auto"]["figures"]["kv_bytes_per_token"]
+    assert "| ours-auto-kv-u8 |" in (tmp_path / "long-prompts" / "report.md").read_text()
+
+
+def test_long_prompts_refuse_lengths_past_the_context(capsys, tmp_path):
+    out = tmp_path / "out"
+    assert main(["bench", "long-prompts", "--lengths", "4096", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "go past the target's context of 1024 tokens" in err and not out.exists()

@@ -80,6 +80,9 @@ def summarize_row(row: SuiteRow, suite: Suite, rows: dict[str, SuiteRow]) -> dic
 def build_suite_report(suite: Suite, machine: dict, command: Optional[str], interrupted: bool) -> dict[str, Any]:
     by_name = {r.name: r for r in suite.rows}
     rows = [summarize_row(r, suite, by_name) for r in suite.rows]
+    references = {r.reference for r in suite.rows}
+    for row in rows:
+        row["is_reference"] = row["setup"] in references
     b = suite.bundle
     bundle = {"path": str(b.path), "relation": b.vocabulary["relation"]}
     for side in ("target", "draft"):
@@ -101,7 +104,7 @@ def build_suite_report(suite: Suite, machine: dict, command: Optional[str], inte
 
 def _identity_cell(row: dict) -> str:
     if row["identical"] is None:
-        return "reference" if row["reference"] is None or row["reference"] == row["setup"] else "not compared"
+        return "reference" if row["is_reference"] else "not compared"
     if row["identical"]:
         return f"yes ({row['identity_checked_runs']} runs)"
     return f"**NO** ({row['mismatched_runs']} of {row['identity_checked_runs']} runs)"

@@ -31,6 +31,7 @@ SUITES = {
     "conversation": "conversation",
     "structured": "structured",
     "startup": "startup",
+    "long-prompts": "long_prompts",
     "clients": "clients",
 }
 DEFAULT_SUITE = next(iter(SUITES))
