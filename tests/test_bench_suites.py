@@ -124,3 +124,24 @@ def test_long_prompts_refuse_lengths_past_the_context(capsys, tmp_path):
     assert main(["bench", "long-prompts", "--lengths", "4096", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "go past the target's context of 1024 tokens" in err and not out.exists()
+
+
+def test_general_suite_is_the_default_and_runs_on_the_demo(capsys, tmp_path):
+    out = tmp_path / "general"
+    assert main(["bench", "--categories", "math", "--setups", "ours-none", "ours-slem-k3", "--max-new-tokens", "4",
+                 "--repeats", "1", "--no-genai", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("# edge-specdec bench: demo_bundle")
+    report = json.loads((out / "report.json").read_text())
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-slem-k3"] and rows["ours-slem-k3"]["identical"] is True
+    assert report["command"].startswith("edge-specdec bench --categories math")  # as typed, then spelled out
+
+
+def test_clients_suite_on_the_demo(capsys, tmp_path):
+    out = tmp_path / "clients"
+    assert main(["bench", "clients", "--clients", "1", "2", "--setups", "ours-spec", "--categories",
+                 "code_generation", "--max-new-tokens", "4", "--repeats", "1", "--no-genai", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("# edge-specdec bench clients: demo_bundle")
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["clients"] == [1, 2] and "ours-spec" in {r["setup"] for r in report["setups"]}
+    assert not report["not_identical"]
