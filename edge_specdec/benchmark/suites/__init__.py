@@ -43,8 +43,11 @@ def load_suite(name: str) -> ModuleType:
 
 def suites_help() -> str:
     """The list of suites, a line each, for `edge-specdec bench --help`."""
+    import textwrap
+
     width = max(map(len, SUITES))
-    return "\n".join(f"  {name:<{width}}  {load_suite(name).SUMMARY}" for name in SUITES)
+    return "\n".join(textwrap.fill(load_suite(name).SUMMARY, 116, initial_indent=f"  {name:<{width}}  ",
+                                    subsequent_indent=" " * (width + 4)) for name in SUITES)
 
 
 def suite_parser(name: str) -> argparse.ArgumentParser:

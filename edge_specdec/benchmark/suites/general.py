@@ -82,7 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.usage = "edge-specdec bench [SUITE] [BUNDLE] [options]"
     p.description = ("suites (`edge-specdec bench SUITE [BUNDLE] ...`; `edge-specdec bench SUITE --help` for each "
-                     "one's options; without BUNDLE, the demo pair that ships with edge-specdec):\n"
+                     "one's options; without BUNDLE, the demo pair that ships with edge-specdec; a bundle folder named "
+                     "like a suite: ./NAME):\n"
                      + suites_help() + "\n\n"
                      "The general suite: the target alone, each of our algorithms that applies to the bundle (fixed "
                      "and adaptive draft lengths), prompt lookup, OpenVINO GenAI's own pipelines and (--hf) "
