@@ -3,11 +3,15 @@ few tokens long, writing its report the way every suite does."""
 from __future__ import annotations
 
 import json
+import sys
+import time
+import types
 
 import pytest
 
 from edge_specdec.benchmark.suites import SUITES, load_suite
 from edge_specdec.cli import main
+from edge_specdec.demo import DEMO_BUNDLE
 
 
 def run_suite(capsys, tmp_path, name: str, *args: str) -> dict:
@@ -43,32 +47,6 @@ def test_a_suite_has_its_own_options(capsys):
     with pytest.raises(SystemExit) as stop:  # an option of another suite is refused by argparse
         main(["bench", "conversation", "--ks", "3"])
     assert stop.value.code == 2 and "unrecognized arguments: --ks" in capsys.readouterr().err
-
-
-def test_conversation_suite_on_the_demo(capsys, tmp_path):
-    report = run_suite(capsys, tmp_path, "conversation", "--turns", "2", "--service", "2", "--answer-tokens", "4",
-                       "--no-genai")
-    rows = rows_of(report)
-    assert list(rows) == ["ours-reuse", "ours-no-reuse"]
-    assert report["cells"] == ["turn 1", "turn 2", "request 1", "request 2"]
-    reuse, whole = rows["ours-reuse"], rows["ours-no-reuse"]
-    assert reuse["runs"] == whole["runs"] == 4 and not reuse["failures"]
-    assert reuse["identical"] is True and reuse["identity_checked_runs"] == 4
-    # the second turn and the second request reuse the prefix the first one left; the baseline never does
-    assert reuse["figures"]["reused_tokens"] > 0 and whole["figures"]["reused_tokens"] == 0
-    assert reuse["per_cell"]["turn 1"] is None and reuse["per_cell"]["turn 2"] > 0  # TTFT from turn 2 on
-    assert reuse["ratio_to_baseline"] > 0 and report["baseline"] == "ours-no-reuse"
-
-
-def test_structured_suite_on_the_demo(capsys, tmp_path):
-    report = run_suite(capsys, tmp_path, "structured", "--limit", "2", "--max-new-tokens", "8", "--no-genai")
-    rows = rows_of(report)
-    assert list(rows) == ["ours-none", "ours-auto"] and report["cells"] == ["person-1", "person-2"]
-    auto = rows["ours-auto"]
-    assert auto["runs"] == 2 and not auto["failures"]
-    assert auto["identical"] is True and auto["identity_checked_runs"] == 2  # lossless under the grammar too
-    assert rows["ours-none"]["figures"]["tokens"] == 8 and auto["figures"]["tokens_per_s"] > 0
-    assert auto["figures"]["valid"] is not None  # counted (8 tokens may cut the JSON short: 0 is a count too)
 
 
 def test_structured_answers_are_checked_against_their_schema():
@@ -145,3 +123,100 @@ def test_clients_suite_on_the_demo(capsys, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["settings"]["clients"] == [1, 2] and "ours-spec" in {r["setup"] for r in report["setups"]}
     assert not report["not_identical"]
+
+
+# --- conversation and structured on the demo, GenAI's rows against a stand-in for openvino_genai ------------
+
+PERSON_JSON = '{"name": "Ann", "age": 30, "city": "Oslo"}'
+
+
+def fake_genai(calls: list) -> types.ModuleType:
+    """A stand-in for openvino_genai: the calls the suites make, each recorded in calls; every answer PERSON_JSON,
+    streamed as one piece (a streamer that returns True would stop GenAI: it is recorded too)."""
+    og = types.ModuleType("openvino_genai")
+
+    class Settings:
+        def __init__(self, **kwargs):
+            self.__dict__.update(kwargs)
+
+    class LLMPipeline:
+        def __init__(self, folder, device, **kwargs):
+            calls.append(("load", str(folder), sorted(kwargs)))
+
+        def start_chat(self):
+            calls.append(("start_chat",))
+
+        def finish_chat(self):
+            calls.append(("finish_chat",))
+
+        def generate(self, prompt, config, streamer=None):
+            calls.append(("generate", prompt, config, streamer("{") if streamer else None))
+            return PERSON_JSON
+
+    og.GenerationConfig = og.StructuredOutputConfig = og.SchedulerConfig = Settings
+    og.LLMPipeline = LLMPipeline
+    og.draft_model = lambda folder, device, **kwargs: ("draft", str(folder))
+    return og
+
+
+@pytest.mark.slow  # two engines, and a system prompt of about 600 tokens prefilled whole by the baseline
+def test_conversation_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
+    report = run_suite(capsys, tmp_path, "conversation", "--turns", "2", "--service", "2", "--answer-tokens", "4")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-reuse", "ours-no-reuse", "genai-chat"]
+    assert report["cells"] == ["turn 1", "turn 2", "request 1", "request 2"]
+    reuse, whole = rows["ours-reuse"], rows["ours-no-reuse"]
+    assert reuse["runs"] == whole["runs"] == 4 and not reuse["failures"]
+    assert reuse["identical"] is True and reuse["identity_checked_runs"] == 4
+    # the second turn and the second request reuse the prefix the first one left; the baseline never does
+    assert reuse["figures"]["reused_tokens"] > 0 and whole["figures"]["reused_tokens"] == 0
+    assert reuse["per_cell"]["turn 1"] is None and reuse["per_cell"]["turn 2"] > 0  # TTFT from turn 2 on
+    assert reuse["ratio_to_baseline"] > 0 and report["baseline"] == "ours-no-reuse"
+    genai = rows["genai-chat"]
+    assert genai["runs"] == 4 and not genai["failures"] and genai["identical"] is None  # its text is not compared
+    events = [c[0] for c in calls]
+    # the warm-up turn, then the timed chat in a new chat of its own, then the service outside the chat
+    assert events == ["load", "start_chat", "generate", "finish_chat", "start_chat", "generate", "generate",
+                      "finish_chat", "generate", "generate"]
+    generated = [c for c in calls if c[0] == "generate"]
+    assert all(stop is False for *_, stop in generated)  # the streamer never asks GenAI to stop
+    service = generated[-1]
+    assert service[2].apply_chat_template is False and "Rule 12" in service[1]  # the rendered system prompt
+
+
+def test_structured_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
+    from edge_specdec.benchmark.structured_tasks import PERSON
+
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
+    report = run_suite(capsys, tmp_path, "structured", "--limit", "2", "--max-new-tokens", "8")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-auto", "genai"] and report["cells"] == ["person-1", "person-2"]
+    auto = rows["ours-auto"]
+    assert auto["runs"] == 2 and not auto["failures"]
+    assert auto["identical"] is True and auto["identity_checked_runs"] == 2  # lossless under the grammar too
+    assert rows["ours-none"]["figures"]["tokens"] == 8 and auto["figures"]["tokens_per_s"] > 0
+    assert auto["figures"]["valid"] is not None  # counted (8 tokens may cut the JSON short: 0 is a count too)
+    genai = rows["genai"]
+    assert genai["runs"] == 2 and genai["figures"]["valid"] == 2 and genai["identical"] is None
+    config = next(c[2] for c in calls if c[0] == "generate")
+    assert json.loads(config.structured_output_config.json_schema) == PERSON
+    assert config.apply_chat_template is False and config.max_new_tokens == 8
+
+
+def test_startup_and_long_prompts_genai_runs_time_their_first_token(monkeypatch):
+    from edge_specdec.benchmark.suites import long_prompts, startup
+
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
+    got = startup.genai(started=time.perf_counter(), target="t", draft="d", prompt="p", max_new_tokens=4)
+    assert 0 <= got["load_s"] <= got["first_token_s"] and got["tokens_per_s"] > 0
+    assert calls[0] == ("load", "t", ["CACHE_DIR", "draft_model"]) and calls[1][2].num_assistant_tokens == 3
+    assert calls[1][3] is False
+    calls.clear()
+    got = long_prompts.genai_long(started=0.0, bundle=str(DEMO_BUNDLE), ids=[1, 2, 3], max_new_tokens=4, repeats=2,
+                                  properties="f16")
+    assert got["ttft_s"] >= 0 and got["tokens_per_s_after_first"] > 0
+    assert calls[0][2] == ["KV_CACHE_PRECISION", "scheduler_config"] and len(calls) == 1 + 3  # a warm-up, 2 timed
