@@ -220,3 +220,40 @@ def test_startup_and_long_prompts_genai_runs_time_their_first_token(monkeypatch)
                                   properties="f16")
     assert got["ttft_s"] >= 0 and got["tokens_per_s_after_first"] > 0
     assert calls[0][2] == ["KV_CACHE_PRECISION", "scheduler_config"] and len(calls) == 1 + 3  # a warm-up, 2 timed
+
+
+# --- the shared report, from known runs -------------------------------------------------------------------------
+
+def test_suite_report_from_known_runs(tmp_path):
+    from edge_specdec.benchmark.suite_report import build_suite_report, render_suite_markdown, write_suite_report
+    from edge_specdec.benchmark.suite_runs import Cell, Figure, Measured, Suite, SuiteRow
+
+    def row(name, reference, runs):
+        r = SuiteRow(name, f"the row {name}", run=None, reference=reference)
+        r.measured = {key: Measured({"tps": tps, "valid": valid}, ids) for key, (tps, valid, ids) in runs.items()}
+        return r
+    base = row("base", None, {("a", 0): (10.0, 1, [1, 2, 3]), ("b", 0): (20.0, 0, [4, 5])})
+    fast = row("fast", "base", {("a", 0): (30.0, 1, [1, 2, 3]), ("b", 0): (20.0, 1, [4, 9])})
+    peer = row("peer", None, {("a", 0): (5.0, None, None)})
+    peer.failures.append({"cell": "b", "repeat": 0, "error": "RuntimeError: no"})
+    bundle = types.SimpleNamespace(path=tmp_path / "pair", vocabulary={"relation": "identical"}, manifest={})
+    suite = Suite("known", bundle, [base, fast, peer], [Cell("a"), Cell("b")],
+                  [Figure("tps", "tok/s"), Figure("valid", "valid", ".0f", total=True)], headline="tps",
+                  baseline="base", settings={"max_new_tokens": 4}, method="Known runs.")
+    report = build_suite_report(suite, {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "date": "d"},
+                                "edge-specdec bench known", interrupted=False)
+    rows = {r["setup"]: r for r in report["setups"]}
+    assert rows["fast"]["ratio_to_baseline"] == 2.0  # the median of 30/10 and 20/20
+    assert rows["fast"]["figures"] == {"tps": 25.0, "valid": 2.0} and rows["base"]["figures"]["valid"] == 1.0
+    assert rows["fast"]["identical"] is False and rows["fast"]["mismatches"][0]["first_difference"] == 1
+    assert rows["base"]["identical"] is None and rows["base"]["is_reference"] and not rows["peer"]["is_reference"]
+    assert rows["peer"]["per_cell"] == {"a": 5.0, "b": None} and rows["peer"]["failed_runs"] == 1
+    assert report["not_identical"] == ["fast"]
+    text = render_suite_markdown(report)
+    assert "| fast | 2 | 25.00 | 2 | 2.00x | **NO** (1 of 2 runs) |" in text
+    assert "| base | 2 | 15.00 | 1 | baseline | reference |" in text and "| peer | 1 (1 failed) |" in text
+    assert "- NOT identical: fast on b (repeat 1): first difference at token 1" in text
+    files = write_suite_report(report, tmp_path / "out", say=lambda _: None)
+    assert json.loads(open(files["json"]).read())["suite"] == "known"
+    if "plot" in files:  # matplotlib is installed: the chart is a PNG
+        assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"

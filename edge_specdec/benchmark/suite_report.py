@@ -151,7 +151,9 @@ def plot_headline(report: dict, path: Path) -> None:
     head = _headline(report)
     rows = [r for r in report["setups"] if r["figures"][head["key"]] is not None]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(rows) + 2), 4.5))
-    ax.bar(range(len(rows)), [r["figures"][head["key"]] for r in rows], color=plt.get_cmap("tab10").colors[:len(rows)])
+    colors = plt.get_cmap("tab10")
+    ax.bar(range(len(rows)), [r["figures"][head["key"]] for r in rows],
+           color=[colors(i % 10) for i in range(len(rows))])
     base = next((r for r in rows if r["setup"] == report["baseline"]), None)
     if base is not None:
         ax.axhline(base["figures"][head["key"]], color="black", linewidth=1, linestyle="--")
