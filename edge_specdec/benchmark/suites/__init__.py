@@ -13,11 +13,14 @@ Adding a suite is one new module here and one line in SUITES below. The module, 
     def add_arguments(parser): ...     # its options; BUNDLE and --out are there already
     def main(args) -> int: ...         # run it and return the exit code
 
-main usually builds a suite_runs.Suite (its rows, cells, figures, headline figure and baseline row) and hands it
-to suite_runs.run_suite, then returns suite_runs.finish(report): conversation.py is a short example, and
-startup.py one whose rows run each in a fresh process (fresh_process.py). Import the runtime and the peers
-inside main, not at the top of the module: `edge-specdec --help` imports this registry, and the runtime never
-imports the benchmark package.
+main gets args.bundle (the demo's folder when none was given), args.out, args.command_line (the command as typed,
+for the report) and the suite's own options. It usually builds a suite_runs.Suite (its rows, cells, figures,
+headline figure and baseline row), hands it to suite_runs.run_suite and returns suite_runs.finish(report):
+conversation.py is an example whose rows keep state from cell to cell, structured.py one of prompts as cells,
+and startup.py one whose rows run each in a fresh process (fresh_process.py). Load models and import the peers
+(openvino_genai) inside main, not at the top of the module: `edge-specdec bench --help` imports every suite, and
+the runtime never imports the benchmark package. A suite's test runs it on the demo with a few tokens
+(tests/test_bench_suites.py); the help test finds it in SUITES by itself.
 """
 from __future__ import annotations
 
