@@ -1,5 +1,5 @@
 """The runtime (bundle loading, vocabulary map, decoding, structured output, `edge-specdec info`) never imports the
-export stack, nor Hugging Face's tokenizers."""
+export stack, nor Hugging Face's tokenizers; nor, `edge-specdec info` aside, the benchmark code."""
 from __future__ import annotations
 
 import json
@@ -14,11 +14,9 @@ PROBE = """
 import json, sys
 import edge_specdec, edge_specdec.runtime
 from edge_specdec import load_bundle
-from edge_specdec.cli import main
 bundle = load_bundle(sys.argv[1])
 vmap = bundle.load_vocab_map()
 assert vmap.intersection > 0
-main(["info", sys.argv[1]])
 from edge_specdec.runtime import GenerationConfig, Pipeline
 pipe = Pipeline(sys.argv[2])
 result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=8), algorithm="standard")
@@ -27,6 +25,10 @@ from edge_specdec.runtime.grammar import Constraint
 schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 result = pipe.generate("x", GenerationConfig(max_new_tokens=12, constraint=Constraint.json_schema(schema)))
 assert result.text.startswith('{"a": ') and "llguidance" in sys.modules  # structured output, without tokenizers
+benchmark = sorted(m for m in sys.modules if m.startswith("edge_specdec.benchmark"))
+assert not benchmark, f"the runtime imported the benchmark code: {benchmark}"
+from edge_specdec.cli import main
+main(["info", sys.argv[1]])
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 """
 

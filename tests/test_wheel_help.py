@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 import edge_specdec
+from edge_specdec.benchmark.suites import SUITES
 from edge_specdec.cli import build_parser, main
 from edge_specdec.cli import docs as docs_command
 from edge_specdec.cli.common import stats_line
@@ -41,6 +42,8 @@ def test_help_texts_and_listings_name_nothing_a_wheel_lacks(capsys):
     texts = {"edge-specdec --help": help_of(capsys)}
     for name in command_names():
         texts[f"{name} --help"] = help_of(capsys, name)
+    for suite in SUITES:
+        texts[f"bench {suite} --help"] = help_of(capsys, "bench", suite)
     for argv in (["pairs"], ["pairs", "--json"], ["docs"]):
         assert main(argv) == 0
         texts[" ".join(argv)] = capsys.readouterr().out

@@ -1,5 +1,8 @@
 """Benchmark a bundle: our decoders against the target alone and against the peers, side by side in one run.
 
+The named suites of `edge-specdec bench` are in suites/ (its docstring lists them and says how to add one); this
+docstring describes the general one, the default:
+
     edge-specdec bench BUNDLE [--setups NAME|PATTERN ...] [--max-new-tokens 64] [--repeats 2] [--ks 3 5]
                               [--categories CAT ...] [--prompts FILE] [--out DIR] [--hf] [--genai-ours]
                               [--concurrent]

@@ -54,7 +54,7 @@ def _identity_cell(row: dict) -> str:
 
 def render_clients_markdown(report: dict) -> str:
     s, m, b = report["settings"], report["machine"], report["bundle"]
-    lines = [f"# edge-specdec bench --clients: {Path(s['bundle']).name}", ""]
+    lines = [f"# edge-specdec bench clients: {Path(s['bundle']).name}", ""]
     if report.get("command"):
         lines += ["```", report["command"], "```", ""]
     sides = "; ".join(f"{side} {b[side]['source']} ({b[side]['weights']})" for side in ("target", "draft") if side in b)

@@ -1,4 +1,4 @@
-"""The rows of the clients benchmark (`edge-specdec bench --clients`), how --setups chooses among them, and what
+"""The rows of the clients benchmark (`edge-specdec bench clients`), how --setups chooses among them, and what
 one round of a row records: each client's request, the round's wall time."""
 from __future__ import annotations
 

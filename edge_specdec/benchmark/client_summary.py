@@ -143,7 +143,7 @@ def build_clients_report(rows: list[Row], prompts: list[ClientPrompt], settings:
         })
     ours_rows = [row for res in results for row in res["rows"] if row["engine"] == "ours"]
     report = {
-        "tool": "edge-specdec bench --clients", "command": command, "settings": settings, "machine": machine,
+        "tool": "edge-specdec bench clients", "command": command, "settings": settings, "machine": machine,
         "bundle": {"path": settings["bundle"], "relation": settings["relation"],
                    **{side: {"source": manifest[side].get("source", {}).get("given"),
                              "weights": manifest[side].get("weights", {}).get("format")}

@@ -1,8 +1,8 @@
-"""`edge-specdec bench BUNDLE --clients 1 2 4 8`: several clients at once, ours against serving them one after
+"""`edge-specdec bench clients BUNDLE --clients 1 2 4 8`: several clients at once, ours against serving them one after
 another and against OpenVINO GenAI's continuous batching.
 
-    edge-specdec bench BUNDLE --clients 1 2 4 8 [--genai-draft BUNDLE] [--genai-k K] [--categories CAT ...]
-                              [--max-new-tokens 64] [--repeats 2] [--setups NAME|PATTERN ...] [--out DIR]
+    edge-specdec bench clients BUNDLE --clients 1 2 4 8 [--genai-draft BUNDLE] [--genai-k K] [--categories CAT ...]
+                                      [--max-new-tokens 64] [--repeats 2] [--setups NAME|PATTERN ...] [--out DIR]
 
     from edge_specdec.benchmark.concurrency import run_clients_benchmark
     report = run_clients_benchmark("bundles/qwen+smollm", clients=[1, 2, 4], categories=["code_generation"])
@@ -121,7 +121,7 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     order = {n: i for i, n in enumerate(SETUP_NAMES)}
     rows = sorted(rows + genai_rows, key=lambda r: order[r.spec.name])
 
-    say(f"bench --clients {' '.join(map(str, clients))} on {b.path} ({relation} vocabulary): "
+    say(f"bench clients --clients {' '.join(map(str, clients))} on {b.path} ({relation} vocabulary): "
         f"{', '.join(r.spec.name for r in rows)}; {len(prompts)} prompts "
         + (f"from {prompts_file} " if prompts_file else "") + f"({prompt_format}), {repeats} repeat(s), "
         f"{max_new_tokens} new tokens at most, greedy")

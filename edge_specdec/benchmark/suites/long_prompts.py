@@ -1,0 +1,180 @@
+"""The long-prompts suite: prompts of thousands of tokens (documents, tool schemas), each engine in a fresh process of
+its own: time to the first token, tokens/s after it and peak memory, ours at each KV cache type against OpenVINO
+GenAI's LLMPipeline on the same target."""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..suite_runs import Cell, Figure, Measured, Suite, SuiteRow
+
+SUMMARY = "prompts of thousands of tokens, a fresh process per row: time to the first token, decoding and peak memory"
+
+FIGURES = [Figure("ttft_s", "TTFT s", ".2f", lower_is_better=True),
+           Figure("tokens_per_s_after_first", "tok/s after the first"),
+           Figure("peak_rss_mib", "peak RSS MiB", ".0f", lower_is_better=True),
+           Figure("kv_bytes_per_token", "KV bytes / token", ".0f", lower_is_better=True),
+           Figure("process_wall_s", "process wall s", ".1f", lower_is_better=True)]
+
+METHOD = ("A prompt of N tokens is cut from a long text (this package's own Python sources, a stand-in for a document, "
+          "then \"Summarize the code above.\" in the chat template), and every row generates --max-new-tokens greedy "
+          "tokens (EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so "
+          "that its peak resident memory is its own: one uncounted run, then the median of --repeats runs in that "
+          "process. Ours without prefix reuse (each run prefills the whole prompt); GenAI with its prefix cache off. "
+          "The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU properties: their tokens "
+          "are not compared.")
+
+SOURCE = Path(__file__).resolve().parent.parent.parent  # edge_specdec: the long text
+
+
+def prompt_ids(started: float, bundle: str, lengths: list[int]) -> dict:
+    """In a fresh process: for each length N, N token ids: the chat template around the start of a long text."""
+    from ...runtime import Engine
+
+    engine = Engine(bundle, static_shapes=False, fixed_blocks=False, draft_pool_tokens=0)
+    ids = engine.tokenizer.encode("\n\n".join(p.read_text() for p in sorted(SOURCE.rglob("*.py"))))
+    tail = engine.chat_prompt([{"role": "user", "content": "Summarize the code above."}]) \
+        if engine.chat_template is not None else engine.tokenizer.encode("\n\nSummarize the code above.\n")
+    head = engine.tokenizer.encode("```python\n")
+    if len(ids) < max(lengths):
+        raise RuntimeError(f"the text has only {len(ids)} tokens, fewer than {max(lengths)}")
+    return {"ids": {str(n): head + ids[:n - len(head) - len(tail)] + tail for n in lengths}}
+
+
+def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
+              kv_cache: Optional[str], algorithm: str) -> dict:
+    """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs."""
+    from ...runtime import GenerationConfig, Pipeline
+
+    # no draft pool: a repeat must not copy the answer of the run before it
+    pipe = Pipeline(bundle, static_shapes=False, kv_cache=kv_cache, prefix_reuse=False, draft_pool_tokens=0)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
+    runs = [pipe.generate(ids, config, algorithm=algorithm) for _ in range(repeats + 1)][1:]
+    return {"ttft_s": statistics.median(r.stats.first_token_seconds for r in runs),
+            "tokens_per_s_after_first": statistics.median(
+                (len(r.token_ids) - 1) / max(1e-9, r.stats.seconds - r.stats.first_token_seconds) for r in runs),
+            "token_ids": list(runs[-1].token_ids), "kv_bytes_per_token": pipe.target_model.kv_bytes_per_token}
+
+
+def genai_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
+               properties: str) -> dict:
+    """In a fresh process: GenAI's LLMPipeline on the same ids; properties "default", "ours" (our CPU
+    properties) or a KV cache type (its defaults but that KV cache)."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as og
+
+    from ...bundle import load_bundle
+    from ...runtime.devices import PROFILES
+    from ...runtime.graph import int4_group_size
+
+    target = load_bundle(bundle, verify=False).target
+    props = {}
+    if properties == "ours":
+        props = PROFILES["CPU"].precision_properties("dq", int4_group_size(ov.Core().read_model(str(target.model_xml))))
+    elif properties != "default":
+        props["KV_CACHE_PRECISION"] = properties
+    scheduler = og.SchedulerConfig()
+    scheduler.enable_prefix_caching = False
+    pipe = og.LLMPipeline(str(target.folder), "CPU", scheduler_config=scheduler, **props)
+    config = og.GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens)
+    tokens = ov.Tensor(np.array([ids], dtype=np.int64))
+    ttfts, rates = [], []
+    for _ in range(repeats + 1):
+        first: list[float] = []
+
+        def note(_piece) -> bool:
+            if not first:
+                first.append(time.perf_counter())
+            return False
+        start = time.perf_counter()
+        pipe.generate(tokens, config, note)
+        end = time.perf_counter()
+        ttfts.append((first[0] if first else end) - start)
+        rates.append((max_new_tokens - 1) / max(1e-9, end - (first[0] if first else end)))
+    return {"ttft_s": statistics.median(ttfts[1:]), "tokens_per_s_after_first": statistics.median(rates[1:])}
+
+
+def fresh_row(name: str, description: str, function: str, reference: Optional[str], **kwargs) -> SuiteRow:
+    """A row whose every run is one of this module's functions in a fresh process, on the cell's token ids."""
+    from ..fresh_process import run_fresh
+
+    def run(c: Cell, repeat: int) -> Measured:
+        got = run_fresh(f"{__name__}:{function}", ids=c.value, **kwargs)
+        return Measured({f.key: got.get(f.key) for f in FIGURES}, got.get("token_ids"))
+    return SuiteRow(name, description, run, reference=reference)
+
+
+def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]]:
+    """Ours alone and with the default algorithm (at the default KV cache and each of --kv-caches), then GenAI's."""
+    import importlib.util
+
+    common = {"bundle": bundle, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
+    rows = [fresh_row("ours-none", "ours, the target alone, the default KV cache", "ours_long", None,
+                      kv_cache=None, algorithm="none", **common),
+            fresh_row("ours-auto", "ours, the default algorithm, the default KV cache", "ours_long", "ours-none",
+                      kv_cache=None, algorithm="auto", **common)]
+    rows += [fresh_row(f"ours-auto-kv-{kv}", f"ours, the default algorithm, a {kv} KV cache", "ours_long",
+                       None if kv == "u8" else "ours-none", kv_cache=kv, algorithm="auto", **common)
+             for kv in dict.fromkeys(args.kv_caches)]
+    genai = [] if args.no_genai else [("genai-none", "default", "its default CPU properties")]
+    genai += [("genai-ours", "ours", "our CPU properties")] if args.genai_ours else []
+    genai += [(f"genai-kv-{kv}", kv, f"its default CPU properties but a {kv} KV cache") for kv in args.genai_kv]
+    if genai and importlib.util.find_spec("openvino_genai") is None:
+        reason = "openvino_genai is not installed; pip install 'edge-specdec[bench]'"
+        say(f"skipping {', '.join(name for name, _, _ in genai)}: {reason}")
+        return rows, [{"setup": name, "reason": reason} for name, _, _ in genai]
+    rows += [fresh_row(name, f"OpenVINO GenAI LLMPipeline, the target alone, {what}", "genai_long", None,
+                       properties=properties, **common) for name, properties, what in genai]
+    return rows, []
+
+
+def main(args: argparse.Namespace) -> int:
+    from ...bundle import load_bundle
+    from ...errors import EdgeSpecdecError
+    from ..fresh_process import run_fresh
+    from ..suite_runs import check_out, finish, run_suite, stderr_say
+
+    lengths = sorted(dict.fromkeys(args.lengths))
+    if min(lengths) < 64 or args.max_new_tokens < 2 or args.repeats < 1:
+        raise EdgeSpecdecError("--lengths must be at least 64 tokens, --max-new-tokens at least 2 and --repeats at "
+                               "least 1.")
+    out = Path(args.out) if args.out else None
+    check_out(out)
+    bundle = load_bundle(Path(args.bundle).resolve(), verify=False)
+    context = bundle.manifest.get("target", {}).get("max_position_embeddings")
+    if context and max(lengths) + args.max_new_tokens > context:
+        raise EdgeSpecdecError(f"--lengths {max(lengths)} and --max-new-tokens {args.max_new_tokens} go past the "
+                               f"target's context of {context} tokens: give shorter lengths.")
+    stderr_say(f"cutting prompts of {', '.join(map(str, lengths))} tokens (a fresh process)")
+    ids = run_fresh(f"{__name__}:prompt_ids", bundle=str(bundle.path), lengths=lengths)["ids"]
+    rows, skipped = long_prompt_rows(args, str(bundle.path), stderr_say)
+    cells = [Cell(f"{n} tokens", ids[str(n)]) for n in lengths]
+    suite = Suite("long-prompts", bundle, rows, cells, FIGURES, headline="ttft_s", baseline="ours-none",
+                  method=METHOD, skipped=skipped,
+                  settings={"lengths": lengths, "max_new_tokens": args.max_new_tokens,
+                            "runs_per_process": args.repeats})
+    return finish(run_suite(suite, out, args.command_line))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ...runtime.devices import KV_CACHES
+
+    p.description = __doc__
+    p.epilog = ("example:\n  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 4096 8192 "
+                "--max-new-tokens 16 --repeats 1 --kv-caches")
+    p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192], metavar="N",
+                   help="prompt lengths in tokens (default 4096 8192)")
+    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens per run (default 32)")
+    p.add_argument("--repeats", type=int, default=2, metavar="N",
+                   help="timed runs in each process, after one uncounted run (default 2)")
+    p.add_argument("--kv-caches", nargs="*", default=["f32", "u8"], choices=KV_CACHES, metavar="TYPE",
+                   help="a row of ours with the default algorithm at each of these KV cache types, beside the default "
+                        "one (default: f32 u8; none: just the flag)")
+    p.add_argument("--no-genai", action="store_true", help="leave out OpenVINO GenAI's row")
+    p.add_argument("--genai-ours", action="store_true", help="add GenAI with our CPU properties")
+    p.add_argument("--genai-kv", nargs="+", default=[], choices=("f16", "f32"), metavar="TYPE",
+                   help="add GenAI with its default properties but these KV cache types (f16, f32)")

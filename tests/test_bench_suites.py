@@ -1,0 +1,259 @@
+"""The named suites of `edge-specdec bench`: the help lists them, and each one runs on the demo pair (no BUNDLE), a
+few tokens long, writing its report the way every suite does."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import types
+
+import pytest
+
+from edge_specdec.benchmark.suites import SUITES, load_suite
+from edge_specdec.cli import main
+from edge_specdec.demo import DEMO_BUNDLE
+
+
+def run_suite(capsys, tmp_path, name: str, *args: str) -> dict:
+    """`edge-specdec bench NAME ARGS --out DIR` on the demo pair; its report.json, once report.md was printed."""
+    out = tmp_path / name
+    assert main(["bench", name, *args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"# edge-specdec bench {name}: demo_bundle")
+    assert (out / "report.md").read_text().rstrip("\n") == printed.rstrip("\n")
+    return json.loads((out / "report.json").read_text())
+
+
+def rows_of(report: dict) -> dict[str, dict]:
+    return {r["setup"]: r for r in report["setups"]}
+
+
+def test_help_lists_every_suite(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: edge-specdec bench [SUITE] [BUNDLE]")
+    for name in SUITES:
+        assert f"  {name}  " in text, name
+        assert " ".join(load_suite(name).SUMMARY.split()[:4]) in " ".join(text.split()), name
+
+
+def test_a_suite_has_its_own_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "conversation", "--help"])
+    text = capsys.readouterr().out
+    assert text.startswith("usage: edge-specdec bench conversation") and "--turns" in text and "--ks" not in text
+    with pytest.raises(SystemExit) as stop:  # an option of another suite is refused by argparse
+        main(["bench", "conversation", "--ks", "3"])
+    assert stop.value.code == 2 and "unrecognized arguments: --ks" in capsys.readouterr().err
+
+
+def test_structured_answers_are_checked_against_their_schema():
+    from edge_specdec.benchmark.structured_tasks import SENTIMENT
+    from edge_specdec.benchmark.suites.structured import schema_valid
+
+    assert schema_valid(SENTIMENT, '{"sentiment": "positive"}') == 1
+    assert schema_valid(SENTIMENT, '{"sentiment": "happy"}') == 0  # not in the enum
+    assert schema_valid(SENTIMENT, '{"sentiment": "positive"') == 0  # cut short
+
+
+@pytest.mark.slow
+def test_startup_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkeypatch):
+    from edge_specdec.benchmark import fresh_process
+
+    started = []
+    real = fresh_process.run_fresh
+    def counted(function, **kwargs):
+        started.append(function)
+        return real(function, **kwargs)
+    monkeypatch.setattr(fresh_process, "run_fresh", counted)
+    report = run_suite(capsys, tmp_path, "startup", "--repeats", "1", "--max-new-tokens", "4", "--no-genai")
+    rows = rows_of(report)
+    assert list(rows) == ["ours", "run-auto", "run-none"]
+    assert len(started) == 2 * 3  # the uncounted round and the timed one, a process per row each time
+    for name, row in rows.items():
+        figures = row["figures"]
+        assert row["runs"] == 1 and not row["failures"], (name, row["failures"])
+        assert 0 < figures["load_s"] < figures["first_token_s"] < figures["process_wall_s"]
+        assert figures["peak_rss_mib"] > 50 and figures["tokens_per_s"] > 0
+    assert rows["ours"]["identical"] is True and rows["run-auto"]["identical"] is True  # run-none's token ids
+
+
+@pytest.mark.slow
+def test_long_prompts_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path):
+    report = run_suite(capsys, tmp_path, "long-prompts", "--lengths", "200", "300", "--max-new-tokens", "4",
+                       "--repeats", "1", "--kv-caches", "u8", "--no-genai")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-kv-u8"]
+    assert report["cells"] == ["200 tokens", "300 tokens"]
+    for name, row in rows.items():
+        assert row["runs"] == 2 and not row["failures"], (name, row["failures"])
+        assert row["figures"]["ttft_s"] > 0 and row["figures"]["peak_rss_mib"] > 50
+    assert rows["ours-auto"]["identical"] is True and rows["ours-auto"]["identity_checked_runs"] == 2
+    assert rows["ours-auto-kv-u8"]["identical"] is None  # u8 is exact only up to float noise: not compared
+    # a u8 cache holds fewer bytes per token than the default f16 one
+    assert rows["ours-auto-kv-u8"]["figures"]["kv_bytes_per_token"] < rows["ours-auto"]["figures"]["kv_bytes_per_token"]
+    assert "| ours-auto-kv-u8 |" in (tmp_path / "long-prompts" / "report.md").read_text()
+
+
+def test_long_prompts_refuse_lengths_past_the_context(capsys, tmp_path):
+    out = tmp_path / "out"
+    assert main(["bench", "long-prompts", "--lengths", "4096", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "go past the target's context of 1024 tokens" in err and not out.exists()
+
+
+def test_general_suite_is_the_default_and_runs_on_the_demo(capsys, tmp_path):
+    out = tmp_path / "general"
+    assert main(["bench", "--categories", "math", "--setups", "ours-none", "ours-slem-k3", "--max-new-tokens", "4",
+                 "--repeats", "1", "--no-genai", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("# edge-specdec bench: demo_bundle")
+    report = json.loads((out / "report.json").read_text())
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-slem-k3"] and rows["ours-slem-k3"]["identical"] is True
+    assert report["command"].startswith("edge-specdec bench --categories math")  # as typed, then spelled out
+
+
+def test_clients_suite_on_the_demo(capsys, tmp_path):
+    out = tmp_path / "clients"
+    assert main(["bench", "clients", "--clients", "1", "2", "--setups", "ours-spec", "--categories",
+                 "code_generation", "--max-new-tokens", "4", "--repeats", "1", "--no-genai", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("# edge-specdec bench clients: demo_bundle")
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["clients"] == [1, 2] and "ours-spec" in {r["setup"] for r in report["setups"]}
+    assert not report["not_identical"]
+
+
+# --- conversation and structured on the demo, GenAI's rows against a stand-in for openvino_genai ------------
+
+PERSON_JSON = '{"name": "Ann", "age": 30, "city": "Oslo"}'
+
+
+def fake_genai(calls: list) -> types.ModuleType:
+    """A stand-in for openvino_genai: the calls the suites make, each recorded in calls; every answer PERSON_JSON,
+    streamed as one piece (a streamer that returns True would stop GenAI: it is recorded too)."""
+    og = types.ModuleType("openvino_genai")
+
+    class Settings:
+        def __init__(self, **kwargs):
+            self.__dict__.update(kwargs)
+
+    class LLMPipeline:
+        def __init__(self, folder, device, **kwargs):
+            calls.append(("load", str(folder), sorted(kwargs)))
+
+        def start_chat(self):
+            calls.append(("start_chat",))
+
+        def finish_chat(self):
+            calls.append(("finish_chat",))
+
+        def generate(self, prompt, config, streamer=None):
+            calls.append(("generate", prompt, config, streamer("{") if streamer else None))
+            return PERSON_JSON
+
+    og.GenerationConfig = og.StructuredOutputConfig = og.SchedulerConfig = Settings
+    og.LLMPipeline = LLMPipeline
+    og.draft_model = lambda folder, device, **kwargs: ("draft", str(folder))
+    return og
+
+
+@pytest.mark.slow  # two engines, and a system prompt of about 600 tokens prefilled whole by the baseline
+def test_conversation_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
+    report = run_suite(capsys, tmp_path, "conversation", "--turns", "2", "--service", "2", "--answer-tokens", "4")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-reuse", "ours-no-reuse", "genai-chat"]
+    assert report["cells"] == ["turn 1", "turn 2", "request 1", "request 2"]
+    reuse, whole = rows["ours-reuse"], rows["ours-no-reuse"]
+    assert reuse["runs"] == whole["runs"] == 4 and not reuse["failures"]
+    assert reuse["identical"] is True and reuse["identity_checked_runs"] == 4
+    # the second turn and the second request reuse the prefix the first one left; the baseline never does
+    assert reuse["figures"]["reused_tokens"] > 0 and whole["figures"]["reused_tokens"] == 0
+    assert reuse["per_cell"]["turn 1"] is None and reuse["per_cell"]["turn 2"] > 0  # TTFT from turn 2 on
+    assert reuse["ratio_to_baseline"] > 0 and report["baseline"] == "ours-no-reuse"
+    genai = rows["genai-chat"]
+    assert genai["runs"] == 4 and not genai["failures"] and genai["identical"] is None  # its text is not compared
+    events = [c[0] for c in calls]
+    # the warm-up turn, then the timed chat in a new chat of its own, then the service outside the chat
+    assert events == ["load", "start_chat", "generate", "finish_chat", "start_chat", "generate", "generate",
+                      "finish_chat", "generate", "generate"]
+    generated = [c for c in calls if c[0] == "generate"]
+    assert all(stop is False for *_, stop in generated)  # the streamer never asks GenAI to stop
+    service = generated[-1]
+    assert service[2].apply_chat_template is False and "Rule 12" in service[1]  # the rendered system prompt
+
+
+def test_structured_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
+    from edge_specdec.benchmark.structured_tasks import PERSON
+
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
+    report = run_suite(capsys, tmp_path, "structured", "--limit", "2", "--max-new-tokens", "8")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-auto", "genai"] and report["cells"] == ["person-1", "person-2"]
+    auto = rows["ours-auto"]
+    assert auto["runs"] == 2 and not auto["failures"]
+    assert auto["identical"] is True and auto["identity_checked_runs"] == 2  # lossless under the grammar too
+    assert rows["ours-none"]["figures"]["tokens"] == 8 and auto["figures"]["tokens_per_s"] > 0
+    assert auto["figures"]["valid"] is not None  # counted (8 tokens may cut the JSON short: 0 is a count too)
+    genai = rows["genai"]
+    assert genai["runs"] == 2 and genai["figures"]["valid"] == 2 and genai["identical"] is None
+    config = next(c[2] for c in calls if c[0] == "generate")
+    assert json.loads(config.structured_output_config.json_schema) == PERSON
+    assert config.apply_chat_template is False and config.max_new_tokens == 8
+
+
+def test_startup_and_long_prompts_genai_runs_time_their_first_token(monkeypatch):
+    from edge_specdec.benchmark.suites import long_prompts, startup
+
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
+    got = startup.genai(started=time.perf_counter(), target="t", draft="d", prompt="p", max_new_tokens=4)
+    assert 0 <= got["load_s"] <= got["first_token_s"] and got["tokens_per_s"] > 0
+    assert calls[0] == ("load", "t", ["CACHE_DIR", "draft_model"]) and calls[1][2].num_assistant_tokens == 3
+    assert calls[1][3] is False
+    calls.clear()
+    got = long_prompts.genai_long(started=0.0, bundle=str(DEMO_BUNDLE), ids=[1, 2, 3], max_new_tokens=4, repeats=2,
+                                  properties="f16")
+    assert got["ttft_s"] >= 0 and got["tokens_per_s_after_first"] > 0
+    assert calls[0][2] == ["KV_CACHE_PRECISION", "scheduler_config"] and len(calls) == 1 + 3  # a warm-up, 2 timed
+
+
+# --- the shared report, from known runs -------------------------------------------------------------------------
+
+def test_suite_report_from_known_runs(tmp_path):
+    from edge_specdec.benchmark.suite_report import build_suite_report, render_suite_markdown, write_suite_report
+    from edge_specdec.benchmark.suite_runs import Cell, Figure, Measured, Suite, SuiteRow
+
+    def row(name, reference, runs):
+        r = SuiteRow(name, f"the row {name}", run=None, reference=reference)
+        r.measured = {key: Measured({"tps": tps, "valid": valid}, ids) for key, (tps, valid, ids) in runs.items()}
+        return r
+    base = row("base", None, {("a", 0): (10.0, 1, [1, 2, 3]), ("b", 0): (20.0, 0, [4, 5])})
+    fast = row("fast", "base", {("a", 0): (30.0, 1, [1, 2, 3]), ("b", 0): (20.0, 1, [4, 9])})
+    peer = row("peer", None, {("a", 0): (5.0, None, None)})
+    peer.failures.append({"cell": "b", "repeat": 0, "error": "RuntimeError: no"})
+    bundle = types.SimpleNamespace(path=tmp_path / "pair", vocabulary={"relation": "identical"}, manifest={})
+    suite = Suite("known", bundle, [base, fast, peer], [Cell("a"), Cell("b")],
+                  [Figure("tps", "tok/s"), Figure("valid", "valid", ".0f", total=True)], headline="tps",
+                  baseline="base", settings={"max_new_tokens": 4}, method="Known runs.")
+    report = build_suite_report(suite, {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "date": "d"},
+                                "edge-specdec bench known", interrupted=False)
+    rows = {r["setup"]: r for r in report["setups"]}
+    assert rows["fast"]["ratio_to_baseline"] == 2.0  # the median of 30/10 and 20/20
+    assert rows["fast"]["figures"] == {"tps": 25.0, "valid": 2.0} and rows["base"]["figures"]["valid"] == 1.0
+    assert rows["fast"]["identical"] is False and rows["fast"]["mismatches"][0]["first_difference"] == 1
+    assert rows["base"]["identical"] is None and rows["base"]["is_reference"] and not rows["peer"]["is_reference"]
+    assert rows["peer"]["per_cell"] == {"a": 5.0, "b": None} and rows["peer"]["failed_runs"] == 1
+    assert report["not_identical"] == ["fast"]
+    text = render_suite_markdown(report)
+    assert "| fast | 2 | 25.00 | 2 | 2.00x | **NO** (1 of 2 runs) |" in text
+    assert "| base | 2 | 15.00 | 1 | baseline | reference |" in text and "| peer | 1 (1 failed) |" in text
+    assert "- NOT identical: fast on b (repeat 1): first difference at token 1" in text
+    files = write_suite_report(report, tmp_path / "out", say=lambda _: None)
+    assert json.loads(open(files["json"]).read())["suite"] == "known"
+    if "plot" in files:  # matplotlib is installed: the chart is a PNG
+        assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
