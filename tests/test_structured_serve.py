@@ -110,10 +110,19 @@ def test_json_object_and_the_extension_fields(client):
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "function.name"),
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "cannot be combined"),
     ({"tool_choice": "required"}, "tool_choice needs tools"),
+    ({"guided_regex": r"[^\s\S]"}, "guided_regex: the regex constraint admits no text"),
+    ({"grammar": "root ::= root"}, "grammar: the grammar constraint admits no text"),
+    ({"guided_regex": "a{100000}"}, "grammar engine's limit"),
 ])
 def test_what_cannot_be_honoured_is_a_400_naming_it(client, body, message):
     with pytest.raises(openai.BadRequestError, match=message):
         client.chat.completions.create(model="x", messages=ASK, max_tokens=8, extra_body=body)
+
+
+def test_a_streamed_request_whose_constraint_admits_no_text_is_a_400_before_any_chunk(client):
+    with pytest.raises(openai.BadRequestError, match="admits no text"):
+        client.completions.create(model="x", prompt="x = ", max_tokens=8, stream=True,
+                                  extra_body={"grammar": 'start: "ab" x\nx: x'})
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
