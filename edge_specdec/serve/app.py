@@ -102,11 +102,11 @@ class Server:
             "sequences_per_batched_call": ("the mean number of sessions' blocks in a batched call",
                                            lambda: self.batching_stats()["mean_sequences_per_batched_call"]),
             "prefix_store_bytes": ("bytes of KV caches held in the prefix store (host memory)",
-                                   lambda: self.store.nbytes if self.store else 0),
+                                   lambda: self.store.nbytes if self.store is not None else 0),
             "prefix_store_entries": ("conversations' caches held in the prefix store",
-                                     lambda: len(self.store) if self.store else 0),
+                                     lambda: len(self.store) if self.store is not None else 0),
             "prefix_store_limit_bytes": ("the prefix store's bound (--prefix-cache-mb; 0: no store)",
-                                         lambda: self.store.max_bytes if self.store else 0),
+                                         lambda: self.store.max_bytes if self.store is not None else 0),
         })
         self._given_engine = engine
 
