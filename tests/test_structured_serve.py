@@ -158,6 +158,40 @@ def test_streamed_tool_calls_assemble_to_the_same_calls(client):
         [(c.function.name, json.loads(c.function.arguments)) for c in whole]
 
 
+def test_streamed_tool_calls_carry_the_logprobs_the_whole_answer_does(client):
+    kwargs = dict(model="x", messages=ASK, max_tokens=80, temperature=0, tools=[WEATHER], tool_choice="required",
+                  logprobs=True, top_logprobs=2)
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    assert whole.finish_reason == "tool_calls" and len(whole.logprobs.content) > 10
+    streamed = []
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            streamed += chunk.choices[0].logprobs.content or []
+    assert [(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in streamed] == \
+        [(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in whole.logprobs.content]
+
+
+@pytest.mark.parametrize("pieces", [["Sure.", " \n", "\n<tool", "_call>\n{\"name\": \"f\"}\n</tool_call>"],
+                                    ["Sure. \n\n<tool_call>\n{\"name\": \"f\"}\n</tool_call>"]])
+def test_streamed_content_before_a_call_is_the_whole_answers(pieces):
+    """The whole answer's content is stripped of the whitespace before its call: the stream's too."""
+    from edge_specdec.runtime.tool_calls import FORMATS
+    from edge_specdec.serve.app import HeldText
+
+    held = HeldText(FORMATS[0].open)
+    sent = "".join(held.pass_on(piece) for piece in pieces)
+    content, calls = FORMATS[0].parse("".join(pieces))
+    assert calls and sent == content == "Sure."
+
+
+def test_whitespace_held_before_a_possible_call_goes_on_when_text_follows():
+    from edge_specdec.serve.app import HeldText
+
+    held = HeldText("<tool_call>\n")
+    assert [held.pass_on(piece) for piece in ("a", "  ", "b\n", "<tool")] == ["a", "", "  b", ""]
+    assert held.rest() == "\n<tool"  # no call came: the answer ends as it was written
+
+
 def test_auto_answers_with_text_or_calls_and_never_a_broken_call(client):
     answer = client.chat.completions.create(model="x", messages=ASK, max_tokens=60, temperature=0,
                                             tools=[WEATHER], tool_choice="auto")

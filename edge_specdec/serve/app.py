@@ -274,10 +274,12 @@ class Server:
                      tool_format: Optional[ToolFormat] = None) -> AsyncIterator[str]:
         """The server-sent events of a streamed completion: a chunk per run of text from one source, the last
         chunk with the finish reason and statistics, the usage chunk if asked for, then [DONE]. With tools, the
-        text from the first call's opening tag on is held back and sent as tool_calls deltas at the end."""
+        text from the first call's opening tag on is held back and sent as tool_calls deltas at the end; the logprobs
+        of held-back text go with the next chunk sent (the calls' chunk, for a call's tokens)."""
         watcher = asyncio.create_task(cancel_on_disconnect(request, job.cancel))
-        handed = 0  # logprob entries sent so far
+        handed = 0  # logprob entries of the pieces so far
         held = HeldText(tool_format.open if tool_format else None)
+        unsent: list = []  # logprob entries of text held back
         try:
             first = responder.first_chunk()
             if first:
@@ -286,9 +288,10 @@ class Server:
                 logprobs = list(piece.logprobs)
                 for span in piece.spans:
                     text = held.pass_on(span.text)
+                    unsent, logprobs = unsent + logprobs[:span.tokens], logprobs[span.tokens:]
                     if text or not held.active:
-                        yield sse(responder.text_chunk(text, span.source, span.tokens, logprobs[:span.tokens]))
-                    logprobs = logprobs[span.tokens:]
+                        yield sse(responder.text_chunk(text, span.source, span.tokens, unsent))
+                        unsent = []
                 handed += len(piece.logprobs)
             try:
                 result = await job.future
@@ -299,10 +302,12 @@ class Server:
                     responder.content, responder.tool_calls = tool_format.parse(result.text)
                     rest = held.rest() if not responder.tool_calls else ""
                     if rest:
-                        yield sse(responder.text_chunk(rest, "target", 0, []))
+                        yield sse(responder.text_chunk(rest, "target", 0, unsent))
+                        unsent = []
                     if responder.tool_calls:
-                        yield sse(responder.tool_calls_chunk(responder.tool_calls))
-                yield sse(responder.last_chunk(result, (result.logprobs or [])[handed:]))
+                        yield sse(responder.tool_calls_chunk(responder.tool_calls, unsent))
+                        unsent = []
+                yield sse(responder.last_chunk(result, unsent + (result.logprobs or [])[handed:]))
                 if job.request.include_usage:
                     yield sse(responder.usage_chunk(result, len(job.prompt_ids)))
             yield "data: [DONE]\n\n"
@@ -476,7 +481,8 @@ async def acquire_slot(request: Request, slots: SlotPool,
 
 class HeldText:
     """Streamed text with a tag held back: text goes on until the tag starts (an end of the text that could be its
-    start waits for the next piece); from the tag on, nothing goes on. Without a tag, everything goes on."""
+    start, or whitespace, waits for the next piece: the content before a call is sent without the whitespace
+    before it, as the whole answer's is); from the tag on, nothing goes on. Without a tag, everything goes on."""
 
     def __init__(self, tag: Optional[str]):
         self.tag, self.pending, self.found = tag, "", False
@@ -494,6 +500,7 @@ class HeldText:
         at = self.pending.find(self.tag)
         self.found = at >= 0
         cut = at if self.found else len(self.pending) - unfinished_end(self.pending, [self.tag])
+        cut = len(self.pending[:cut].rstrip())
         out, self.pending = self.pending[:cut], self.pending[cut:]
         return out
 
