@@ -67,6 +67,8 @@ class ServerSettings:
     warm_up: bool = True  # one short generation before /health says ok
     batching: Optional[bool] = None  # verify the slots' blocks together (Engine(batching=)); None: when slots > 1
     prefix_cache_mb: float = 0  # the prefix store's bound in MiB (see prefix_store.py); 0: no store
+    idle_timeout: float = 15.0  # seconds a connection may take to send a request head (see connections.py)
+    body_timeout: float = 30.0  # seconds a request's body may take to arrive after its head (Server.read_json)
 
     def check(self) -> "ServerSettings":
         if self.slots < 1:
@@ -77,6 +79,10 @@ class ServerSettings:
             raise EdgeSpecdecError(f"--max-tokens must be at least 1, not {self.max_tokens}.")
         if not 0 <= self.prefix_cache_mb < float("inf"):
             raise EdgeSpecdecError(f"--prefix-cache-mb must be 0 (no store) or more MiB, not {self.prefix_cache_mb}.")
+        for name in ("idle_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if not 0 < value < float("inf"):
+                raise EdgeSpecdecError(f"--{name.replace('_', '-')} must be a number of seconds above 0, not {value}.")
         return self
 
 
@@ -177,15 +183,17 @@ class Server:
             raise RequestError(f"the request body must be JSON, sent with 'Content-Type: application/json' (not "
                                f"{media_type or 'no content type'!r}).", status=415,
                                code="unsupported_media_type")
-        limit = self.settings.max_body_bytes
+        limit, seconds = self.settings.max_body_bytes, self.settings.body_timeout
         if int(request.headers.get("content-length") or 0) > limit:
             raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
-        return decode_json(bytes(body))
+        try:
+            body = await asyncio.wait_for(read_body(request, limit), seconds)
+        except asyncio.TimeoutError:  # a body that stalls mid-upload holds a connection and a buffer
+            self.metrics.count("connections_timed_out_total", phase="body")
+            raise RequestError(f"the request body did not arrive within {seconds:g} s of its head (--body-timeout): "
+                               f"send it whole.", status=408, code="request_timeout",
+                               headers={"Connection": "close"}) from None
+        return decode_json(body)
 
     async def prompt_ids(self, engine: Engine, parsed: ParsedRequest) -> list[int]:
         loop = asyncio.get_running_loop()
@@ -508,6 +516,29 @@ class HeldText:
         """What was held back (the answer had no call after all)."""
         rest, self.pending = self.pending, ""
         return rest
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused (413) as soon as it is over `limit` bytes."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
+    return bytes(body)
+
+
+def uvicorn_config(app: Starlette, **options):
+    """uvicorn's Config for the app of create_app: connections that send no request head within --idle-timeout
+    are closed (see connections.py), and uvicorn's keep-alive between requests is the same timeout."""
+    import uvicorn
+
+    from .connections import timed_protocol
+
+    server = app.state.server
+    seconds = server.settings.idle_timeout
+    protocol = timed_protocol(seconds, lambda: server.metrics.count("connections_timed_out_total", phase="idle"))
+    return uvicorn.Config(app, http=protocol, timeout_keep_alive=seconds, **options)
 
 
 def sse(data: dict) -> str:
