@@ -61,7 +61,8 @@ def first_file(manifest) -> str:
 
 
 DAMAGE = [
-    (setter("target", "max_position_embeddings", 0), "target.max_position_embeddings (the context) must be at least 24"),
+    (setter("target", "max_position_embeddings", 0),
+     f"target.max_position_embeddings (the context) must be at least {MIN_CONTEXT}"),
     *[(setter(role, "max_position_embeddings", n), f"{role}.max_position_embeddings (the context) must be at least "
        f"{MIN_CONTEXT}, not {n}") for role in ("target", "draft") for n in (1, 2, 9, MIN_CONTEXT - 1)],
     (setter("target", "max_position_embeddings", "1024"), "must be an integer, not a string"),

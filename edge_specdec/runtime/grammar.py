@@ -116,7 +116,7 @@ class GrammarTokenizer:
     it: it indexes the whole vocabulary."""
 
     def __init__(self, pieces: TokenBytes, width: int, eos_ids: list[int], encode: Callable[[str], list[int]],
-                 special_texts: Optional[dict[int, str]] = None):
+                 special_texts: Optional[dict[int, str]] = None, spell_bytes: Optional[int] = SPELL_BYTES):
         from llguidance import LLTokenizer
 
         self.width = width
@@ -130,7 +130,7 @@ class GrammarTokenizer:
             tokens.append(piece)
         has_text = pieces.has_text
         longest = int(np.diff(pieces.offsets).max()) if len(pieces) else 0
-        spell_limit = max(SPELL_BYTES, 4 * longest)
+        spell_limit = float("inf") if spell_bytes is None else max(spell_bytes, 4 * longest)
 
         class Wrapper:  # the duck type llguidance's TokenizerWrapper describes
             is_tokenizer_wrapper = True
@@ -141,7 +141,7 @@ class GrammarTokenizer:
                 data = text.encode() if isinstance(text, str) else text
                 cut = len(data) > spell_limit
                 if cut:
-                    end = spell_limit
+                    end = int(spell_limit)
                     while end > 0 and data[end] & 0xC0 == 0x80:  # not inside a UTF-8 character
                         end -= 1
                     data = data[:end]
@@ -186,8 +186,8 @@ class GrammarState:
         error, so the run ends with it."""
         bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
         if self.matcher.is_error():
-            raise EdgeSpecdecError(f"{cannot_be_used(self.constraint.kind, self.matcher.get_error())} "
-                                   f"(after {self.committed} tokens of output)")
+            raise EdgeSpecdecError(cannot_be_used(self.constraint.kind, self.matcher.get_error(),
+                                                  f"the {self.committed} tokens written"))
         return np.unpackbits(bits, bitorder="little")[:self.width].astype(bool)
 
     def mask(self, rows: np.ndarray, tokens: list[int]) -> np.ndarray:
@@ -242,8 +242,8 @@ class GrammarState:
         if tokens and not self.matcher.consume_tokens(tokens):
             error = self.matcher.get_error()
             if outgrown(error):  # the constraint's fault, not the decode loop's
-                raise EdgeSpecdecError(f"{cannot_be_used(self.constraint.kind, error)} "
-                                       f"(after {self.committed} tokens of output)")
+                raise EdgeSpecdecError(cannot_be_used(self.constraint.kind, error, f"the {self.committed} tokens "
+                                                                                   f"written"))
             raise RuntimeError(f"the grammar refused a token the masked target wrote: {first_line(error)}")
         run = self.forced_run
         if self.forced_at == self.committed and len(run) > len(tokens) and run[:len(tokens)] == tokens:
@@ -350,9 +350,9 @@ def grammar_limits():
 @lru_cache(maxsize=1)
 def byte_tokenizer() -> GrammarTokenizer:
     """A vocabulary of the 256 bytes and an end of text: it spells any text, so a constraint can be tried on it
-    without a model's tokenizer."""
+    without a model's tokenizer. Its spelling costs nothing, so forced text is spelled whole."""
     pieces = TokenBytes.pack([bytes([b]) for b in range(256)])
-    return GrammarTokenizer(pieces, 257, [256], lambda text: list(text.encode()))
+    return GrammarTokenizer(pieces, 257, [256], lambda text: list(text.encode()), spell_bytes=None)
 
 
 @lru_cache(maxsize=256)
@@ -372,19 +372,22 @@ def grammar_problem(grammar: str, kind: str) -> Optional[str]:
         matcher.compute_bitmask()
     if not matcher.is_error():
         return None
-    return cannot_be_used(kind, matcher.get_error(), bytes(forced).decode("utf-8", "replace"))
+    text = bytes(forced).decode("utf-8", "replace")
+    shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
+    return cannot_be_used(kind, matcher.get_error(), shown if text else "")
 
 
 def cannot_be_used(kind: str, message: str, after: str = "") -> str:
-    """llguidance's complaint about a constraint (`after`: the text it was given), said to a user."""
+    """llguidance's complaint about a constraint, said to a user; `after`: what it was given before (the text it
+    forces, the tokens written), if anything."""
     name, line = kind.replace("_", " "), first_line(message)
     if line.startswith("NoExtensionBias"):  # llguidance's word for "nothing may come next"
-        where = f"nothing may follow {after!r}" if after else "nothing matches it"
+        where = f"nothing may follow {after}" if after else "nothing matches it"
         return f"the {name} constraint admits no text ({where}): fix the {name} so that some text matches it."
     if outgrown(line):
         line += (f": the constraint compiles to more than the grammar engine's limit ({GRAMMAR_FUEL} units); make "
                  f"it smaller (fewer alternatives, shorter repeated or literal parts)")
-    return f"the {name} constraint cannot be used: {line}"
+    return f"the {name} constraint cannot be used{f' after {after}' if after else ''}: {line}"
 
 
 def outgrown(message: str) -> bool:
