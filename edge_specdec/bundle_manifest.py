@@ -14,6 +14,11 @@ from typing import Any, Optional
 from .errors import BundleError
 
 RELATIONS = ("identical", "heterogeneous", "target-only")
+# The least context (max_position_embeddings) the engine loads a model with. Its load feeds up to 24 tokens to one
+# scratch session: the block-invariance check's 12-token block, then the static block sizes it checks (a single
+# step of up to 3 tokens and a verify block of the default draft length, 9); the warm-up's 8-token block, a step and
+# the same static blocks come to less
+MIN_CONTEXT = 24
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -112,7 +117,8 @@ def _check_model(c: _Checker, info: Any, role: str) -> None:
     info = c.obj(info, role)
     logits = c.integer(info.get("logits_size"), f"{role}.logits_size", 1)
     c.integer(info.get("tokenizer_size"), f"{role}.tokenizer_size", 1)
-    c.integer(info.get("max_position_embeddings"), f"{role}.max_position_embeddings (the context)", 1, optional=True)
+    c.integer(info.get("max_position_embeddings"), f"{role}.max_position_embeddings (the context)", MIN_CONTEXT,
+              optional=True)
     c.integer(info.get("num_parameters"), f"{role}.num_parameters", 0)
     c.integer(info.get("size_bytes"), f"{role}.size_bytes", 0)
     source = c.obj(info.get("source"), f"{role}.source")

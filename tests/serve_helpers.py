@@ -66,11 +66,11 @@ def serve_in_thread(settings, engine=None) -> Iterator[Running]:
     """The app under uvicorn in a thread of this process, on a free loopback port; stopped on exit."""
     import uvicorn
 
-    from edge_specdec.serve import create_app
+    from edge_specdec.serve import create_app, uvicorn_config
 
     app = create_app(settings, engine)
     sock = free_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=30))
+    server = uvicorn.Server(uvicorn_config(app, log_level="warning", timeout_graceful_shutdown=30))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     running = Running(f"http://127.0.0.1:{sock.getsockname()[1]}", server=app.state.server)

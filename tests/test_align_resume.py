@@ -140,6 +140,23 @@ def test_resume_keeps_intact_records_regenerates_damaged_ones_and_trains_on_all(
 
 
 @pytest.mark.slow
+def test_resume_with_the_data_deleted_says_so_and_generates_it_again(generated, tmp_path):
+    source, prompts, pristine = generated
+    work = tmp_path / "work"
+    shutil.copytree(pristine, work)
+    (work / "data.jsonl").unlink()
+    messages: list[str] = []
+    align_bundle(source, tmp_path / "out", align_settings(prompts), work=work, resume=True, stop_after="train",
+                 progress=messages.append)
+    assert any("data.jsonl, the 8 records generation wrote, is gone" in m and "generating them again" in m
+               for m in messages), messages
+    records, damaged = WorkFolder(work).scan_data()
+    assert damaged == 0 and len(records) == 8
+    state = json.loads((work / "state.json").read_text())
+    assert state["stages"]["train"]["done"] and state["stages"]["train"]["data"] == data_totals(records)
+
+
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_one_line(generated, tmp_path):
     source, prompts, pristine = generated
     work = tmp_path / "work"

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from edge_specdec.bundle import load_bundle
+from edge_specdec.bundle_manifest import MIN_CONTEXT
 from edge_specdec.cli import main
 from edge_specdec.demo import DEMO_BUNDLE
 from edge_specdec.errors import BundleError
@@ -60,7 +61,10 @@ def first_file(manifest) -> str:
 
 
 DAMAGE = [
-    (setter("target", "max_position_embeddings", 0), "target.max_position_embeddings (the context) must be at least 1"),
+    (setter("target", "max_position_embeddings", 0),
+     f"target.max_position_embeddings (the context) must be at least {MIN_CONTEXT}"),
+    *[(setter(role, "max_position_embeddings", n), f"{role}.max_position_embeddings (the context) must be at least "
+       f"{MIN_CONTEXT}, not {n}") for role in ("target", "draft") for n in (1, 2, 9, MIN_CONTEXT - 1)],
     (setter("target", "max_position_embeddings", "1024"), "must be an integer, not a string"),
     (setter("target", "logits_size", -5), "target.logits_size must be at least 1"),
     (setter("draft", "logits_size", None), "draft.logits_size must be an integer, not null"),
@@ -106,3 +110,19 @@ def test_info_says_it_in_one_line(bundle, capsys):
 
 def test_the_packaged_bundle_passes(pristine):
     assert load_bundle(pristine, verify=False).vocabulary["relation"] == "heterogeneous"
+
+
+@pytest.mark.parametrize("options", [{}, {"static_shapes": True}, {"fixed_blocks": True}],
+                         ids=["default", "static", "fixed"])
+def test_the_least_context_the_check_takes_is_one_the_engine_loads(bundle_dir, tmp_path, options):
+    """MIN_CONTEXT is the engine's real minimum: both models at that context load (the checks and the warm-up
+    run, nothing measured before) and answer, with static shapes and fixed blocks too."""
+    from edge_specdec.runtime import GenerationConfig, Pipeline
+    from support import SAME_VOCAB
+
+    path = tmp_path / "pair"
+    shutil.copytree(bundle_dir(*SAME_VOCAB), path)
+    edit(path, setter("target", "max_position_embeddings", MIN_CONTEXT))
+    edit(path, setter("draft", "max_position_embeddings", MIN_CONTEXT))
+    result = Pipeline(path, **options).generate("x", GenerationConfig(max_new_tokens=4))
+    assert len(result.token_ids) == 4

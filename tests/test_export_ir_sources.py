@@ -273,6 +273,26 @@ def test_ir_without_tokenizer_json_or_state_inputs_refused(ir_dir, tmp_path, cap
 
 
 @pytest.mark.slow
+def test_ir_with_another_models_tokenizer_or_without_config_refused(ir_dir, model_dir, tmp_path, capsys):
+    """A 700-token tokenizer.json beside a model of 600 logits, and a folder without config.json: each refused in one
+    line naming what is wrong, before anything is written."""
+    foreign = tmp_path / "foreign-tokenizer"
+    shutil.copytree(ir_dir(DRAFT), foreign)
+    shutil.copyfile(model_dir(TARGET) / "tokenizer.json", foreign / "tokenizer.json")
+    no_config = tmp_path / "no-config"
+    shutil.copytree(ir_dir(TARGET), no_config)
+    (no_config / "config.json").unlink()
+    for folder, words in ((foreign, "its tokenizer.json has 700 tokens but the model has 600 logits"),
+                          (no_config, "no config.json beside the model")):
+        before = tree_state(tmp_path)
+        capsys.readouterr()  # what building the fixtures printed
+        code = main(["export", "--target", str(folder), "--out", str(tmp_path / "out"), "--quiet"])
+        err = capsys.readouterr().err.strip()
+        assert code == 1 and len(err.splitlines()) == 1 and words in err, err
+        assert tree_state(tmp_path) == before
+
+
+@pytest.mark.slow
 def test_weight_options_for_an_ir_must_match_its_weights(ir_dir, tmp_path, capsys):
     out = tmp_path / "out"
     ir_dir(TARGET)

@@ -147,6 +147,21 @@ def _server_deps():
     pytest.importorskip("uvicorn", reason="the server tests need the serve extra: pip install -e '.[test,serve]'")
 
 
+def test_the_metrics_show_the_stores_bound_while_it_is_empty(engine):
+    """An empty store has no entries (len 0): the gauges must not read it as no store at all."""
+    from edge_specdec.serve import ServerSettings
+    from edge_specdec.serve.app import Server
+
+    server = Server(ServerSettings(bundle=str(engine.bundle.path), slots=1, warm_up=False, prefix_cache_mb=64),
+                    engine)
+    server.load()
+    assert server.store is not None and len(server.store) == 0
+    gauges = {line.split()[0]: float(line.split()[1]) for line in server.metrics.render().splitlines()
+              if line.startswith("edge_specdec_prefix_store")}
+    assert gauges["edge_specdec_prefix_store_limit_bytes"] == 64 * 2**20
+    assert gauges["edge_specdec_prefix_store_entries"] == 0 and gauges["edge_specdec_prefix_store_bytes"] == 0
+
+
 @pytest.mark.slow
 def test_the_server_restores_a_conversation_whose_slot_was_taken(engine):
     _server_deps()

@@ -254,6 +254,69 @@ def test_a_client_that_leaves_mid_upload_is_cancelled_not_a_server_error(server,
     still_serves(server)
 
 
+# --- connections that send nothing, or a body that stalls -----------------------------------------------------------
+
+def closed_within(sock: socket.socket, seconds: float) -> bytes:
+    """What the server sent before it closed the connection; fails if it is still open after `seconds`."""
+    sock.settimeout(seconds)
+    received = b""
+    try:
+        while chunk := sock.recv(4096):
+            received += chunk
+    except socket.timeout:
+        pytest.fail(f"the connection was still open after {seconds} s (received {received[:80]!r})")
+    return received
+
+
+def test_idle_connections_and_stalled_bodies_are_timed_out_and_counted(engine):
+    settings = ServerSettings(slots=1, queue=4, warm_up=False, idle_timeout=1.0, body_timeout=1.0)
+    with serve_in_thread(settings, engine) as running:
+        address = ("127.0.0.1", port(running))
+        head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 2000\r\n\r\n")
+        silent = [socket.create_connection(address) for _ in range(4)]
+        stalled = [socket.create_connection(address) for _ in range(4)]
+        for sock in stalled:
+            sock.sendall(head + b'{"prompt": "' + b"x" * 100)
+        trickling = socket.create_connection(address)
+        start = time.monotonic()
+        for byte in head[:40]:  # a head a byte at a time: never whole
+            try:
+                trickling.sendall(bytes([byte]))
+            except OSError:  # closed by the server: what the test wants
+                break
+            time.sleep(0.1)
+        elapsed = time.monotonic() - start
+        assert closed_within(trickling, 10) == b"" and elapsed < 3, elapsed
+        for sock in silent:
+            assert closed_within(sock, 10) == b""
+        for sock in stalled:
+            answer = closed_within(sock, 10)
+            assert answer.startswith(b"HTTP/1.1 408") and b"--body-timeout" in answer, answer[:300]
+        for sock in silent + stalled + [trickling]:
+            sock.close()
+        assert metric(running, "connections_timed_out_total", phase="idle") == 5
+        assert metric(running, "connections_timed_out_total", phase="body") == 4
+        status, _, answer = post_json(running, json.dumps(COMPLETION).encode())  # a whole request is served
+        assert status == 200, answer
+
+
+def test_serve_help_shows_the_timeouts(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--idle-timeout S" in text and "(default 15)" in text
+    assert "--body-timeout S" in text and "(default 30)" in text and "--max-body-bytes B" in text
+
+
+@pytest.mark.parametrize("field", ["idle_timeout", "body_timeout"])
+@pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan")])
+def test_a_timeout_must_be_some_seconds(field, value):
+    from edge_specdec.errors import EdgeSpecdecError
+    with pytest.raises(EdgeSpecdecError, match=f"--{field.replace('_', '-')} must be a number of seconds"):
+        ServerSettings(**{field: value}).check()
+
+
 # --- item 10: the key's scheme, its comparison, the port -----------------------------------------------------------
 
 @pytest.mark.parametrize("header, status", [(f"Bearer {KEY}", 200), (f"bearer {KEY}", 200), (f"BEARER  {KEY}", 200),

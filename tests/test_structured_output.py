@@ -197,6 +197,93 @@ def test_bad_constraints_are_one_line_errors(pipes, constraint, message):
     assert "\n" not in str(e.value)
 
 
+EMPTY = {"regex": Constraint.regex(r"[^\s\S]"), "lark": Constraint.grammar("start: start"),
+         "gbnf": Constraint.grammar("root ::= root"), "lark-prefix": Constraint.grammar('start: "ab" x\nx: x')}
+
+
+@pytest.mark.parametrize("name", EMPTY)
+def test_a_constraint_that_admits_no_text_is_refused_before_any_token(pipes, name):
+    """A regex that matches nothing, a rule defined only by itself, a grammar that dead-ends after its forced
+    prefix: refused by the check a server and the CLI make, and by the run itself before it writes a token."""
+    constraint = EMPTY[name]
+    assert "admits no text" in constraint.problem()
+    if name == "lark-prefix":
+        assert "nothing may follow 'ab'" in constraint.problem()
+    pieces = []
+    with pytest.raises(EdgeSpecdecError, match="admits no text") as e:
+        pipes(SAME_VOCAB, precision="dq").generate("x", GenerationConfig(max_new_tokens=8, constraint=constraint),
+                                                   on_text=pieces.append)
+    assert pieces == [] and "\n" not in str(e.value)
+
+
+class CountingMatcher:
+    """An llguidance matcher that counts its fast-forward computations."""
+
+    def __init__(self, matcher):
+        self.matcher, self.ff_calls = matcher, 0
+
+    def compute_ff_tokens(self):
+        self.ff_calls += 1
+        return self.matcher.compute_ff_tokens()
+
+    def __getattr__(self, name):
+        return getattr(self.matcher, name)
+
+
+def test_a_long_forced_literal_is_computed_once_per_position_not_every_round(pipes):
+    grammar = pipes(SAME_VOCAB, precision="dq").grammar_tokenizer.compile(Constraint.regex("a{20000}"))
+    grammar.matcher = counting = CountingMatcher(grammar.matcher)
+    rounds = 0
+    while grammar.committed < 40:
+        tokens = grammar.forced(4)
+        assert 0 < len(tokens) <= 4  # a round takes at most what it asks for
+        grammar.commit(tokens)
+        rounds += 1
+    assert rounds >= 10 and counting.ff_calls <= 2, counting.ff_calls
+
+
+def spelled_bytes(pipe, monkeypatch) -> list[int]:
+    """Spy: the length of every text the target's grammar tokenizer spells."""
+    retokenizer = pipe.target_retokenizer
+    lengths, continuation = [], retokenizer.continuation
+
+    def spy(before, data):
+        lengths.append(len(data))
+        return continuation(before, data)
+    monkeypatch.setattr(retokenizer, "continuation", spy)
+    return lengths
+
+
+def test_a_long_forced_literal_costs_about_what_a_short_one_does(pipes, monkeypatch):
+    """llguidance spells the forced bytes at every mask: of 20,000 forced bytes only a head is spelled, so a run
+    under a{20000} does about the work of one under a{200} (it took 20 times as long when the whole was)."""
+    import time
+
+    pipe = pipes(SAME_VOCAB, precision="dq")
+    config = GenerationConfig(max_new_tokens=24, constraint=Constraint.regex("a{200}"))
+    pipe.generate("x", config, algorithm="standard")  # compiled and warm
+    costs = {}
+    for n in (200, 20000):
+        lengths = spelled_bytes(pipe, monkeypatch)
+        start = time.perf_counter()
+        run = pipe.generate("x", GenerationConfig(max_new_tokens=24, constraint=Constraint.regex(f"a{{{n}}}")),
+                            algorithm="standard")
+        costs[n] = time.perf_counter() - start, sum(lengths)
+        assert run.text == "a" * len(run.text) and len(run.token_ids) == 24
+        monkeypatch.undo()
+    assert costs[20000][1] <= 4 * costs[200][1], costs
+    assert costs[20000][0] <= 5 * costs[200][0] + 0.5, costs
+
+
+@pytest.mark.parametrize("constraint", [Constraint.regex("a{100000}"),
+                                        Constraint.regex("|".join(f"word{i}" for i in range(20000)))],
+                         ids=["literal", "alternatives"])
+def test_a_constraint_past_the_grammar_engines_limit_is_refused_with_it(pipes, constraint):
+    assert "grammar engine's limit" in constraint.problem()
+    with pytest.raises(EdgeSpecdecError, match="grammar engine's limit"):
+        pipes(SAME_VOCAB, precision="dq").generate("x", GenerationConfig(max_new_tokens=8, constraint=constraint))
+
+
 def test_a_constraint_of_the_wrong_type_is_refused_by_validate():
     with pytest.raises(EdgeSpecdecError, match="constraint must be a grammar.Constraint"):
         GenerationConfig(constraint={"regex": "a"}).validate()
@@ -215,6 +302,9 @@ def test_the_cli_takes_a_schema_file_a_regex_and_says_what_is_wrong(bundle_dir, 
     assert result["stats"]["grammar_tokens_accepted"] >= 3
     out = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "x", "--regex", "[a-")
     assert out.returncode != 0 and "unclosed character class" in out.stderr and "Traceback" not in out.stderr
+    out = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "x", "--regex", r"[^\s\S]")
+    assert out.returncode != 0 and "admits no text" in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout == ""
     schema.write_text("{not json")
     out = run_cli("run", str(bundle_dir(*SAME_VOCAB)), "--prompt", "x", "--json-schema", str(schema))
     assert out.returncode != 0 and "not JSON" in out.stderr and "Traceback" not in out.stderr

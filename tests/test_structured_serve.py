@@ -110,10 +110,19 @@ def test_json_object_and_the_extension_fields(client):
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "function.name"),
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "cannot be combined"),
     ({"tool_choice": "required"}, "tool_choice needs tools"),
+    ({"guided_regex": r"[^\s\S]"}, "guided_regex: the regex constraint admits no text"),
+    ({"grammar": "root ::= root"}, "grammar: the grammar constraint admits no text"),
+    ({"guided_regex": "a{100000}"}, "grammar engine's limit"),
 ])
 def test_what_cannot_be_honoured_is_a_400_naming_it(client, body, message):
     with pytest.raises(openai.BadRequestError, match=message):
         client.chat.completions.create(model="x", messages=ASK, max_tokens=8, extra_body=body)
+
+
+def test_a_streamed_request_whose_constraint_admits_no_text_is_a_400_before_any_chunk(client):
+    with pytest.raises(openai.BadRequestError, match="admits no text"):
+        client.completions.create(model="x", prompt="x = ", max_tokens=8, stream=True,
+                                  extra_body={"grammar": 'start: "ab" x\nx: x'})
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
@@ -147,6 +156,40 @@ def test_streamed_tool_calls_assemble_to_the_same_calls(client):
     assert reasons[-1] == "tool_calls" and "<tool_call>" not in content
     assert [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())] == \
         [(c.function.name, json.loads(c.function.arguments)) for c in whole]
+
+
+def test_streamed_tool_calls_carry_the_logprobs_the_whole_answer_does(client):
+    kwargs = dict(model="x", messages=ASK, max_tokens=80, temperature=0, tools=[WEATHER], tool_choice="required",
+                  logprobs=True, top_logprobs=2)
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    assert whole.finish_reason == "tool_calls" and len(whole.logprobs.content) > 10
+    streamed = []
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            streamed += chunk.choices[0].logprobs.content or []
+    assert [(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in streamed] == \
+        [(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in whole.logprobs.content]
+
+
+@pytest.mark.parametrize("pieces", [["Sure.", " \n", "\n<tool", "_call>\n{\"name\": \"f\"}\n</tool_call>"],
+                                    ["Sure. \n\n<tool_call>\n{\"name\": \"f\"}\n</tool_call>"]])
+def test_streamed_content_before_a_call_is_the_whole_answers(pieces):
+    """The whole answer's content is stripped of the whitespace before its call: the stream's too."""
+    from edge_specdec.runtime.tool_calls import FORMATS
+    from edge_specdec.serve.app import HeldText
+
+    held = HeldText(FORMATS[0].open)
+    sent = "".join(held.pass_on(piece) for piece in pieces)
+    content, calls = FORMATS[0].parse("".join(pieces))
+    assert calls and sent == content == "Sure."
+
+
+def test_whitespace_held_before_a_possible_call_goes_on_when_text_follows():
+    from edge_specdec.serve.app import HeldText
+
+    held = HeldText("<tool_call>\n")
+    assert [held.pass_on(piece) for piece in ("a", "  ", "b\n", "<tool")] == ["a", "", "  b", ""]
+    assert held.rest() == "\n<tool"  # no call came: the answer ends as it was written
 
 
 def test_auto_answers_with_text_or_calls_and_never_a_broken_call(client):

@@ -56,7 +56,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..serve import ServerSettings, create_app
+        from ..serve import ServerSettings, create_app, uvicorn_config
     except ImportError as exc:
         raise EdgeSpecdecError(f"serve needs the serve extra ({exc.name} is missing): "
                                f"pip install \"edge-specdec[serve]\"") from None
@@ -70,10 +70,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                               batching=args.batching, host=args.host, allowed_hosts=args.allowed_host or [],
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
                               max_body_bytes=args.max_body_bytes, engine=engine,
-                              prefix_cache_mb=args.prefix_cache_mb).check()
+                              prefix_cache_mb=args.prefix_cache_mb, idle_timeout=args.idle_timeout,
+                              body_timeout=args.body_timeout).check()
     app = create_app(settings)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+    server = uvicorn.Server(uvicorn_config(app, host=args.host, port=args.port, log_level="info",
                                            access_log=args.access_log, timeout_graceful_shutdown=None))
     state = app.state.server
     state.on_load_error = lambda message: setattr(server, "should_exit", True)
@@ -139,6 +140,12 @@ def add_parser(sub) -> None:
                         "completions default to 16, as OpenAI's)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="B",
                    help="the largest request body accepted (default 1 MiB); larger ones get 413")
+    p.add_argument("--idle-timeout", type=float, default=15.0, metavar="S",
+                   help="seconds a connection may take to send a request head, after it opens and after each answer; "
+                        "then it is closed (default 15)")
+    p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds a request body may take to arrive after its head; then the request gets 408 and "
+                        "its connection is closed (default 30)")
     p.add_argument("--model-name", metavar="NAME", help="the model id in /v1/models (default: the bundle's folder name)")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     add_engine_options(p)

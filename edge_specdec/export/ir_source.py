@@ -98,6 +98,11 @@ def inspect_ir_folder(folder: Path, role: str, given: str) -> IRModel:
         raise ExportError(f"{where}: no tokenizer.json beside the model; the bundle's vocabulary map and special "
                           "tokens are read from it: copy the model's tokenizer.json (and tokenizer_config.json) from "
                           "its Hugging Face repository into the folder.")
+    if not (folder / "config.json").is_file():
+        raise ExportError(f"{where}: no config.json beside the model; the bundle's architecture and context are read "
+                          "from it: copy the model's config.json from its Hugging Face repository into the folder "
+                          "(optimum-cli writes it there).")
+    _check_tokenizer_fits(model, folder, where)
     converted = all((folder / name).is_file() for name in TOKENIZER_FILES)
     if not converted and find_spec("transformers") is None:  # find_spec looks for it without importing it
         raise ExportError(f"{where}: no converted tokenizer (openvino_tokenizer.xml, openvino_detokenizer.xml) in "
@@ -107,6 +112,18 @@ def inspect_ir_folder(folder: Path, role: str, given: str) -> IRModel:
     weights = {"format": weight_format(stats["elements_by_type"]), "kept": "as in the OpenVINO IR",
                **compression_record(model), **stats}
     return IRModel(folder, weights, count_parameters(model))
+
+
+def _check_tokenizer_fits(model, folder: Path, where: str) -> None:
+    """The tokenizer.json beside the model must be the model's: none of its ids may lie past the model's logits
+    (fewer tokens than logits is usual: the logits are padded)."""
+    width = model.output("logits").get_partial_shape()[2]
+    tokens = len(token_table(folder))
+    if width.is_static and tokens > width.get_length():
+        raise ExportError(f"{where}: its tokenizer.json has {tokens} tokens but the model has {width.get_length()} "
+                          f"logits, so ids {width.get_length()} to {tokens - 1} could never be written: the tokenizer "
+                          "is not this model's; copy the model's own tokenizer.json (and tokenizer_config.json) from "
+                          "its Hugging Face repository into the folder.")
 
 
 def weight_format(elements_by_type: dict[str, int]) -> str:

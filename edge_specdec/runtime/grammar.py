@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -27,6 +28,14 @@ KINDS = ("json_schema", "json_object", "regex", "grammar")
 # loop on whitespace
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 SPECIAL = b"\xff"  # llguidance's mark for a token that is not text (its bytes can never match a grammar)
+# What a constraint may cost llguidance to compile: its lexer's initial fuel (about 50 units a microsecond, so a few
+# ms). A constraint past it is refused; it also bounds one computation of forced bytes (to about a quarter of it),
+# so a long forced literal is computed a piece at a time
+GRAMMAR_FUEL = 100_000
+# llguidance spells the bytes a grammar forces with the tokenizer at every mask and fast-forward; only the first
+# tokens are ever used (a round takes a few), so only this many bytes of them are spelled (or 4 tokens' worth, for a
+# vocabulary of longer tokens)
+SPELL_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -74,14 +83,10 @@ class Constraint:
 
     def problem(self) -> Optional[str]:
         """What is wrong with the constraint, on one line (a schema feature llguidance does not implement, a
-        regex or grammar that does not parse), or None. Needs no tokenizer: a server checks a request with it."""
-        from llguidance import LLMatcher
-
+        regex or grammar that does not parse, one that compiles past GRAMMAR_FUEL, one that admits no text), or
+        None. Needs no tokenizer: a server checks a request with it before anything is written."""
         self.check()
-        is_error, messages = LLMatcher.validate_grammar_with_warnings(self.llguidance_grammar())
-        if is_error:
-            return f"the {self.kind.replace('_', ' ')} constraint cannot be used: {first_line(messages[0])}"
-        return None
+        return grammar_problem(self.llguidance_grammar(), self.kind)
 
     def llguidance_grammar(self) -> str:
         """The constraint as an llguidance grammar (its JSON form); nothing is compiled yet."""
@@ -111,7 +116,7 @@ class GrammarTokenizer:
     it: it indexes the whole vocabulary."""
 
     def __init__(self, pieces: TokenBytes, width: int, eos_ids: list[int], encode: Callable[[str], list[int]],
-                 special_texts: Optional[dict[int, str]] = None):
+                 special_texts: Optional[dict[int, str]] = None, spell_bytes: Optional[int] = SPELL_BYTES):
         from llguidance import LLTokenizer
 
         self.width = width
@@ -124,14 +129,24 @@ class GrammarTokenizer:
                 piece = SPECIAL + special_texts.get(i, f"<[{i}]>").encode()
             tokens.append(piece)
         has_text = pieces.has_text
+        longest = int(np.diff(pieces.offsets).max()) if len(pieces) else 0
+        spell_limit = float("inf") if spell_bytes is None else max(spell_bytes, 4 * longest)
 
         class Wrapper:  # the duck type llguidance's TokenizerWrapper describes
             is_tokenizer_wrapper = True
 
             def __call__(self, text: Union[str, bytes]) -> list[int]:
-                if isinstance(text, bytes):
-                    text = text.decode("utf-8", "replace")
-                return [t for t in encode(text) if t < len(has_text) and has_text[t]]
+                """text's tokens; of a long text (the bytes a grammar forces), those of its first spell_limit
+                bytes but the last, which might have merged with the bytes cut off."""
+                data = text.encode() if isinstance(text, str) else text
+                cut = len(data) > spell_limit
+                if cut:
+                    end = int(spell_limit)
+                    while end > 0 and data[end] & 0xC0 == 0x80:  # not inside a UTF-8 character
+                        end -= 1
+                    data = data[:end]
+                ids = [t for t in encode(data.decode("utf-8", "replace")) if t < len(has_text) and has_text[t]]
+                return ids[:-1] if cut else ids
 
         wrapper = Wrapper()
         wrapper.tokens, wrapper.special_token_ids = tokens, specials
@@ -155,14 +170,24 @@ class GrammarState:
         self.width, self.base, self.committed = tokenizer.width, base, 0
         self.constraint = constraint  # a heterogeneous drafter compiles it again for its own vocabulary
         grammar = constraint.llguidance_grammar()
-        self.matcher = LLMatcher(tokenizer.tokenizer, grammar, log_level=0)
+        problem = grammar_problem(grammar, constraint.kind)
+        if problem:
+            raise EdgeSpecdecError(problem)
+        self.matcher = LLMatcher(tokenizer.tokenizer, grammar, log_level=0, limits=grammar_limits())
         if self.matcher.is_error():
-            raise EdgeSpecdecError(f"the {constraint.kind.replace('_', ' ')} constraint cannot be used: "
-                                   f"{first_line(self.matcher.get_error())}")
+            raise EdgeSpecdecError(cannot_be_used(constraint.kind, self.matcher.get_error()))
+        # the tokens the grammar forces from committed position `forced_at` on (see forced)
+        self.forced_run: list[int] = []
+        self.forced_at: Optional[int] = None
 
     def allowed(self) -> np.ndarray:
-        """The ids the grammar allows next, as a bool array over the logits' width."""
+        """The ids the grammar allows next, as a bool array over the logits' width. A grammar that fails here (it
+        dead-ends after the text so far, or its lexer outgrows GRAMMAR_FUEL) cannot go on: its matcher keeps the
+        error, so the run ends with it."""
         bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
+        if self.matcher.is_error():
+            raise EdgeSpecdecError(cannot_be_used(self.constraint.kind, self.matcher.get_error(),
+                                                  f"the {self.committed} tokens written"))
         return np.unpackbits(bits, bitorder="little")[:self.width].astype(bool)
 
     def mask(self, rows: np.ndarray, tokens: list[int]) -> np.ndarray:
@@ -184,10 +209,13 @@ class GrammarState:
 
     def forced(self, limit: int) -> list[int]:
         """Up to `limit` tokens the grammar forces next (its fast-forward tokens: the bytes it allows are one
-        string, spelled as the tokenizer spells it)."""
+        string, spelled as the tokenizer spells it). The run is computed once per position and what the target
+        keeps of it is carried over (see commit): a long forced literal is not recomputed every round."""
         if limit <= 0 or self.done:
             return []
-        return list(self.matcher.compute_ff_tokens())[:limit]
+        if self.forced_at != self.committed:
+            self.forced_run, self.forced_at = list(self.matcher.compute_ff_tokens()), self.committed
+        return self.forced_run[:limit]
 
     def until_done(self, tokens: list[int]) -> int:
         """How many of tokens the run keeps: all, or up to the one after which the grammar allows nothing more."""
@@ -212,8 +240,14 @@ class GrammarState:
     def commit(self, tokens: list[int]) -> None:
         """The tokens the run wrote this round (each one the masked target's, so the grammar allows them)."""
         if tokens and not self.matcher.consume_tokens(tokens):
-            raise RuntimeError(f"the grammar refused a token the masked target wrote: "
-                               f"{first_line(self.matcher.get_error())}")
+            error = self.matcher.get_error()
+            if outgrown(error):  # the constraint's fault, not the decode loop's
+                raise EdgeSpecdecError(cannot_be_used(self.constraint.kind, error, f"the {self.committed} tokens "
+                                                                                   f"written"))
+            raise RuntimeError(f"the grammar refused a token the masked target wrote: {first_line(error)}")
+        run = self.forced_run
+        if self.forced_at == self.committed and len(run) > len(tokens) and run[:len(tokens)] == tokens:
+            self.forced_run, self.forced_at = run[len(tokens):], self.committed + len(tokens)
         self.committed += len(tokens)
 
     @property
@@ -304,6 +338,61 @@ class DraftGrammar:
 
     def stats(self) -> dict:
         return {"draft_grammar_rounds": {"masked": self.rounds_masked, "free": self.rounds_free}}
+
+
+def grammar_limits():
+    """llguidance's limits for every constraint compiled here (GRAMMAR_FUEL)."""
+    from llguidance import LLParserLimits
+
+    return LLParserLimits(initial_lexer_fuel=GRAMMAR_FUEL)
+
+
+@lru_cache(maxsize=1)
+def byte_tokenizer() -> GrammarTokenizer:
+    """A vocabulary of the 256 bytes and an end of text: it spells any text, so a constraint can be tried on it
+    without a model's tokenizer. Its spelling costs nothing, so forced text is spelled whole."""
+    pieces = TokenBytes.pack([bytes([b]) for b in range(256)])
+    return GrammarTokenizer(pieces, 257, [256], lambda text: list(text.encode()), spell_bytes=None)
+
+
+@lru_cache(maxsize=256)
+def grammar_problem(grammar: str, kind: str) -> Optional[str]:
+    """What is wrong with a constraint's llguidance grammar (see Constraint.problem), or None. Besides
+    llguidance's own checks, the grammar is walked on the byte vocabulary along the text it forces from the start:
+    a grammar that allows nothing there (a regex that matches nothing, a rule defined only by itself) would fail
+    the run at its first token."""
+    from llguidance import LLMatcher
+
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, limits=grammar_limits())
+    if is_error:
+        return cannot_be_used(kind, messages[0])
+    matcher = LLMatcher(byte_tokenizer().tokenizer, grammar, log_level=0, limits=grammar_limits())
+    forced = [] if matcher.is_error() else list(matcher.compute_ff_tokens())
+    if not matcher.is_error() and matcher.consume_tokens(forced) and not matcher.is_stopped():
+        matcher.compute_bitmask()
+    if not matcher.is_error():
+        return None
+    text = bytes(forced).decode("utf-8", "replace")
+    shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
+    return cannot_be_used(kind, matcher.get_error(), shown if text else "")
+
+
+def cannot_be_used(kind: str, message: str, after: str = "") -> str:
+    """llguidance's complaint about a constraint, said to a user; `after`: what it was given before (the text it
+    forces, the tokens written), if anything."""
+    name, line = kind.replace("_", " "), first_line(message)
+    if line.startswith("NoExtensionBias"):  # llguidance's word for "nothing may come next"
+        where = f"nothing may follow {after}" if after else "nothing matches it"
+        return f"the {name} constraint admits no text ({where}): fix the {name} so that some text matches it."
+    if outgrown(line):
+        line += (f": the constraint compiles to more than the grammar engine's limit ({GRAMMAR_FUEL} units); make "
+                 f"it smaller (fewer alternatives, shorter repeated or literal parts)")
+    return f"the {name} constraint cannot be used{f' after {after}' if after else ''}: {line}"
+
+
+def outgrown(message: str) -> bool:
+    """Does llguidance's error say the constraint outgrew GRAMMAR_FUEL?"""
+    return "too big" in message or "too many expressions" in message
 
 
 def first_line(message: str) -> str:

@@ -6,6 +6,6 @@
 Needs the `serve` extra (Starlette and uvicorn): pip install "edge-specdec[serve]". `edge_specdec.serve.ray_app`
 runs the same app as a Ray Serve deployment with replicas (see docs/serving.md).
 """
-from .app import ServerSettings, create_app
+from .app import ServerSettings, create_app, uvicorn_config
 
-__all__ = ["ServerSettings", "create_app"]
+__all__ = ["ServerSettings", "create_app", "uvicorn_config"]

@@ -69,6 +69,8 @@ class ServerSettings:
     warm_up: bool = True  # one short generation before /health says ok
     batching: Optional[bool] = None  # verify the slots' blocks together (Engine(batching=)); None: when slots > 1
     prefix_cache_mb: float = 0  # the prefix store's bound in MiB (see prefix_store.py); 0: no store
+    idle_timeout: float = 15.0  # seconds a connection may take to send a request head (see connections.py)
+    body_timeout: float = 30.0  # seconds a request's body may take to arrive after its head (Server.read_json)
 
     def check(self) -> "ServerSettings":
         if self.slots < 1:
@@ -79,6 +81,10 @@ class ServerSettings:
             raise EdgeSpecdecError(f"--max-tokens must be at least 1, not {self.max_tokens}.")
         if not 0 <= self.prefix_cache_mb < float("inf"):
             raise EdgeSpecdecError(f"--prefix-cache-mb must be 0 (no store) or more MiB, not {self.prefix_cache_mb}.")
+        for name in ("idle_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if not 0 < value < float("inf"):
+                raise EdgeSpecdecError(f"--{name.replace('_', '-')} must be a number of seconds above 0, not {value}.")
         return self
 
 
@@ -102,11 +108,11 @@ class Server:
             "sequences_per_batched_call": ("the mean number of sessions' blocks in a batched call",
                                            lambda: self.batching_stats()["mean_sequences_per_batched_call"]),
             "prefix_store_bytes": ("bytes of KV caches held in the prefix store (host memory)",
-                                   lambda: self.store.nbytes if self.store else 0),
+                                   lambda: self.store.nbytes if self.store is not None else 0),
             "prefix_store_entries": ("conversations' caches held in the prefix store",
-                                     lambda: len(self.store) if self.store else 0),
+                                     lambda: len(self.store) if self.store is not None else 0),
             "prefix_store_limit_bytes": ("the prefix store's bound (--prefix-cache-mb; 0: no store)",
-                                         lambda: self.store.max_bytes if self.store else 0),
+                                         lambda: self.store.max_bytes if self.store is not None else 0),
             "draft_pool_tokens": ("tokens of earlier requests held in the draft pool, for free drafts",
                                   lambda: self.draft_pool()["tokens"]),
             "draft_pool_limit_tokens": ("the draft pool's bound (--draft-pool-tokens; 0: no pool)",
@@ -198,15 +204,17 @@ class Server:
             raise RequestError(f"the request body must be JSON, sent with 'Content-Type: application/json' (not "
                                f"{media_type or 'no content type'!r}).", status=415,
                                code="unsupported_media_type")
-        limit = self.settings.max_body_bytes
+        limit, seconds = self.settings.max_body_bytes, self.settings.body_timeout
         if int(request.headers.get("content-length") or 0) > limit:
             raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
-        return decode_json(bytes(body))
+        try:
+            body = await asyncio.wait_for(read_body(request, limit), seconds)
+        except asyncio.TimeoutError:  # a body that stalls mid-upload holds a connection and a buffer
+            self.metrics.count("connections_timed_out_total", phase="body")
+            raise RequestError(f"the request body did not arrive within {seconds:g} s of its head (--body-timeout): "
+                               f"send it whole.", status=408, code="request_timeout",
+                               headers={"Connection": "close"}) from None
+        return decode_json(body)
 
     async def prompt_ids(self, engine: Engine, parsed: ParsedRequest) -> list[int]:
         loop = asyncio.get_running_loop()
@@ -306,10 +314,12 @@ class Server:
                      tool_format: Optional[ToolFormat] = None) -> AsyncIterator[str]:
         """The server-sent events of a streamed completion: a chunk per run of text from one source, the last
         chunk with the finish reason and statistics, the usage chunk if asked for, then [DONE]. With tools, the
-        text from the first call's opening tag on is held back and sent as tool_calls deltas at the end."""
+        text from the first call's opening tag on is held back and sent as tool_calls deltas at the end; the logprobs
+        of held-back text go with the next chunk sent (the calls' chunk, for a call's tokens)."""
         watcher = asyncio.create_task(cancel_on_disconnect(request, job.cancel))
-        handed = 0  # logprob entries sent so far
+        handed = 0  # logprob entries of the pieces so far
         held = HeldText(tool_format.open if tool_format else None)
+        unsent: list = []  # logprob entries of text held back
         try:
             first = responder.first_chunk()
             if first:
@@ -318,9 +328,10 @@ class Server:
                 logprobs = list(piece.logprobs)
                 for span in piece.spans:
                     text = held.pass_on(span.text)
+                    unsent, logprobs = unsent + logprobs[:span.tokens], logprobs[span.tokens:]
                     if text or not held.active:
-                        yield sse(responder.text_chunk(text, span.source, span.tokens, logprobs[:span.tokens]))
-                    logprobs = logprobs[span.tokens:]
+                        yield sse(responder.text_chunk(text, span.source, span.tokens, unsent))
+                        unsent = []
                 handed += len(piece.logprobs)
             try:
                 result = await job.future
@@ -331,10 +342,12 @@ class Server:
                     responder.content, responder.tool_calls = tool_format.parse(result.text)
                     rest = held.rest() if not responder.tool_calls else ""
                     if rest:
-                        yield sse(responder.text_chunk(rest, "target", 0, []))
+                        yield sse(responder.text_chunk(rest, "target", 0, unsent))
+                        unsent = []
                     if responder.tool_calls:
-                        yield sse(responder.tool_calls_chunk(responder.tool_calls))
-                yield sse(responder.last_chunk(result, (result.logprobs or [])[handed:]))
+                        yield sse(responder.tool_calls_chunk(responder.tool_calls, unsent))
+                        unsent = []
+                yield sse(responder.last_chunk(result, unsent + (result.logprobs or [])[handed:]))
                 if job.request.include_usage:
                     yield sse(responder.usage_chunk(result, len(job.prompt_ids)))
             yield "data: [DONE]\n\n"
@@ -525,7 +538,8 @@ async def acquire_slot(request: Request, slots: SlotPool,
 
 class HeldText:
     """Streamed text with a tag held back: text goes on until the tag starts (an end of the text that could be its
-    start waits for the next piece); from the tag on, nothing goes on. Without a tag, everything goes on."""
+    start, or whitespace, waits for the next piece: the content before a call is sent without the whitespace
+    before it, as the whole answer's is); from the tag on, nothing goes on. Without a tag, everything goes on."""
 
     def __init__(self, tag: Optional[str]):
         self.tag, self.pending, self.found = tag, "", False
@@ -543,6 +557,7 @@ class HeldText:
         at = self.pending.find(self.tag)
         self.found = at >= 0
         cut = at if self.found else len(self.pending) - unfinished_end(self.pending, [self.tag])
+        cut = len(self.pending[:cut].rstrip())
         out, self.pending = self.pending[:cut], self.pending[cut:]
         return out
 
@@ -550,6 +565,29 @@ class HeldText:
         """What was held back (the answer had no call after all)."""
         rest, self.pending = self.pending, ""
         return rest
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused (413) as soon as it is over `limit` bytes."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(f"the request body is over the server's limit of {limit} bytes.", status=413)
+    return bytes(body)
+
+
+def uvicorn_config(app: Starlette, **options):
+    """uvicorn's Config for the app of create_app: connections that send no request head within --idle-timeout
+    are closed (see connections.py), and uvicorn's keep-alive between requests is the same timeout."""
+    import uvicorn
+
+    from .connections import timed_protocol
+
+    server = app.state.server
+    seconds = server.settings.idle_timeout
+    protocol = timed_protocol(seconds, lambda: server.metrics.count("connections_timed_out_total", phase="idle"))
+    return uvicorn.Config(app, http=protocol, timeout_keep_alive=seconds, **options)
 
 
 def sse(data: dict) -> str:

@@ -36,6 +36,9 @@ class Metrics:
         "slot_prefix_hits_total": "requests whose slot's cache shared a prefix with their prompt",
         "prefix_store_hits_total": "requests whose slot got its cache from the prefix store (--prefix-cache-mb)",
         "prefix_store_evictions_total": "caches the prefix store dropped to stay within its bound",
+        "connections_timed_out_total": "connections closed for sending no request head within --idle-timeout "
+                                       "(phase idle), and requests whose body did not arrive within --body-timeout "
+                                       "(phase body: answered 408)",
         "generation_tokens_total": "tokens generated",
         "draft_tokens_proposed_total": "tokens the drafter proposed to the target",
         "draft_tokens_accepted_total": "proposed tokens the target accepted",

@@ -526,10 +526,12 @@ class Responder:
         return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": lp, "finish_reason": None}],
                 "edge_specdec": {"source": source, "tokens": tokens}}
 
-    def tool_calls_chunk(self, calls: list[dict]) -> dict:
-        """The calls of a streamed answer, each whole in one delta (index, id, name and arguments)."""
+    def tool_calls_chunk(self, calls: list[dict], logprobs: list[TokenLogprob]) -> dict:
+        """The calls of a streamed answer, each whole in one delta (index, id, name and arguments); logprobs: those
+        of the calls' tokens."""
         delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
-        return {**self._head(True), "choices": [{"index": 0, "delta": delta, "logprobs": None,
+        lp = self.logprobs(logprobs) if self.request.config.wants_logprobs else None
+        return {**self._head(True), "choices": [{"index": 0, "delta": delta, "logprobs": lp,
                                                  "finish_reason": None}]}
 
     def last_chunk(self, result: Result, logprobs: list[TokenLogprob]) -> dict:

@@ -126,7 +126,7 @@ def _run_stages(source: Bundle, out: Path, settings: AlignSettings, folder: Work
                 draft_folder: Path, draft_settings, prompts, dropped: int, hash_seconds: float, keep_work: bool,
                 stop_after: Optional[str], say: Callable[[str], None],
                 on_train_step: Optional[Callable[[int], None]]) -> Optional[Path]:
-    _reopen_generation_if_damaged(folder, say)
+    _reopen_generation_if_data_lost(folder, say)
     for stage in STAGES:
         if folder.done(stage):
             continue
@@ -177,17 +177,29 @@ def _run_stages(source: Bundle, out: Path, settings: AlignSettings, folder: Work
     return out
 
 
-def _reopen_generation_if_damaged(folder: WorkFolder, say: Callable[[str], None]) -> None:
-    """Before training, data.jsonl must hold what generation wrote: when lines were damaged since, the generate stage
-    runs again, which keeps every intact record and generates the damaged ones' prompts again (as the budget
-    allows). Once training is done, what it trained on is recorded and the data is not read again."""
+def _reopen_generation_if_data_lost(folder: WorkFolder, say: Callable[[str], None]) -> None:
+    """Before training, data.jsonl must hold what generation wrote: when lines were damaged or lost since (the file
+    deleted, emptied or cut short), the generate stage runs again, which keeps every intact record and generates the
+    other prompts again (as the budget allows). Once training is done, what it trained on is recorded and the data
+    is not read again."""
     if not folder.done("generate") or folder.done("train"):
         return
     records, damaged = folder.scan_data()
-    if damaged:
-        say(f"generate: {damaged} damaged lines in {folder.data_file.name} are skipped ({len(records)} intact records "
+    written = folder.result("generate").get("prompts", 0)
+    name = folder.data_file.name
+    if not folder.data_file.is_file():
+        say(f"generate: {folder.data_file}, the {written} records generation wrote, is gone (deleted or moved "
+            f"since): generating them again as the budget allows (to use the old file instead, put it back and run "
+            f"again with --resume)")
+    elif damaged:
+        say(f"generate: {damaged} damaged lines in {name} are skipped ({len(records)} intact records "
             "kept); generating their prompts again")
-        folder.record("generate", {})
+    elif len(records) < written:
+        say(f"generate: {name} holds {len(records)} of the {written} records generation wrote (lines removed "
+            "since): generating the others again")
+    else:
+        return
+    folder.record("generate", {})
 
 
 def _draft_folder(source: Bundle, override: Optional[str], work: Path) -> Path:

@@ -335,8 +335,10 @@ def train_draft(source: Path, bundle: Bundle, work: WorkFolder, settings: TrainS
             "records")
     train, validation = make_examples(records, bundle, max_len)
     if not train:
-        raise ExportError("align has no training text: generation produced nothing for the training split. "
-                          "Give more --minutes, or more prompts with --prompts.")
+        raise ExportError(f"align has no training text: {work.data_file} holds no record of the training split "
+                          f"({len(records)} records in all). Generation stops when the budget runs out: give more "
+                          "--minutes, or more prompts with --prompts; if the file was deleted or moved, put it back "
+                          "and run again with --resume.")
     if not validation:  # a tiny data set: measure on the training text rather than not at all
         validation = train[:VALIDATION_MAX]
     without = sum(e.soft is None for e in train)
