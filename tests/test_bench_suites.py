@@ -257,3 +257,19 @@ def test_suite_report_from_known_runs(tmp_path):
     assert json.loads(open(files["json"]).read())["suite"] == "known"
     if "plot" in files:  # matplotlib is installed: the chart is a PNG
         assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_cold_pool(capsys, tmp_path):
+    from edge_specdec.benchmark.suites.workloads import WORKLOADS
+
+    report = run_suite(capsys, tmp_path, "workloads", "--max-new-tokens", "12", "--warm-pool")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-no-free", "ours-auto-warm-pool"]
+    assert report["cells"] == [f"{c}/{i + 1}" for c, requests in WORKLOADS.items() for i in range(len(requests))]
+    for name in ("ours-auto", "ours-auto-no-free", "ours-auto-warm-pool"):
+        assert rows[name]["identical"] is True, name  # every row writes the target alone's tokens
+    assert rows["ours-auto-no-free"]["figures"]["suffix_share"] == rows["ours-auto-no-free"]["figures"]["pool_share"] == 0
+    assert rows["ours-auto"]["figures"]["pool_share"] == 0  # cold: nothing from earlier runs
+    assert rows["ours-auto-warm-pool"]["figures"]["pool_share"] > 0  # warm: the other requests' answers
+    table = (tmp_path / "workloads" / "report.md").read_text()
+    assert "per category" in table and all(f"| {c} |" in table for c in WORKLOADS)

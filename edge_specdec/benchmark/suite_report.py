@@ -136,6 +136,8 @@ def render_suite_markdown(report: dict) -> str:
     lines += ["", f"## {head['title']} per cell", ""]
     lines += table(["cell", *(r["setup"] for r in rows)],
                    [[c, *(cell(r["per_cell"][c], head["format"]) for r in rows)] for c in report["cells"]])
+    if report.get("extra_markdown"):
+        lines += ["", report["extra_markdown"].rstrip("\n")]
     lines += problems_section([line for r in rows for line in row_problems(r, r["setup"])], report)
     lines += ["", "## Rows", ""] + [f"- `{r['setup']}`: {r['description']}"
                                     + (f" (output checked against `{r['reference']}`)"

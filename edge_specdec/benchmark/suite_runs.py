@@ -74,6 +74,8 @@ class Suite:
     warm_ups: Sequence[Cell] = ()
     skipped: list = field(default_factory=list)  # {"setup", "reason"}
     notes: list = field(default_factory=list)
+    # more of report.md, made from the built report (a suite's own table), placed after the per-cell table
+    extra_markdown: Optional[Callable[[dict], str]] = None
 
 
 def stderr_say(message: str) -> None:
@@ -115,6 +117,8 @@ def run_suite(suite: Suite, out: Optional[Path], command: Optional[str], say: Ca
     complete = time_suite(suite, say)
     note_load_at_end(machine)
     report = build_suite_report(suite, machine, command, interrupted=not complete)
+    if suite.extra_markdown is not None:
+        report["extra_markdown"] = suite.extra_markdown(report)
     out_dir = out if out is not None else default_out(suite.bundle, suite.name)
     report["files"] = write_suite_report(report, out_dir, plot=plot, say=say)
     return report

@@ -36,6 +36,7 @@ SUITES = {
     "startup": "startup",
     "long-prompts": "long_prompts",
     "clients": "clients",
+    "workloads": "workloads",
 }
 DEFAULT_SUITE = next(iter(SUITES))
 
