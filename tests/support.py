@@ -130,3 +130,25 @@ def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file below folder with its size and mtime: to prove that a failed command changed nothing."""
     return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in sorted(folder.rglob("*"))} if folder.exists() else {}
+
+
+def logprob_bits(result) -> list:
+    """A result's logprobs as raw float64 bits: equality here is bit for bit."""
+    return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
+
+
+def bits(logprobs) -> list:
+    """Each logprob (and its alternatives) as raw float64 bits, with its token."""
+    return [(lp.token, np.float64(lp.logprob).view(np.int64), [(t, np.float64(v).view(np.int64)) for t, v in lp.top])
+            for lp in logprobs]
+
+
+def forced_logprobs(pipe, prompt_ids: list[int], tokens: list[int], config):
+    """The target alone's logprobs of `tokens`, computed in one block from scratch (teacher forcing)."""
+    from edge_specdec.runtime.sampling import penalize, token_logprobs
+
+    session = pipe.target
+    session.reset()
+    rows = session.feed(prompt_ids + tokens, rows=len(tokens) + 1)[:-1]
+    session.reset()
+    return token_logprobs(penalize(rows, config, prompt_ids, tokens), tokens, config)

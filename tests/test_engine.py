@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 import pytest
 
 import edge_specdec.runtime.session as session_module
 from edge_specdec.runtime import DecodingSession, Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.pipeline import WARM_UP_BLOCK
-from support import OTHER_VOCAB, SAME_VOCAB, load_target_xml
+from support import OTHER_VOCAB, SAME_VOCAB, load_target_xml, logprob_bits
 
 PROMPTS = ["def f(x):", "class A:\n    def", "import os\n", "for i in range(", "x = [1, 2,", "# a comment\n"]
 
-
-def logprob_bits(result) -> list:
-    return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
 
 
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])

@@ -17,7 +17,7 @@ from edge_specdec.runtime.sampling import distribution, penalize, sample, token_
 from edge_specdec.runtime.session import ModelSession
 from edge_specdec.runtime.verify import verify
 from hostile_text import HOSTILE_STRINGS
-from support import OTHER_VOCAB, SAME_VOCAB, pipeline_cache
+from support import OTHER_VOCAB, SAME_VOCAB, forced_logprobs, pipeline_cache
 
 PADDED = ("qwen2-bytelevel", "qwen2-bytelevel-padded", "int8", "int8")
 SAME_RUNS = [("standard", {}), ("standard", {"num_assistant_tokens": 3, "confidence": 0.0, "lookup": False}),
@@ -316,15 +316,6 @@ def test_priced_cost_policy_follows_the_acceptance_not_the_clock(pipes, monkeypa
 
 
 # --- logprobs ---------------------------------------------------------------------------------------------------
-
-def forced_logprobs(pipe: Pipeline, prompt_ids: list[int], tokens: list[int], config: GenerationConfig):
-    """The target alone's logprobs of `tokens`, computed in one block from scratch (teacher forcing)."""
-    session = pipe.target
-    session.reset()
-    rows = session.feed(prompt_ids + tokens, rows=len(tokens) + 1)[:-1]
-    session.reset()
-    return token_logprobs(penalize(rows, config, prompt_ids, tokens), tokens, config)
-
 
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli"), (OTHER_VOCAB, "slem")])
 def test_sampled_runs_compute_every_position_with_the_target_alones_bits(pipes, pair, algorithm):

@@ -7,15 +7,15 @@ import subprocess
 import sys
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import Proposal
 from edge_specdec.runtime.sources import FIRST_PAUSE, TRIAL_ROUNDS, FreeFirst
-from edge_specdec.runtime.suffix import MIN_FREE_TOKENS, DraftPool, SuffixDrafter, TokenIndex, best_copy
+from edge_specdec.runtime.suffix import DraftPool, SuffixDrafter, TokenIndex, best_copy
 from hostile_text import HOSTILE_STRINGS
-from support import ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, homogeneity_pvalue
+from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, forced_logprobs, homogeneity_pvalue,
+                     logprob_bits)
 
 REPEATING = ["def f(x):\n    return x\n" * 3 + "def f(x):\n", "a b a b a b a b",
              "def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):\n",
@@ -136,9 +136,6 @@ def test_without_a_clock_the_source_is_judged_by_what_the_target_kept():
 
 # --- lossless with real (tiny) models ----------------------------------------------------------------------------
 
-def logprob_bits(result) -> list:
-    return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
-
 
 @pytest.fixture(scope="module")
 def pipes(bundle_dir):
@@ -206,15 +203,26 @@ def test_sampling_keeps_the_target_distribution_where_copies_are_verified(pipes)
     assert copied >= N_SAMPLES  # every speculative run copied
     assert len(samples["none"]) > 5, "the test distribution is too concentrated to tell anything"
     assert homogeneity_pvalue(samples["none"], samples["standard"]) > ALPHA
-    config = GenerationConfig(max_new_tokens=12, seed=3, ignore_eos=True, logprobs=True, **SAMPLING)
-    spec = pipe.generate(prompt, config, algorithm="standard", num_assistant_tokens=4)
-    forced = pipe.generate(pipe.tokenizer.encode(prompt) + spec.token_ids[:-1], dataclasses_replace(config))
-    assert spec.stats.suffix_tokens_proposed
 
 
-def dataclasses_replace(config):
-    import dataclasses
-    return dataclasses.replace(config, max_new_tokens=1)
+
+@pytest.mark.parametrize("algorithm", ["standard", "suffix"])
+def test_sampled_logprobs_are_the_target_alones_where_copies_were_verified(pipes, algorithm):
+    """Each sampled token's logprob equals, bit for bit, the target's computed in one block from scratch, in runs
+    whose rounds copied from the request and from the pool (and were cut back where the target disagreed)."""
+    pipe = pipes["standard"]
+    pipe.forget()
+    prompt_ids = pipe.tokenizer.encode("a b c d a b c d a b c d a b")
+    copied = rolled_back = 0
+    for seed in range(6):
+        config = GenerationConfig(max_new_tokens=24, seed=seed, ignore_eos=True, logprobs=True, **SAMPLING)
+        result = pipe.generate(prompt_ids, config, algorithm=algorithm, num_assistant_tokens=4, pool_scope="")
+        st = result.stats
+        copied += st.suffix_tokens_proposed + st.pool_tokens_proposed
+        rolled_back += st.suffix_tokens_accepted + st.pool_tokens_accepted < st.free_tokens_proposed
+        assert bits(result.logprobs) == bits(forced_logprobs(pipe, prompt_ids, result.token_ids, config))
+    assert copied and rolled_back  # copies were verified, some cut back
+    pipe.forget()
 
 
 @pytest.mark.slow

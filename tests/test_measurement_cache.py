@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 import edge_specdec.runtime.measurements as measurements
@@ -12,7 +11,7 @@ import edge_specdec.runtime.pipeline as pipeline_module
 import edge_specdec.runtime.session as session_module
 from edge_specdec.runtime import Engine, GenerationConfig
 from edge_specdec.runtime.measurements import MeasurementCache
-from support import OTHER_VOCAB, SAME_VOCAB
+from support import OTHER_VOCAB, SAME_VOCAB, logprob_bits
 
 GUARD = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
 CONFIG = GenerationConfig(max_new_tokens=12, ignore_eos=True, logprobs=True)
@@ -135,9 +134,6 @@ def test_a_failed_save_leaves_no_temp_file(tmp_path, monkeypatch):
 
 
 # --- an engine reading a bad cache: measured again, the output a cache-off engine's -------------------------------
-
-def logprob_bits(result) -> list:
-    return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
 
 
 @pytest.fixture(scope="module")

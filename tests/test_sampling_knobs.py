@@ -11,7 +11,7 @@ import pytest
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig
 from edge_specdec.runtime.sampling import distribution, penalize
-from support import ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, first_tokens, homogeneity_pvalue, \
+from support import ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, first_tokens, homogeneity_pvalue, \
     pipeline_cache
 
 PROMPTS = ["a b a b a b a b", "def fib(n):\n    if n < 2:\n        return n\n", "The quick brown fox"]
@@ -24,11 +24,6 @@ RUNS = {SAME_VOCAB: [("standard", {"num_assistant_tokens": 4, "confidence": 0.0,
 def pipes(bundle_dir):
     return pipeline_cache(bundle_dir)
 
-
-def bits(logprobs) -> list:
-    """Each logprob (and its alternatives) as raw float64 bits: equality here is bit for bit."""
-    return [(lp.token, np.float64(lp.logprob).view(np.int64), [(t, np.float64(v).view(np.int64)) for t, v in lp.top])
-            for lp in logprobs]
 
 
 # --- what each knob does ----------------------------------------------------------------------------------------

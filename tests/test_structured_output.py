@@ -17,7 +17,7 @@ from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig, Pipeline
 from edge_specdec.runtime.grammar import Constraint
 from edge_specdec.runtime.sampling import penalize, token_logprobs
-from support import ALPHA, OTHER_VOCAB, SAME_VOCAB, homogeneity_pvalue, pipeline_cache
+from support import ALPHA, OTHER_VOCAB, SAME_VOCAB, bits, homogeneity_pvalue, pipeline_cache
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["first_name_of_the_person", "age", "kind"],
           "properties": {"first_name_of_the_person": {"type": "string", "maxLength": 12},
@@ -38,10 +38,6 @@ def pipes(bundle_dir):
     """pipes(pair, **options) -> a Pipeline, built once per module."""
     return pipeline_cache(bundle_dir)
 
-
-def bits(logprobs) -> list:
-    return [(lp.token, np.float64(lp.logprob).view(np.int64), [(t, np.float64(v).view(np.int64)) for t, v in lp.top])
-            for lp in logprobs]
 
 
 def matches(name: str, text: str) -> bool:
