@@ -49,6 +49,18 @@ def test_a_suite_has_its_own_options(capsys):
     assert stop.value.code == 2 and "unrecognized arguments: --ks" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", [name for name in SUITES if name != "general"])
+def test_a_suite_s_bad_bundle_or_out_is_one_clear_line(capsys, tmp_path, name):
+    (tmp_path / "a-file").write_text("not a folder")
+    for args, message in (([str(tmp_path / "no-such-bundle"), "--out", str(tmp_path / "out")], "does not exist"),
+                          (["--out", str(tmp_path / "a-file")], "is a file: give a folder")):
+        assert main(["bench", name, *args]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("edge-specdec: error: ") and message in err, err
+        assert err.strip().count("\n") == 0
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing ran, nothing was written
+
+
 def test_structured_answers_are_checked_against_their_schema():
     from edge_specdec.benchmark.structured_tasks import SENTIMENT
     from edge_specdec.benchmark.suites.structured import schema_valid
