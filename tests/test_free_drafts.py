@@ -257,6 +257,8 @@ def test_the_server_shows_its_pool_and_scopes_it_by_key(bundle_dir):
         assert metric(running.url, "draft_pool_limit_tokens") == 5000 and metric(running.url, "draft_pool_tokens") == 0
         urllib.request.urlopen(urllib.request.Request(running.url + "/v1/completions", data=body, headers=auth))
         assert metric(running.url, "draft_pool_tokens") > 8
+        pool = json.load(urllib.request.urlopen(running.url + "/health"))["draft_pool"]
+        assert pool["max_tokens"] == 5000 and pool["documents"] == 1 and pool["tokens"] > 8
         scopes = list(running.server.engine.draft_pool.scopes)
         assert scopes and "" not in scopes and "k1" not in scopes  # one scope, named by the key's digest
     with serve_in_thread(ServerSettings(str(bundle_dir(*SAME_VOCAB)), slots=1, api_key="k1",

@@ -56,6 +56,15 @@ class Stats:
         self.draft_seconds += draft_seconds
         self.target_seconds += target_seconds
 
+    def count_copy(self, source: str, proposed: int, accepted: int) -> None:
+        """A round's free copy: from the request ("suffix") or from the draft pool ("pool")."""
+        if source == "pool":
+            self.pool_tokens_proposed += proposed
+            self.pool_tokens_accepted += accepted
+        else:
+            self.suffix_tokens_proposed += proposed
+            self.suffix_tokens_accepted += accepted
+
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.seconds if self.seconds else 0.0
@@ -293,11 +302,8 @@ def count_round(r: Run, proposal: Proposal, verdict: Verdict, k: int, draft_seco
     r.stats.grammar_tokens_proposed += forced
     r.stats.grammar_tokens_accepted += kept_forced
     if copied:
-        setattr(r.stats, f"{proposal.source}_tokens_proposed",
-                getattr(r.stats, f"{proposal.source}_tokens_proposed") + copied)
-        setattr(r.stats, f"{proposal.source}_tokens_accepted",
-                getattr(r.stats, f"{proposal.source}_tokens_accepted") + kept_copied)
-    if r.drafter:
+        r.stats.count_copy(proposal.source, copied, kept_copied)
+    if r.drafter and r.stats.rounds:  # (the first round's seconds are mostly the prompt's)
         r.drafter.verified(proposal, n - kept_forced, draft_seconds + target_seconds)
     proposed, n = len(proposal.tokens) - forced - copied, n - kept_forced - kept_copied
     if r.draft_length and not copied:  # a copy is no draft model's round: its guard and length ignore it

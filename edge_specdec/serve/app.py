@@ -449,7 +449,7 @@ class Server:
             status = {"status": "error", "error": self.load_error} if self.load_error else {"status": "loading"}
             return JSONResponse(status, status_code=503)
         return JSONResponse({"status": "ok", "model": self.model_name, "slots": self.settings.slots,
-                             "busy": self.slots.busy, "queued": self.slots.depth})
+                             "busy": self.slots.busy, "queued": self.slots.depth, "draft_pool": self.draft_pool()})
 
 
 def source_name(model: Optional[dict]) -> Optional[str]:
