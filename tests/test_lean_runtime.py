@@ -21,7 +21,7 @@ from edge_specdec.runtime import GenerationConfig, Pipeline
 pipe = Pipeline(sys.argv[2])
 result = pipe.generate("def f(x):", GenerationConfig(max_new_tokens=8), algorithm="standard")
 assert result.stats.new_tokens >= 1 and result.stats.draft_tokens_proposed > 0
-from edge_specdec.runtime.grammar import Constraint
+from edge_specdec.runtime.constraint import Constraint
 schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 result = pipe.generate("x", GenerationConfig(max_new_tokens=12, constraint=Constraint.json_schema(schema)))
 assert result.text.startswith('{"a": ') and "llguidance" in sys.modules  # structured output, without tokenizers

@@ -13,7 +13,7 @@ openai = pytest.importorskip("openai", reason="the server tests need the test ex
 pytest.importorskip("uvicorn", reason="the server tests need the serve extra: pip install -e '.[test,serve]'")
 
 from edge_specdec.runtime import Engine, GenerationConfig  # noqa: E402
-from edge_specdec.runtime.grammar import Constraint  # noqa: E402
+from edge_specdec.runtime.constraint import Constraint  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
 from serve_helpers import serve_in_thread  # noqa: E402
 from support import SAME_VOCAB  # noqa: E402

@@ -162,7 +162,7 @@ def constraint_option(args: argparse.Namespace):
     from pathlib import Path
 
     from ..errors import EdgeSpecdecError
-    from ..runtime.grammar import Constraint
+    from ..runtime.constraint import Constraint
 
     def read(option: str, path: str) -> str:
         try:
@@ -200,7 +200,8 @@ def decoding_settings(args: argparse.Namespace):
                               **sampling, **({"logit_bias": dict(args.logit_bias)} if args.logit_bias else {}))
     config.validate()
     if config.constraint is not None:  # a schema feature or a pattern the grammar engine refuses, before the load
-        problem = config.constraint.problem()
+        from ..runtime.grammar import constraint_problem
+        problem = constraint_problem(config.constraint)
         if problem:
             from ..errors import EdgeSpecdecError
             raise EdgeSpecdecError(problem)

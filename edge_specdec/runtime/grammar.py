@@ -1,5 +1,5 @@
-"""Structured output: a constraint (JSON schema, any JSON object, regular expression, Lark or GBNF grammar) that
-every generated token must follow, enforced with llguidance's byte-level matcher.
+"""Structured output: a constraint (constraint.py: JSON schema, any JSON object, regular expression, Lark or GBNF
+grammar) that every generated token must follow, enforced with llguidance's byte-level matcher.
 
 The decode loop masks the target's logits with the grammar at every position it verifies (`GrammarState.mask`),
 so the output is what the constrained target alone writes, whatever was proposed; the drafter's proposals are
@@ -10,9 +10,7 @@ llguidance is imported only when a request carries a constraint.
 """
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
@@ -20,13 +18,9 @@ import numpy as np
 
 from ..errors import EdgeSpecdecError
 from ..vocab_map import TokenBytes
+from .constraint import Constraint
 from .session import common_prefix
 
-KINDS = ("json_schema", "json_object", "regex", "grammar")
-# JSON is written on one line, with ", " and ": " between items (a schema's "x-guidance" may say otherwise): the
-# grammar then fixes every byte between the values, which the loop proposes without the draft, and a model cannot
-# loop on whitespace
-JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 SPECIAL = b"\xff"  # llguidance's mark for a token that is not text (its bytes can never match a grammar)
 # What a constraint may cost llguidance to compile: its lexer's initial fuel (about 50 units a microsecond, so a few
 # ms). A constraint past it is refused; it also bounds one computation of forced bytes (to about a quarter of it),
@@ -36,76 +30,6 @@ GRAMMAR_FUEL = 100_000
 # tokens are ever used (a round takes a few), so only this many bytes of them are spelled (or 4 tokens' worth, for a
 # vocabulary of longer tokens)
 SPELL_BYTES = 512
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """What the output must match: one of KINDS and its text. json_schema: a JSON schema (a dict, or its JSON
-    text); json_object: any JSON object (no spec); regex: a regular expression the whole output matches;
-    grammar: a Lark grammar (llguidance's dialect, `start:` its first rule) or a GBNF one (`root ::= ...`)."""
-    kind: str
-    spec: Union[str, dict, None] = None
-
-    @classmethod
-    def json_schema(cls, schema: Union[str, dict]) -> "Constraint":
-        return cls("json_schema", schema)
-
-    @classmethod
-    def json_object(cls) -> "Constraint":
-        return cls("json_object")
-
-    @classmethod
-    def regex(cls, pattern: str) -> "Constraint":
-        return cls("regex", pattern)
-
-    @classmethod
-    def grammar(cls, text: str) -> "Constraint":
-        return cls("grammar", text)
-
-    def check(self) -> None:
-        """Refuse a constraint of the wrong shape (what it means is checked when it is compiled)."""
-        if self.kind not in KINDS:
-            raise EdgeSpecdecError(f"unknown constraint kind {self.kind!r}: use one of {', '.join(KINDS)}.")
-        if self.kind == "json_object":
-            return
-        if self.kind == "json_schema":
-            if isinstance(self.spec, str):
-                try:
-                    schema = json.loads(self.spec)
-                except ValueError as e:
-                    raise EdgeSpecdecError(f"the JSON schema is not valid JSON: {e}.") from None
-            else:
-                schema = self.spec
-            if not isinstance(schema, dict):
-                raise EdgeSpecdecError(f"a JSON schema must be a JSON object, not {type(schema).__name__}.")
-        elif not isinstance(self.spec, str) or not self.spec.strip():
-            raise EdgeSpecdecError(f"a {self.kind} constraint needs its text (got {self.spec!r}).")
-
-    def problem(self) -> Optional[str]:
-        """What is wrong with the constraint, on one line (a schema feature llguidance does not implement, a
-        regex or grammar that does not parse, one that compiles past GRAMMAR_FUEL, one that admits no text), or
-        None. Needs no tokenizer: a server checks a request with it before anything is written."""
-        self.check()
-        return grammar_problem(self.llguidance_grammar(), self.kind)
-
-    def llguidance_grammar(self) -> str:
-        """The constraint as an llguidance grammar (its JSON form); nothing is compiled yet."""
-        from llguidance import LLMatcher
-
-        self.check()
-        if self.kind in ("json_object", "json_schema"):
-            schema = {"type": "object"} if self.kind == "json_object" else self.spec
-            return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)
-        if self.kind == "regex":
-            return LLMatcher.grammar_from_regex(self.spec)
-        text = self.spec
-        if "::=" in text and "start:" not in text:  # GBNF, as llama.cpp writes it
-            from llguidance.gbnf_to_lark import gbnf_to_lark
-            try:
-                text = gbnf_to_lark(text)
-            except Exception as e:  # the converter raises plain exceptions for syntax it cannot read
-                raise EdgeSpecdecError(f"the GBNF grammar could not be read: {e}") from None
-        return LLMatcher.grammar_from_lark(text)
 
 
 class GrammarTokenizer:
@@ -355,9 +279,17 @@ def byte_tokenizer() -> GrammarTokenizer:
     return GrammarTokenizer(pieces, 257, [256], lambda text: list(text.encode()), spell_bytes=None)
 
 
+def constraint_problem(constraint: Constraint) -> Optional[str]:
+    """What is wrong with the constraint, on one line (a schema feature llguidance does not implement, a regex or
+    grammar that does not parse, one that compiles past GRAMMAR_FUEL, one that admits no text), or None. Needs no
+    tokenizer: a server checks a request with it before anything is written."""
+    constraint.check()
+    return grammar_problem(constraint.llguidance_grammar(), constraint.kind)
+
+
 @lru_cache(maxsize=256)
 def grammar_problem(grammar: str, kind: str) -> Optional[str]:
-    """What is wrong with a constraint's llguidance grammar (see Constraint.problem), or None. Besides
+    """What is wrong with a constraint's llguidance grammar (see constraint_problem), or None. Besides
     llguidance's own checks, the grammar is walked on the byte vocabulary along the text it forces from the start:
     a grammar that allows nothing there (a regex that matches nothing, a rule defined only by itself) would fail
     the run at its first token."""

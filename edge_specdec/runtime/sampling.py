@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import EdgeSpecdecError
-from .grammar import Constraint
+from .constraint import Constraint
 
 
 MAX_TOP_LOGPROBS = 20  # as in OpenAI's API
@@ -70,7 +70,7 @@ class GenerationConfig:
     it (after logit_bias, the penalties and the temperature, before top-k, top-p and min-p); top_logprobs (at most
     MAX_TOP_LOGPROBS) adds that many most likely tokens per position and implies logprobs.
     constraint: the output must match it (a JSON schema, any JSON object, a regex or a grammar; see
-    grammar.Constraint): the target's logits are masked to what it allows at every position, and the logprobs
+    constraint.Constraint): the target's logits are masked to what it allows at every position, and the logprobs
     are those of the masked distribution.
     """
     max_new_tokens: int = 128
@@ -128,7 +128,8 @@ class GenerationConfig:
                                    f"{self.top_logprobs}).")
         if self.constraint is not None:
             if not isinstance(self.constraint, Constraint):
-                raise EdgeSpecdecError(f"constraint must be a grammar.Constraint (got {self.constraint!r}).")
+                raise EdgeSpecdecError(f"constraint must be a Constraint (from edge_specdec.runtime.constraint), not "
+                                       f"{self.constraint!r}.")
             self.constraint.check()
         return self
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from ..errors import EdgeSpecdecError
-from .grammar import JSON_LAYOUT, Constraint
+from .constraint import JSON_LAYOUT, Constraint
+from .grammar import constraint_problem
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def check_tools(tools: Any, choice: Any) -> tuple[list[dict], Union[str, dict]]:
                                        or parameters.get("type", "object") != "object"):
             raise EdgeSpecdecError(f"tools[{i}].function.parameters must be a JSON schema of an object.")
         if parameters is not None:
-            problem = Constraint.json_schema(parameters).problem()
+            problem = constraint_problem(Constraint.json_schema(parameters))
             if problem:
                 raise EdgeSpecdecError(f"tools[{i}].function.parameters: {problem}")
     choice = "auto" if choice is None else choice

@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional
 
 from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
-from ..runtime.grammar import Constraint
+from ..runtime.constraint import Constraint
+from ..runtime.grammar import constraint_problem
 from ..runtime.tool_calls import check_tools
 from ..runtime.sampling import (MAX_FREQUENCY_PENALTY, MAX_LOGIT_BIAS, MAX_PRESENCE_PENALTY, MAX_TOP_LOGPROBS,
                                 GenerationConfig, TokenLogprob)
@@ -200,7 +201,7 @@ def _constraint(body: dict) -> Optional[Constraint]:
                            param=found[1][0])
     name, constraint = found[0]
     try:
-        problem = constraint.problem()
+        problem = constraint_problem(constraint)
     except EdgeSpecdecError as exc:
         problem = str(exc)
     if problem:

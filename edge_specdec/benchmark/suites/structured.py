@@ -40,7 +40,7 @@ def schema_valid(schema: dict, text: str):
 
 def ours_runner(engine, algorithm: str, max_new_tokens: int):
     from ...runtime import GenerationConfig
-    from ...runtime.grammar import Constraint
+    from ...runtime.constraint import Constraint
 
     session = engine.session()
 
