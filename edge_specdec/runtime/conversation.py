@@ -18,14 +18,34 @@ turn writes exactly what a fresh session writes on the same prompt.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional, Protocol
 
+from ..bundle import Bundle
 from ..errors import EdgeSpecdecError
+from ..vocab_map import VocabMap
+from .chat import ChatTemplate
 from .generate import Result
 from .sampling import GenerationConfig
+from .text import PromptTokenizer
 
-if TYPE_CHECKING:
-    from .pipeline import DecodingSession, Engine
+
+class ChatEngine(Protocol):
+    """What a conversation uses of the engine (pipeline.Engine, which starts conversations): named here rather than
+    imported, so that the engine stays the layer above (docs/architecture.md)."""
+    bundle: Bundle
+    tokenizer: PromptTokenizer
+    vocab_map: VocabMap
+    chat_template: Optional[ChatTemplate]
+    special_token_texts: dict[int, str]
+
+    def chat_prompt(self, messages: list[dict]) -> list[int]: ...
+
+
+class ChatSession(Protocol):
+    """What a conversation uses of its decoding session (pipeline.DecodingSession)."""
+
+    def generate(self, prompt: list[int], config: Optional[GenerationConfig] = None,
+                 on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result: ...
 
 
 class Conversation:
@@ -33,7 +53,7 @@ class Conversation:
     `add` appends any message (a tool result, an assistant message written elsewhere); `reset` starts over with
     the system message. Not for two threads at once (a lock serializes its turns)."""
 
-    def __init__(self, engine: "Engine", session: "DecodingSession", system: Optional[str] = None):
+    def __init__(self, engine: ChatEngine, session: ChatSession, system: Optional[str] = None):
         if engine.chat_template is None:
             raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): a conversation needs "
                                    "one. Generate from a plain prompt instead.")
