@@ -7,14 +7,16 @@
     for piece in pipe.stream("def fib(n):"):            # or generate(..., on_text=callback)
         print(piece, end="", flush=True)
 
-An `Engine` holds what is loaded once: the bundle, the placement, the compiled models with their static copies,
-the tokenizers, the vocabulary map and its measurement cache. A `DecodingSession` (`engine.session()`) holds one
-request's KV caches and infer requests, nothing else: N sessions decode in N threads with the weights held once.
+An `Engine` holds what is loaded once: the bundle, the placement, the compiled models with their static copies
+(compiled in the background once it has loaded), the tokenizers, the vocabulary map and its measurement cache. A
+`DecodingSession` (`engine.session()`) holds one request's KV caches and infer requests, nothing else: N sessions
+decode in N threads with the weights held once.
 A `Pipeline` is an Engine with one session of its own, whose calls run one at a time (a lock; a second thread
 waits): the simple API. For parallel generation, give each thread `pipe.session()`.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import queue
@@ -93,7 +95,7 @@ class Engine:
         self._block_shapes: dict[tuple[int, bool], dict[str, int]] = {}  # see block_shapes
         self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if config.static_shapes is None
                         else config.static_shapes for role, model in self._bundle_models()}
-        self._compile_static_copies()
+        static_sizes = self._static_sizes()  # measured at load; compiled in the background once loaded
         if config.warm_up:
             self._warm_up()
         self.tokenizer = PromptTokenizer(self.bundle.target.tokenizer_xml, self.core)
@@ -104,6 +106,7 @@ class Engine:
         self.scheduler, self.pools, self.batching_note = None, {}, ""
         if config.batching:
             self._start_batching(config.batch_wait)
+        self._compile_static_copies(static_sizes)
 
     def _bundle_models(self) -> list[tuple[str, Any]]:
         """The bundle's models by role: the target, and the draft if it has one."""
@@ -175,20 +178,19 @@ class Engine:
             self.measurements.put("target/invariant", known)
 
     def _warm_up(self) -> None:
-        """Run each model on a scratch session: a block as long as a short prompt, a single step, and a block on
-        each of its static copies. OpenVINO prepares a compiled model on its first inference (the CPU plugin
-        repacks the weights then, which takes seconds for a 1.5B target and happens in every process: no cache
-        keeps it), and again on the first call of each kind of block (its short blocks run other kernels than its
-        long ones). Done here, that work is part of the load, where `load_seconds` and the progress line count it,
-        and not of the first request. The NPU's pipeline prepares itself when it compiles."""
+        """Run each model on a scratch session: a block as long as a short prompt and a single step (a static copy
+        runs once before it serves: CompiledLM.add_static). OpenVINO prepares a compiled model on its first
+        inference (the CPU plugin repacks the weights then, which takes seconds for a 1.5B target and happens in
+        every process: no cache keeps it), and again on the first call of each kind of block (its short blocks run
+        other kernels than its long ones). Done here, that work is part of the load, where `load_seconds` and the
+        progress line count it, and not of the first request. The NPU's pipeline prepares itself when it
+        compiles."""
         for model in (self.target_model, self.draft_model):
             if model is None or model.rollback_method == "npuw":
                 continue
             session = model.session()
             session.feed([0] * WARM_UP_BLOCK, rows=1)
             session.feed([0], rows=1)
-            for size in sorted(session.static_sizes):  # each static copy is a compiled model of its own
-                session.feed([0] * size, rows=1)
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks
@@ -334,14 +336,12 @@ class Engine:
         self._block_shapes[key] = shapes
         return shapes
 
-    def _compile_static_copies(self) -> None:
-        """Give each model that takes static shapes its copies for the blocks it runs most, at load, so that no
-        request waits for a compile or shares the cores with one: its single steps, and the fixed blocks of the
-        bundle's default draft length (k + 1 tokens for the target, DRAFT_BLOCK for the draft). Other draft
-        lengths run on the dynamic model: what a request can make the engine compile is fixed here. The draft's
-        copies compile while the target's do; the target's are checked for its bits (once per machine)."""
+    def _static_sizes(self) -> dict[str, set[int]]:
+        """The block sizes each model that takes static shapes gets copies for: its single steps, and the fixed
+        blocks of the bundle's default draft length (k + 1 tokens for the target, DRAFT_BLOCK for the draft).
+        Other draft lengths run on the dynamic model: what a request can make the engine compile is fixed here."""
         if not any(self._static.values()):
-            return
+            return {}
         k = REGISTRY[self.resolve_algorithm("auto")].draft_tokens  # the default algorithm's draft length
         sizes: dict[str, set[int]] = {"target": set(), "draft": set()}
         for kk, drafting in ((0, False), (k, self.draft_model is not None)):
@@ -351,16 +351,62 @@ class Engine:
                     continue
                 step = max(1 if role == "draft" else least, 2 if model.block_invariant else 1)
                 sizes[role] |= {step, k + 1 if role == "target" else DRAFT_BLOCK} if kk else {step}
-        if not sizes["target"] and not sizes["draft"]:
+        return {role: found for role, found in sizes.items() if found}
+
+    def _compile_static_copies(self, sizes: dict[str, set[int]]) -> None:
+        """Start compiling the static copies (see _static_sizes) in a thread of their own, after the load: a paged
+        model's compile is paid in every process (OpenVINO cannot import its blob from the cache), and a copy pays
+        back its compile over many requests, so no load and no request waits for one. Requests decode on the
+        dynamic models meanwhile, and a copy serves once it has run and, on the target, passed the check for its
+        bits (CompiledLM.add_static); `wait_for_static_copies` waits for them."""
+        self._static_done = threading.Event()
+        if not sizes:
+            self._static_done.set()
             return
-        target = self.target_model
-        name = f"target/static_invariant/{','.join(map(str, sorted(sizes['target'])))}"
-        with ThreadPoolExecutor(1, thread_name_prefix="static-draft") as pool:
-            draft_job = sizes["draft"] and pool.submit(self.draft_model.add_static, sizes["draft"])
-            target.add_static(sizes["target"],
-                              invariant=lambda: self.measured(name, lambda: is_block_invariant(target.session())))
-            if draft_job:
-                draft_job.result()
+        stop = threading.Event()
+        thread = threading.Thread(target=self._add_static_copies, args=(sizes, stop), name="static-copies",
+                                  daemon=True)
+        _COMPILING[thread] = stop
+        thread.start()
+
+    def _add_static_copies(self, sizes: dict[str, set[int]], stop: threading.Event) -> None:
+        """Compile the copies one model at a time, the target's first (every request runs it), so that a
+        compile takes one core from the requests, not all of them."""
+        try:
+            target = self.target_model
+            name = f"target/static_invariant/{','.join(map(str, sorted(sizes.get('target', ()))))}"
+
+            def exact(session: ModelSession) -> bool:  # measured outside the cache's lock: requests read it
+                known = self.measurements.known(name)
+                if known is None:
+                    known = is_block_invariant(session)
+                    self.measurements.put(name, known)
+                return known is True
+
+            if "target" in sizes:
+                target.add_static(sizes["target"], invariant=exact, stop=stop)
+            if "draft" in sizes:
+                self.draft_model.add_static(sizes["draft"], stop=stop)
+        finally:
+            self._static_done.set()
+            _COMPILING.pop(threading.current_thread(), None)
+
+    def wait_for_static_copies(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the static copies compiled after the load serve (or were found not to give the target's
+        bits and dropped); False if timeout seconds passed first."""
+        return self._static_done.wait(timeout)
+
+
+# static copies compiling in the background (Engine._compile_static_copies) -> the event that stops them; at exit
+# each stops after the compile under way, so that the interpreter does not shut down under it
+_COMPILING: dict[threading.Thread, threading.Event] = {}
+
+
+@atexit.register
+def _stop_compiling() -> None:
+    for thread, stop in list(_COMPILING.items()):
+        stop.set()
+        thread.join()
 
 
 def guard_key(entry: Algorithm, config: GenerationConfig) -> str:

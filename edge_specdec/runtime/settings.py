@@ -69,8 +69,8 @@ class EngineConfig:
     # widen the short blocks of speculation to one size per model, so the device keeps one shape (None: where
     # probes.fixed_block_pays measures that it wins; see Engine.block_shapes)
     fixed_blocks: Optional[bool] = None
-    # compile copies at load for the block sizes a model runs most (None: for models under STATIC_MAX_BYTES; `run`
-    # turns them off: they pay back their compile over many requests, not over one run)
+    # compile copies for the block sizes a model runs most, in the background once loaded (None: for models under
+    # STATIC_MAX_BYTES; `run` turns them off: they pay back their compile over many requests, not over one run)
     static_shapes: Optional[bool] = None
     batching: bool = False                # sessions verify their blocks together in one call (batching.py)
     batch_wait: float = MAX_WAIT          # seconds a batched call waits for the other sessions' calls
