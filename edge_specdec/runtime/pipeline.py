@@ -358,7 +358,7 @@ class Engine:
         model's compile is paid in every process (OpenVINO cannot import its blob from the cache), and a copy pays
         back its compile over many requests, so no load and no request waits for one. Requests decode on the
         dynamic models meanwhile, and a copy serves once it has run and, on the target, passed the check for its
-        bits (CompiledLM.add_static); `wait_for_static_copies` waits for them."""
+        bits (CompiledLM.add_static); `wait_for_static_copies` waits for them all."""
         self._static_done = threading.Event()
         if not sizes:
             self._static_done.set()
@@ -370,26 +370,31 @@ class Engine:
         thread.start()
 
     def _add_static_copies(self, sizes: dict[str, set[int]], stop: threading.Event) -> None:
-        """Compile the copies one model at a time, the target's first (every request runs it), so that a
-        compile takes one core from the requests, not all of them."""
+        """Compile the copies one at a time, each serving as soon as it is ready: the target's first (every request
+        runs it), its single step before its block, so that a compile takes one core from the requests, not all
+        of them, and the copy every request uses comes first. A target's copies that fail the bit check are all
+        dropped, and no more are compiled for it."""
         try:
-            target = self.target_model
-            name = f"target/static_invariant/{','.join(map(str, sorted(sizes.get('target', ()))))}"
-
-            def exact(session: ModelSession) -> bool:  # measured outside the cache's lock: requests read it
-                known = self.measurements.known(name)
-                if known is None:
-                    known = is_block_invariant(session)
-                    self.measurements.put(name, known)
-                return known is True
-
-            if "target" in sizes:
-                target.add_static(sizes["target"], invariant=exact, stop=stop)
-            if "draft" in sizes:
-                self.draft_model.add_static(sizes["draft"], stop=stop)
+            for role in ("target", "draft"):
+                model = getattr(self, f"{role}_model")
+                for n in sorted(sizes.get(role, ())):
+                    model.add_static({n}, invariant=self._static_copies_exact if role == "target" else None,
+                                     stop=stop)
+                    if n not in model.static:  # dropped, or stopped
+                        break
         finally:
             self._static_done.set()
             _COMPILING.pop(threading.current_thread(), None)
+
+    def _static_copies_exact(self, session: ModelSession) -> bool:
+        """Whether the target gives its dynamic model's bits with the static copies of a scratch session, measured
+        once per machine (outside the measurement cache's lock, which requests take)."""
+        name = f"target/static_invariant/{','.join(map(str, sorted(session.static_sizes)))}"
+        known = self.measurements.known(name)
+        if known is None:
+            known = is_block_invariant(session)
+            self.measurements.put(name, known)
+        return known is True
 
     def wait_for_static_copies(self, timeout: Optional[float] = None) -> bool:
         """Wait until the static copies compiled after the load serve (or were found not to give the target's
