@@ -35,8 +35,9 @@ examples:
 
 SRC is a local Hugging Face folder (config.json, weights, tokenizer.json), an OpenVINO IR folder
 (openvino_model.xml/.bin of a stateful LLM, tokenizer.json), a hub id of either (ORG/NAME, needs the hub
-to be reachable or its cache, and huggingface_hub: pip install 'edge-specdec[hub]') or a .gguf file. The bundle is written atomically: an interrupted export leaves
-nothing behind, and --force replaces an existing bundle only once the new one is complete.
+to be reachable or its cache, and huggingface_hub: pip install 'edge-specdec[hub]') or a .gguf file.
+The bundle is written atomically: an interrupted export leaves nothing behind, and --force replaces an
+existing bundle only once the new one is complete.
 """
 
 

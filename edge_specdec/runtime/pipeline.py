@@ -99,6 +99,8 @@ class Engine:
         if config.warm_up:
             self._warm_up()
         self.tokenizer = PromptTokenizer(self.bundle.target.tokenizer_xml, self.core)
+        if config.chat_template is not None:  # a template file given is read, or refused, at load
+            _ = self.chat_template
         if verification is not None:
             verification.wait()  # a file that does not match its checksum raises here, before any generation
         self.load_seconds = time.perf_counter() - start  # checksums, compiles, checks: all of the load
@@ -229,7 +231,10 @@ class Engine:
 
     @cached_property
     def chat_template(self) -> Optional[ChatTemplate]:
-        return ChatTemplate.from_model_folder(self.bundle.target.folder)
+        """The chat template conversations are rendered with: EngineConfig.chat_template's file if given, else the
+        target's own."""
+        given = self.config.chat_template
+        return ChatTemplate.from_model_folder(self.bundle.target.folder, Path(given) if given is not None else None)
 
     @cached_property
     def grammar_tokenizer(self) -> GrammarTokenizer:

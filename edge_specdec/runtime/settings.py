@@ -83,6 +83,9 @@ class EngineConfig:
     # run each model once at load, so that what OpenVINO prepares on a model's first inference is part of the load
     # and not of the first request (Engine._warm_up)
     warm_up: bool = True
+    # a Jinja chat template file to render conversations with instead of the bundle's (llama-server's
+    # --chat-template-file); the bundle's files and checksums stay as they are
+    chat_template: Union[str, Path, None] = None
 
     def __post_init__(self):
         for name in ("target_device", "draft_device"):
@@ -108,6 +111,9 @@ class EngineConfig:
         _check(_whole(self.crowded_draft_tokens, 0), "crowded_draft_tokens", "0 (the target alone) or more",
                self.crowded_draft_tokens)
         _check(_whole(self.npu_max_prompt, 1), "npu_max_prompt", "at least 1 token", self.npu_max_prompt)
+        _check(self.chat_template is None or (isinstance(self.chat_template, (str, Path))
+                                              and str(self.chat_template).strip() != ""),
+               "chat_template", "the path of a Jinja chat template file, or None (the bundle's)", self.chat_template)
 
     @classmethod
     def of(cls, config: Optional["EngineConfig"], settings: dict[str, Any]) -> "EngineConfig":
