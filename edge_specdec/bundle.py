@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -162,8 +163,13 @@ def _check_files(path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, An
             if _looks_swapped(path, files):
                 raise _swapped(path)
             raise BundleError(f"{path / rel} has {size} bytes but the manifest says {rec['size']}: "
-                              f"the file is damaged or was replaced; {_REEXPORT}.")
+                              f"the file is damaged or was replaced; {_REEXPORT}. {_rehash_hint(path)}")
     return files
+
+
+def _rehash_hint(path: Path) -> str:
+    """What a checksum or size error adds for a file edited on purpose."""
+    return f"If you changed it on purpose (a chat template, say), `edge-specdec info {path} --rehash` records it."
 
 
 def _swapped(path: Path) -> BundleError:
@@ -184,7 +190,7 @@ def _hash_files(path: Path, files: dict[str, dict[str, Any]], progress: Optional
             if rel.endswith("/" + MODEL_XML) and _looks_swapped(path, files):
                 raise _swapped(path)
             raise BundleError(f"{fpath} does not match its sha256 in the manifest: the file is damaged or was "
-                              f"changed after export; {_REEXPORT} {_SKIP}.")
+                              f"changed after export; {_REEXPORT} {_SKIP}. {_rehash_hint(path)}")
 
 
 class Verification:
@@ -257,6 +263,42 @@ def load_bundle(path: str | Path, verify: bool = True,
     return bundle
 
 
+def rehash_bundle(path: str | Path) -> list[str]:
+    """Record a bundle's files as they are now in its manifest, after a deliberate edit (a chat template, a
+    tokenizer_config.json): the sha256 and size of every file, and each model's size on disk. Returns what changed,
+    one line a file, and leaves the manifest as it is when nothing did. A bundle that lacks a file a model needs is
+    refused; the new manifest replaces the old one in one rename, so a failure leaves the old one whole."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    check_manifest(manifest, str(path / MANIFEST_FILE), _REEXPORT)
+    before, now = manifest["files"], file_records(path)
+    changes = {rel: "removed" for rel in set(before) - set(now)}
+    changes.update({rel: f"added ({rec['size']} bytes)" for rel, rec in now.items() if rel not in before})
+    changes.update({rel: f"changed ({before[rel]['size']} -> {rec['size']} bytes, sha256 {before[rel]['sha256'][:12]}"
+                         f" -> {rec['sha256'][:12]})"
+                    for rel, rec in now.items() if rel in before and rec != before[rel]})
+    if not changes:
+        return []
+    roles = [role for role in ROLES if manifest.get(role)]
+    missing = [rel for rel in [VOCAB_MAP_FILE] + [f"{role}/{name}" for role in roles for name in REQUIRED_MODEL_FILES]
+               if rel not in now]
+    if missing:
+        raise BundleError(f"{path} lacks {', '.join(missing)}, which a bundle needs: nothing recorded. Put the files "
+                          f"back (or {_REEXPORT}).")
+    manifest = {**manifest, "files": now}
+    for role in roles:
+        manifest[role] = {**manifest[role], "size_bytes": sum(rec["size"] for rel, rec in now.items()
+                                                               if rel.startswith(f"{role}/"))}
+    check_manifest(manifest, str(path / MANIFEST_FILE), _REEXPORT)
+    scratch = path / f".{MANIFEST_FILE}.{os.getpid()}.tmp"
+    try:
+        scratch.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(scratch, path / MANIFEST_FILE)
+    finally:
+        scratch.unlink(missing_ok=True)
+    return [f"{rel}: {change}" for rel, change in sorted(changes.items())]
+
+
 def _source_shown(source: dict[str, Any]) -> str:
     """Where a model came from, as `info` shows it: a hub id or a relative path as given, an absolute local path by
     its name only (a path on the machine that exported the bundle means nothing on this one; --json has it)."""
@@ -274,6 +316,26 @@ def _has_chat_template(folder: Path) -> bool:
         return bool(json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def template_features(folder: Path, file: Optional[Path] = None) -> list[str]:
+    """What a chat template (a model folder's, or `file`) lets a conversation hold, as `info` says it: tool calls
+    in a format the runtime reads, and a system message."""
+    from .errors import EdgeSpecdecError
+    from .runtime.chat import ChatTemplate
+    from .runtime.tool_calls import tool_format
+
+    try:
+        template = ChatTemplate.from_model_folder(folder, file)
+    except EdgeSpecdecError as exc:
+        return [str(exc)]
+    found = tool_format(template.source)
+    tools = (f"tools: yes, {found.name} calls ({found.open.strip()} ... {found.close.strip()}); tool_choice "
+             f"required or a named function makes the model call one" if found else
+             "tools: no (a request with tools gets 400; serve --chat-template FILE takes a template that has them)")
+    system = ("system message: yes" if template.accepts_system_message() else
+              "system message: no (the template refuses one, or leaves it out)")
+    return [tools, system]
 
 
 def kv_bytes_per_token(config: dict[str, Any], element_bytes: int = 2) -> Optional[int]:
@@ -343,6 +405,8 @@ def describe(bundle: Bundle) -> str:
     lines.append("defaults " + (", ".join(f"{k} {v!r}" for k, v in sorted(defaults.items()))
                                 + " (recorded at export; a request that sets none of these takes them)" if defaults
                                 else "none recorded: GenerationConfig's own (greedy, no repetition penalty)"))
+    if _has_chat_template(bundle.target.folder):
+        lines += [f"         {line}" for line in template_features(bundle.target.folder)]
     total = sum(r["size"] for r in m["files"].values())
     lines.append(f"files    {len(m['files'])} files, {total / 1e6:.1f} MB")
     versions = ", ".join(f"{k} {v}" for k, v in m.get("tool_versions", {}).items())

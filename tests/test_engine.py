@@ -46,7 +46,8 @@ def test_sessions_decode_in_parallel_threads_exactly_as_one_after_another(bundle
 
 def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypatch):
     engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
-    assert engine.target_model.static and engine.draft_model.static  # compiled at load
+    assert engine.wait_for_static_copies(300)
+    assert engine.target_model.static and engine.draft_model.static
     compiled = []
     monkeypatch.setattr(session_module.ov.Core, "compile_model",
                         lambda self, *a, **k: compiled.append(a) or pytest.fail("a session compiled a model"))
@@ -61,20 +62,27 @@ def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypat
 
 def test_the_load_runs_each_models_first_inference(bundle_dir, tmp_path, monkeypatch):
     """OpenVINO prepares a model on its first inference (seconds for a 1.5B target on the CPU, in every process) and
-    on the first call of each kind of block: the engine's load runs a block, a single step and a call on each static
-    copy of each model, so that its first request does not wait for that; warm_up=False leaves it to the first
-    request. What the load ran leaves no trace: the first request writes what an engine without it writes."""
+    on the first call of each kind of block: the engine's load runs a block and a single step of each model, and
+    each static copy runs once before it serves, so that a request does not wait for that; warm_up=False leaves
+    the models' first calls to the first request. What ran leaves no trace: the first request writes what an
+    engine without it writes."""
     bundle = bundle_dir(*OTHER_VOCAB)
-    Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)  # measures exactness, kept in the cache
+    first = Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)  # measures exactness, kept
+    assert first.wait_for_static_copies(300)
     calls = []
     infer = session_module.PagedSession._infer
-    monkeypatch.setattr(session_module.PagedSession, "_infer",
-                        lambda self, tokens, rows: calls.append((self.model, len(tokens))) or infer(self, tokens, rows))
+    monkeypatch.setattr(session_module.PagedSession, "_infer", lambda self, tokens, rows: calls.append(
+        (self.model.compiled, len(tokens), self.model.static.get(len(tokens)))) or infer(self, tokens, rows))
     cold = Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)
-    assert calls == []  # nothing measured again, nothing run
+    assert cold.wait_for_static_copies(300)
+    for model in (cold.target_model, cold.draft_model):  # nothing measured again; only each copy's first call
+        assert sorted(n for m, n, copy in calls if m is model.compiled) == sorted(model.static)
+        assert all(copy is not None for m, n, copy in calls if m is model.compiled)
+    calls.clear()
     warm = Engine(bundle, cache_dir=tmp_path, static_shapes=True)
+    assert warm.wait_for_static_copies(300)
     for model in (warm.target_model, warm.draft_model):
-        sizes = [n for m, n in calls if m is model]
+        sizes = [n for m, n, copy in calls if m is model.compiled]
         assert sizes and sizes[0] >= WARM_UP_BLOCK and min(sizes) <= model.session().least_block, sizes
         assert model.static and set(model.static) <= set(sizes)  # each static copy (a model of its own) ran too
     monkeypatch.undo()
@@ -120,9 +128,10 @@ def test_pipeline_is_an_engine_with_a_session_of_its_own(bundle_dir):
 
 
 def test_requests_compile_nothing_whatever_their_draft_length(bundle_dir, monkeypatch):
-    """Static copies are compiled at load for the default draft length; a request with another length runs its
+    """Static copies are compiled after the load for the default draft length; a request with another length runs its
     blocks on the dynamic model, so no client can make the engine compile (and hold) another copy."""
     engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
+    assert engine.wait_for_static_copies(300)
     loaded = (set(engine.target_model.static), set(engine.draft_model.static))
     assert loaded[0] and loaded[1]
     monkeypatch.setattr(session_module.ov.Core, "compile_model",
@@ -137,9 +146,10 @@ def test_requests_compile_nothing_whatever_their_draft_length(bundle_dir, monkey
 
 
 def test_static_copies_are_checked_once_not_on_every_call(bundle_dir, monkeypatch):
-    """A small target's copies are compiled and checked for invariance at load; calls neither compile nor check
-    again."""
+    """A small target's copies are compiled and checked for invariance once, after the load; calls neither
+    compile nor check again."""
     engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
+    assert engine.wait_for_static_copies(300)
     session = engine.session()
     config = GenerationConfig(max_new_tokens=6, ignore_eos=True)
     session.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)

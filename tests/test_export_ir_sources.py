@@ -4,8 +4,10 @@ Face folders; folders that are not stateful LLMs refused in one line before anyt
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -309,38 +311,85 @@ def test_weight_options_for_an_ir_must_match_its_weights(ir_dir, tmp_path, capsy
     assert not out.exists()
 
 
+def _hub_cache(cache: Path, repo_id: str, folder: Path, revision: str) -> None:
+    """Put folder's files into a Hugging Face hub cache as huggingface_hub lays out a download: each file's bytes in
+    blobs/, the revision's tree of links to them in snapshots/REVISION/, and refs/main naming the revision."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    for file in folder.iterdir():
+        blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+        blob.parent.mkdir(exist_ok=True)
+        shutil.copyfile(file, blob)
+        link = repo / "snapshots" / revision / file.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+
+
+# The export extra's packages made unimportable but huggingface_hub, as after pip install 'edge-specdec[hub]'.
+_EXPORT_WITH_THE_HUB_EXTRA = """
+import sys
+for name in ("torch", "transformers", "optimum", "nncf", "tokenizers", "gguf", "accelerate"):
+    sys.modules[name] = None
+from edge_specdec.cli import main
+sys.exit(main(["export", "--target", sys.argv[1], "--draft", sys.argv[2], "--out", sys.argv[3], "--quiet"]))
+"""
+
+
+def _hub_env(home: Path) -> dict[str, str]:
+    """An offline hub whose cache is home/hub."""
+    return {**os.environ, "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_HUB_OFFLINE": "1"}
+
+
 @pytest.mark.slow
-def test_hub_id_of_an_ir_repository(ir_dir, tmp_path, monkeypatch):
-    """A hub id that is not a local folder goes through huggingface_hub (faked here: the suite never touches a hub);
-    a local folder of the same name is taken as it is, without asking the hub."""
-    import huggingface_hub
+def test_hub_ids_of_ir_repositories_from_the_hub_cache_without_torch(ir_dir, tmp_path):
+    """Hub ids of OpenVINO IR repositories, read by huggingface_hub from its cache (offline, as after a download),
+    with the runtime and the hub extra alone: the bundle holds the repositories' files, and a local folder of the
+    same name as a hub id is taken as it is."""
+    home = tmp_path / "hf"
+    _hub_cache(home / "hub", "OpenVINO/tiny-target-int8-ov", ir_dir(TARGET), "0123abc")
+    _hub_cache(home / "hub", "OpenVINO/tiny-draft-int8-ov", ir_dir(DRAFT), "4567def")
+    out = tmp_path / "from-hub"
+    done = subprocess.run([sys.executable, "-c", _EXPORT_WITH_THE_HUB_EXTRA, "OpenVINO/tiny-target-int8-ov",
+                           "OpenVINO/tiny-draft-int8-ov", str(out)], capture_output=True, text=True,
+                          env=_hub_env(home))
+    assert done.returncode == 0, done.stderr[-2000:]
+    bundle = load_bundle(out, verify=True)
+    for entry, name, repo_id in ((bundle.target, TARGET, "OpenVINO/tiny-target-int8-ov"),
+                                 (bundle.draft, DRAFT, "OpenVINO/tiny-draft-int8-ov")):
+        assert entry.info["source"] == {"given": repo_id, "kind": "hub"}
+        assert entry.info["source_kind"] == "openvino-ir" and entry.info["weights"]["format"] == "int8"
+        assert filecmp.cmp(ir_dir(name) / "openvino_model.bin", entry.folder / "openvino_model.bin", shallow=False)
 
-    from edge_specdec.export import export_bundle
-
-    asked = []
-
-    def fake_download(repo_id, filename, **kwargs):
-        asked.append(("file", repo_id, filename))
-        return str(ir_dir(TARGET) / filename)
-
-    def fake_snapshot(repo_id, allow_patterns=None, **kwargs):
-        asked.append(("snapshot", repo_id, tuple(allow_patterns or ())))
-        return str(ir_dir(TARGET))
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    out = export_bundle("OpenVINO/tiny-int8-ov", None, tmp_path / "from-hub")
-    info = load_bundle(out).target.info
-    assert info["source"] == {"given": "OpenVINO/tiny-int8-ov", "kind": "hub"}
-    assert info["source_kind"] == "openvino-ir" and info["weights"]["format"] == "int8"
-    assert ("file", "OpenVINO/tiny-int8-ov", "openvino_model.xml") in asked
-    assert any(a[0] == "snapshot" and "openvino_model.*" in a[2] for a in asked)
-
-    asked.clear()
-    local = tmp_path / "OpenVINO" / "tiny-int8-ov"
+    local = tmp_path / "OpenVINO" / "tiny-target-int8-ov"
     shutil.copytree(ir_dir(TARGET), local)
-    monkeypatch.chdir(tmp_path)
-    out = export_bundle("OpenVINO/tiny-int8-ov", None, tmp_path / "from-folder")
-    assert load_bundle(out).target.info["source"]["kind"] == "local" and asked == []
+    done = subprocess.run([sys.executable, "-c", _EXPORT_WITH_THE_HUB_EXTRA, "OpenVINO/tiny-target-int8-ov",
+                           "OpenVINO/tiny-draft-int8-ov", str(tmp_path / "from-folder")], capture_output=True,
+                          text=True, env=_hub_env(home), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert load_bundle(tmp_path / "from-folder").target.info["source"] == {"given": "OpenVINO/tiny-target-int8-ov",
+                                                                           "kind": "local"}
+
+
+def test_a_hub_id_without_huggingface_hub_names_the_hub_extra(tmp_path):
+    """Without huggingface_hub, a hub id is refused in one line that names the extra that brings it, before
+    anything is written."""
+    script = _EXPORT_WITH_THE_RUNTIME_ALONE.replace('"--out", sys.argv[3]]', '"--out", sys.argv[3], "--quiet"]')
+    done = subprocess.run([sys.executable, "-c", script, "OpenVINO/tiny-target-int8-ov", "OpenVINO/tiny-draft-int8-ov",
+                           str(tmp_path / "out")], capture_output=True, text=True, env=_hub_env(tmp_path / "hf"))
+    err = done.stderr.strip()
+    assert done.returncode == 1 and len(err.splitlines()) == 1, err
+    assert "--target OpenVINO/tiny-target-int8-ov" in err and "huggingface_hub" in err, err
+    assert "pip install 'edge-specdec[hub]'" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_hub_extra_brings_huggingface_hub_alone():
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert [re.split(r"[<>=!~ \[]", requirement)[0] for requirement in extras["hub"]] == ["huggingface-hub"]
 
 
 @pytest.mark.slow

@@ -110,3 +110,34 @@ def test_the_page_clears_its_prompt_after_send(tmp_path, chat):
     after = json.loads(proc.stdout.strip().splitlines()[-1])
     assert after["status"] == "done", after  # the reply streamed to its end
     assert after["prompt"] == "", after  # and the box is empty for the next prompt
+
+
+# bounded arguments: the demo's tiny code model fills a free string with code until max_tokens
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
+                   "properties": {"city": {"type": "string", "maxLength": 16},
+                                  "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "additionalProperties": False, "required": ["zone"],
+                                       "properties": {"zone": {"type": "string", "maxLength": 8}}}}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
+def test_the_demo_answers_a_tools_request_with_a_valid_call(default_server, choice):
+    """The demo's chat template describes tools in the format the runtime reads, so with tool_choice required or a
+    named function (whose grammar forces the call) the demo calls a tool whose arguments fit its schema."""
+    openai = pytest.importorskip("openai")
+    jsonschema = pytest.importorskip("jsonschema")
+
+    client = openai.OpenAI(base_url=default_server.api, api_key="none", max_retries=0, timeout=120)
+    answer = client.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "What is the weather in Paris?"}], max_tokens=80,
+        temperature=0, tools=[WEATHER, TIME], tool_choice=choice, parallel_tool_calls=False)
+    reply = answer.choices[0]
+    assert reply.finish_reason == "tool_calls" and len(reply.message.tool_calls or []) == 1, reply
+    call = reply.message.tool_calls[0]
+    tool = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
+    jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+    if isinstance(choice, dict):
+        assert call.function.name == "get_time"

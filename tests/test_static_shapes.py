@@ -1,6 +1,8 @@
 """Static shapes: copies of a model compiled for one block size each, sharing the session's KV blocks."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,10 @@ from edge_specdec.runtime import session as session_module
 from edge_specdec.runtime.pipeline import DRAFT_BLOCK, DRAFT_TOKENS
 from edge_specdec.runtime.session import open_session
 from support import EXACTNESS_PROMPTS, OTHER_VOCAB, SAME_VOCAB, load_target_xml, spy_block_sizes
+
+
+def logprob_bits(result) -> list:
+    return [np.float64(lp.logprob).view(np.int64) for lp in result.logprobs]
 
 
 def test_static_copies_give_the_bits_of_the_dynamic_model(bundle_dir):
@@ -52,16 +58,18 @@ def test_a_masked_session_has_no_static_copies(bundle_dir):
 def pipes(bundle_dir):
     """The tiny test models are small, so they get static copies by default; fixed blocks are forced so that
     the sizes do not depend on a measurement."""
-    return {(vocab, static): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else OTHER_VOCAB)),
-                                      static_shapes=None if static else False, fixed_blocks=True)
-            for vocab in ("same", "hetero") for static in (True, False)}
+    pipes = {(vocab, static): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else OTHER_VOCAB)),
+                                       static_shapes=None if static else False, fixed_blocks=True)
+             for vocab in ("same", "hetero") for static in (True, False)}
+    assert all(pipe.wait_for_static_copies(300) for pipe in pipes.values())
+    return pipes
 
 
 @pytest.mark.parametrize("algorithm", ["standard", "slem"])
 def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch):
     vocab = "same" if algorithm == "standard" else "hetero"
     shaped, plain = pipes[vocab, True], pipes[vocab, False]
-    k = DRAFT_TOKENS  # the copies compiled at load are for the default draft length
+    k = DRAFT_TOKENS  # the copies compiled after the load are for the default draft length
     config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
     target_sizes = spy_block_sizes(shaped.target, monkeypatch)
     draft_sizes = spy_block_sizes(shaped.draft, monkeypatch)
@@ -82,6 +90,7 @@ def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch)
 
 def test_the_target_alone_steps_on_a_copy(bundle_dir, monkeypatch):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB))
+    assert pipe.wait_for_static_copies(300)
     sizes = spy_block_sizes(pipe.target, monkeypatch)
     pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=4), algorithm="none")
     del sizes[:]
@@ -92,9 +101,58 @@ def test_the_target_alone_steps_on_a_copy(bundle_dir, monkeypatch):
 
 def test_without_fixed_blocks_the_copies_serve_single_steps_and_full_blocks(bundle_dir, pipes):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=False)
+    assert pipe.wait_for_static_copies(300)
     config = GenerationConfig(max_new_tokens=16, ignore_eos=True)
     for prompt in EXACTNESS_PROMPTS[:4]:
         base = pipes["same", False].generate(prompt, config, algorithm="none")
         assert pipe.generate(prompt, config, algorithm="standard", num_assistant_tokens=4).token_ids == base.token_ids
     assert pipe.target.static_sizes == {2, DRAFT_TOKENS + 1} and pipe.target.min_block == 1
     assert pipe.draft.static_sizes == {1, DRAFT_BLOCK} and pipe.draft.min_block == 1
+
+
+def test_copies_serve_only_once_checked(bundle_dir, monkeypatch):
+    """While a copy's bits are checked, sessions on the model still run on the dynamic model: the check runs on a
+    scratch session that has the new copies, the model gets them only once they passed."""
+    session = open_session(load_target_xml(bundle_dir))
+    served_during_check = []
+
+    def check(scratch) -> bool:
+        served_during_check.append(set(session.static_sizes))
+        return scratch.static_sizes == {2, 3}
+    monkeypatch.setattr(session_module, "passes_block_invariance", check)
+    session.add_static([2, 3])
+    assert served_during_check == [set()] and session.static_sizes == {2, 3}
+
+
+def test_the_load_compiles_no_copy_and_requests_do_not_wait_for_them(bundle_dir, monkeypatch):
+    """Engine() returns without a static copy; the copies compile in a thread of their own while requests decode
+    on the dynamic models (here held back until the requests are done), with the target alone's ids and bits
+    throughout; once ready, the copies serve."""
+    plain = Pipeline(bundle_dir(*SAME_VOCAB), static_shapes=False)
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True)
+    expected = [plain.generate(prompt, config, algorithm="none") for prompt in EXACTNESS_PROMPTS[:3]]
+    gate, compiled_at_load = threading.Event(), []
+    compile_for_block = session_module.compile_for_block
+
+    def held_back(*args):
+        if threading.current_thread() is threading.main_thread():
+            compiled_at_load.append(args[-1])
+        else:
+            assert gate.wait(120)
+        return compile_for_block(*args)
+    monkeypatch.setattr(session_module, "compile_for_block", held_back)
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=True)
+    assert compiled_at_load == [] and pipe.target.static_sizes == frozenset()
+    for prompt, result in zip(EXACTNESS_PROMPTS, expected):
+        got = pipe.generate(prompt, config, algorithm="standard", lookup=False)
+        assert got.token_ids == result.token_ids and logprob_bits(got) == logprob_bits(result)
+    assert not pipe.wait_for_static_copies(0) and pipe.target.static_sizes == frozenset()
+    gate.set()
+    assert pipe.wait_for_static_copies(300)
+    assert DRAFT_TOKENS + 1 in pipe.target.static_sizes and pipe.draft.static_sizes == {1, DRAFT_BLOCK}
+    target_sizes = spy_block_sizes(pipe.target, monkeypatch)
+    for prompt, result in zip(EXACTNESS_PROMPTS, expected):  # the draft model drafts every round (lookup off)
+        del target_sizes[:]
+        got = pipe.generate(prompt, config, algorithm="standard", lookup=False)
+        assert got.token_ids == result.token_ids and logprob_bits(got) == logprob_bits(result)
+        assert set(target_sizes[1:]) <= pipe.target.static_sizes  # after the prompt, every call on a copy

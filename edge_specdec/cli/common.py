@@ -81,10 +81,19 @@ def engine_config(args: argparse.Namespace, **more):
                         draft_pool_tokens=0 if args.no_draft_pool else args.draft_pool_tokens, **more)
 
 
+def add_chat_template_option(p: argparse.ArgumentParser) -> None:
+    """--chat-template FILE, as run, chat and serve take it (EngineConfig.chat_template)."""
+    p.add_argument("--chat-template", metavar="FILE",
+                   help="render conversations with this Jinja chat template instead of the bundle's (as "
+                        "llama-server's --chat-template-file); the bundle is not changed and still verifies. "
+                        "`edge-specdec info` says whether a template describes tools and a system message")
+
+
 def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
                          algorithm_help: str = "see below (default auto)") -> None:
-    """How run and chat decode: the algorithm and its drafting, sampling and stopping, and the engine's rollback
-    and concurrency (see decoding_settings)."""
+    """How run and chat decode: the algorithm and its drafting, sampling and stopping, the engine's rollback
+    and concurrency (see decoding_settings), and the chat template."""
+    add_chat_template_option(p)
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
                    help=f"tokens to generate (default {max_new_tokens})")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help=algorithm_help)
@@ -221,7 +230,8 @@ def open_pipeline(args: argparse.Namespace, announce: bool = True):
     # no static copies: they pay back their compile over many requests (serve), not over one run or a chat
     try:
         pipe = Pipeline(args.bundle, config=engine_config(args, kv_rollback=args.kv_rollback,
-                                                          concurrent=args.concurrent, static_shapes=False))
+                                                          concurrent=args.concurrent, static_shapes=False,
+                                                          chat_template=args.chat_template))
     except BaseException:
         if announce:  # the progress line ends before the error's own line
             say(" failed.")

@@ -30,10 +30,15 @@ examples:
   # OpenVINO IR folders (optimum-cli's output, OpenVINO's published models): weights kept as they are, no torch
   edge-specdec export --target ./qwen-1.5b-int4-ov --draft ./smollm2-int8-ov --out bundles/ir
 
+  # hub ids of OpenVINO IR repositories: pip install 'edge-specdec[hub]' is all they need
+  edge-specdec export --target OpenVINO/Qwen2.5-1.5B-Instruct-int4-ov \
+      --draft OpenVINO/Qwen2.5-0.5B-Instruct-int8-ov --out bundles/ir-hub
+
 SRC is a local Hugging Face folder (config.json, weights, tokenizer.json), an OpenVINO IR folder
 (openvino_model.xml/.bin of a stateful LLM, tokenizer.json), a hub id of either (ORG/NAME, needs the hub
-to be reachable) or a .gguf file. The bundle is written atomically: an interrupted export leaves
-nothing behind, and --force replaces an existing bundle only once the new one is complete.
+to be reachable or its cache, and huggingface_hub: pip install 'edge-specdec[hub]') or a .gguf file.
+The bundle is written atomically: an interrupted export leaves nothing behind, and --force replaces an
+existing bundle only once the new one is complete.
 """
 
 

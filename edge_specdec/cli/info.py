@@ -9,8 +9,16 @@ from ..demo import DEMO_BUNDLE, is_demo
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from ..bundle import describe, load_bundle
+    from ..bundle import describe, load_bundle, rehash_bundle
+    from ..errors import EdgeSpecdecError
 
+    if args.rehash:
+        if args.bundle is None:
+            raise EdgeSpecdecError("--rehash records the files of the bundle you name: edge-specdec info DIR --rehash")
+        changes = rehash_bundle(args.bundle)
+        print("\n".join(changes) + f"\nrecorded in {args.bundle}/manifest.json" if changes else
+              "nothing changed: the manifest already records every file as it is",
+              file=sys.stderr if args.json else sys.stdout)  # --json: stdout holds the manifest alone
     bundle = load_bundle(args.bundle or DEMO_BUNDLE, verify=not args.no_verify,
                          progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.json:
@@ -27,10 +35,14 @@ def add_parser(sub) -> None:
                        description="Validate a bundle (files present, sizes and sha256 checksums) and print a summary.",
                        epilog="examples:\n  edge-specdec info                      # the demo pair that ships with "
                               "edge-specdec\n  edge-specdec info bundles/qwen-smol\n  edge-specdec info "
-                              "bundles/qwen-smol --json | jq .vocabulary",
+                              "bundles/qwen-smol --json | jq .vocabulary\n  edge-specdec info "
+                              "bundles/qwen-smol --rehash   # after editing target/chat_template.jinja",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bundle", metavar="BUNDLE", nargs="?",
                    help=f"a bundle folder written by `edge-specdec export` (default: the demo, {DEMO_BUNDLE})")
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks (sizes are still checked)")
+    p.add_argument("--rehash", action="store_true",
+                   help="after a deliberate edit of a bundle's files (a chat template, say): record every file's "
+                        "sha256 and size as they are now in its manifest, print what changed, then verify")
     p.set_defaults(func=_cmd_info)

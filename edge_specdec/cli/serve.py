@@ -9,7 +9,7 @@ import os
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from ..runtime.settings import CROWDED_DRAFT_TOKENS, DRAFT_MAX_SESSIONS
-from .common import add_engine_options, engine_config, say
+from .common import add_chat_template_option, add_engine_options, engine_config, say
 
 SERVE_EXAMPLES = """\
 examples:
@@ -65,7 +65,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise EdgeSpecdecError(f"--host {args.host} is reachable from other machines: give an --api-key (or set "
                                f"EDGE_SPECDEC_API_KEY) that clients must send, or serve on 127.0.0.1.")
     engine = engine_config(args, prefix_reuse=args.prefix_reuse, crowded_draft_tokens=args.crowded_draft_tokens,
-                           draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions)
+                           draft_max_sessions=None if args.draft_max_sessions == 0 else args.draft_max_sessions,
+                           chat_template=args.chat_template)
     settings = ServerSettings(bundle=args.bundle, slots=args.slots, queue=args.queue, api_key=api_key,
                               batching=args.batching, host=args.host, allowed_hosts=args.allowed_host or [],
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
@@ -148,5 +149,6 @@ def add_parser(sub) -> None:
                         "its connection is closed (default 30)")
     p.add_argument("--model-name", metavar="NAME", help="the model id in /v1/models (default: the bundle's folder name)")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+    add_chat_template_option(p)
     add_engine_options(p)
     p.set_defaults(func=_cmd_serve)

@@ -7,7 +7,8 @@
 A source is a Hugging Face model (a folder, a hub id or a .gguf file), converted and compressed here, or an OpenVINO
 IR folder (or a hub id of one) whose model goes into the bundle as it is (ir_source.py). Converting needs the export
 extra (optimum-intel, nncf, torch, transformers): pip install 'edge-specdec[export]'; IR sources alone need none of
-it, and their export imports neither torch nor transformers.
+it, and their export imports neither torch nor transformers (a hub id of an IR repository needs huggingface_hub alone:
+pip install 'edge-specdec[hub]').
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from ..vocab_map import NO_TOKEN, VocabMap, build_vocab_map
 from .checks import check_architecture, check_sources, folder_architecture, raise_problems
 from .convert import PARITY_STRINGS, WeightSettings, export_model, export_tokenizer, quiet_libraries
 from .ir_source import IRModel, check_ir_weights, copy_ir_model, inspect_ir_folder, ir_tokenizer
-from .sources import ResolvedSource, count_parameters, is_ir_source, optional_json, resolve_source
+from .sources import (ResolvedSource, count_parameters, hub_client, is_hub_id, is_ir_source, optional_json,
+                      resolve_source)
 from .token_bytes import TokenTable, token_table
 
 __all__ = ["export_bundle", "check_export", "WeightSettings"]
@@ -206,7 +208,11 @@ def _check_before_writing(sources: dict[str, Optional[str]], given: dict[str, Op
 
 
 def _ir_roles(sources: dict[str, Optional[str]]) -> set[str]:
-    """The roles whose source is an OpenVINO IR (a local IR folder, or a hub id of one)."""
+    """The roles whose source is an OpenVINO IR (a local IR folder, or a hub id of one). A hub id without
+    huggingface_hub installed is refused here, naming the extra that brings it."""
+    for role, src in sources.items():
+        if src and not Path(src).expanduser().exists() and is_hub_id(src):
+            hub_client(src, role)
     return {role for role, src in sources.items() if src and is_ir_source(src)}
 
 

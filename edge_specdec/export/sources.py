@@ -50,7 +50,25 @@ def is_ir_source(src: str) -> bool:
     path = Path(src).expanduser()
     if path.exists():
         return is_ir_folder(path)
-    return _HUB_ID.match(src) is not None and not src.startswith((".", "/", "~")) and _hub_ir_xml(src) is not None
+    return is_hub_id(src) and _hub_ir_xml(src) is not None
+
+
+def is_hub_id(src: str) -> bool:
+    """Whether a source that is not a local path has the form of a hub id, ORG/NAME."""
+    return _HUB_ID.match(src) is not None and not src.startswith((".", "/", "~"))
+
+
+def hub_client(src: str, role: str):
+    """The huggingface_hub module, or a SourceError naming the extra that brings it: an IR repository needs
+    nothing more than the runtime and huggingface_hub (the hub extra), a model to convert the export extra."""
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise SourceError(f"--{role} {src}: a hub id needs huggingface_hub, which is not installed: pip install "
+                          "'edge-specdec[hub]' (enough for an OpenVINO IR repository such as "
+                          "OpenVINO/Qwen2.5-1.5B-Instruct-int4-ov; a model to convert needs 'edge-specdec[export]'), "
+                          "or download the model folder and pass its path.") from None
+    return huggingface_hub
 
 
 def _hub_ir_xml(repo_id: str) -> Optional[Path]:
@@ -58,7 +76,7 @@ def _hub_ir_xml(repo_id: str) -> Optional[Path]:
     try:
         from huggingface_hub import hf_hub_download
         return Path(hf_hub_download(repo_id, IR_MODEL_XML))
-    except Exception:  # no such file, an unknown repo, offline, no huggingface_hub: not an IR repository to us
+    except Exception:  # no such file, an unknown repo, offline: not an IR repository to us
         return None
 
 
@@ -77,7 +95,8 @@ def resolve_source(src: str, scratch: Path, role: str, progress: Callable[[str],
         raise SourceError(f"--{role} {src}: a file, but not a .gguf file. Pass a Hugging Face model folder "
                           "(with config.json), an OpenVINO IR folder (with openvino_model.xml), a hub id such as "
                           "Qwen/Qwen2.5-Coder-1.5B-Instruct, or a .gguf file.")
-    if _HUB_ID.match(src) and not src.startswith((".", "/", "~")):
+    if is_hub_id(src):
+        hub_client(src, role)
         if _hub_ir_xml(src) is not None:
             return ResolvedSource(src, "hub", _from_hub(src, role, progress, _IR_HUB_FILES), SOURCE_KIND_IR)
         return ResolvedSource(src, "hub", _from_hub(src, role, progress))
@@ -100,14 +119,10 @@ def check_hf_folder(folder: Path, role: str) -> None:
 def _from_hub(repo_id: str, role: str, progress: Callable[[str], None],
               ir_files: Optional[list[str]] = None) -> Path:
     """The hub repository's files the export needs (ir_files: the patterns of an IR repository's), downloaded."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:  # pragma: no cover - huggingface_hub comes with the export extra
-        raise SourceError(f"--{role} {repo_id}: downloading from the hub needs huggingface_hub; "
-                          "install the export extra: pip install 'edge-specdec[export]'.") from None
+    hub = hub_client(repo_id, role)
     progress(f"downloading {repo_id} from the Hugging Face hub")
     try:
-        folder = Path(snapshot_download(repo_id, allow_patterns=ir_files or [
+        folder = Path(hub.snapshot_download(repo_id, allow_patterns=ir_files or [
             "*.json", "*.safetensors", "*.jinja", "*.model", "*.txt", "tokenizer*"]))
     except Exception as exc:  # network errors, unknown repos, gated repos: all end here
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

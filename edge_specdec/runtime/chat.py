@@ -23,17 +23,38 @@ class ChatTemplate:
         self.source, self.bos_token, self.eos_token = source, bos_token, eos_token
 
     @classmethod
-    def from_model_folder(cls, folder: Path) -> Optional["ChatTemplate"]:
-        """The template saved beside a model's tokenizer (chat_template.jinja, or tokenizer_config.json)."""
+    def from_model_folder(cls, folder: Path, file: Optional[Path] = None) -> Optional["ChatTemplate"]:
+        """The template saved beside a model's tokenizer (chat_template.jinja, or tokenizer_config.json), or the
+        one in `file` (a Jinja template, as llama-server's --chat-template-file takes), with the BOS and EOS
+        texts of the model's tokenizer_config.json either way."""
         config_path = folder / "tokenizer_config.json"
         config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
         jinja = folder / "chat_template.jinja"
-        source = jinja.read_text(encoding="utf-8") if jinja.exists() else config.get("chat_template")
+        if file is not None:
+            source = _read_template(file)
+        else:
+            source = jinja.read_text(encoding="utf-8") if jinja.exists() else config.get("chat_template")
         if isinstance(source, list):  # several named templates: take the default one
             source = next((t["template"] for t in source if t.get("name") == "default"), None)
         if not source:
             return None
-        return cls(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
+        from jinja2 import TemplateSyntaxError
+
+        try:
+            return cls(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
+        except TemplateSyntaxError as exc:
+            where = file or folder
+            raise EdgeSpecdecError(f"the chat template {where} is not valid Jinja (line {exc.lineno}: {exc.message}):"
+                                   f" fix the template.") from None
+
+    def accepts_system_message(self) -> bool:
+        """Whether the template shows the model a system message (some refuse one, some leave it out)."""
+        probe = "system-message-probe"
+        try:
+            text = self.render([{"role": "system", "content": probe}, {"role": "user", "content": "hello"}])
+        except Exception:  # the template raised: it refuses the role
+            return False
+        return probe in text
 
     def render(self, messages: list[dict], tools: Optional[list[dict]] = None) -> str:
         """The prompt text for a conversation, ending where the assistant's reply starts; tools (OpenAI's
@@ -54,6 +75,19 @@ def special_token_texts(folder: Path, special: dict[str, Any]) -> dict[int, str]
         added = []
     texts.update({t["id"]: t["content"] for t in added if isinstance(t.get("id"), int) and t.get("content")})
     return texts
+
+
+def _read_template(file: Path) -> str:
+    """A chat template file's text, or an error that names the file and the fix."""
+    try:
+        source = Path(file).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise EdgeSpecdecError(f"cannot read the chat template {file} ({reason}): pass the path of a Jinja chat "
+                               f"template file, such as a model's chat_template.jinja.") from None
+    if not source.strip():
+        raise EdgeSpecdecError(f"the chat template {file} is empty: pass a Jinja chat template file.")
+    return source
 
 
 def _token_text(token) -> str:

@@ -7,9 +7,10 @@
     for piece in pipe.stream("def fib(n):"):            # or generate(..., on_text=callback)
         print(piece, end="", flush=True)
 
-An `Engine` holds what is loaded once: the bundle, the placement, the compiled models with their static copies,
-the tokenizers, the vocabulary map and its measurement cache. A `DecodingSession` (`engine.session()`) holds one
-request's KV caches and infer requests, nothing else: N sessions decode in N threads with the weights held once.
+An `Engine` holds what is loaded once: the bundle, the placement, the compiled models with their static copies
+(compiled in the background once it has loaded), the tokenizers, the vocabulary map and its measurement cache. A
+`DecodingSession` (`engine.session()`) holds one request's KV caches and infer requests, nothing else: N sessions
+decode in N threads with the weights held once.
 A `Pipeline` is an Engine with one session of its own, whose calls run one at a time (a lock; a second thread
 waits): the simple API. For parallel generation, give each thread `pipe.session()`, or give `pipe.generate` a list
 of prompts.
@@ -17,6 +18,7 @@ of prompts.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import os
 import queue
@@ -101,10 +103,12 @@ class Engine:
         self._block_shapes: dict[tuple[int, bool], dict[str, int]] = {}  # see block_shapes
         self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if config.static_shapes is None
                         else config.static_shapes for role, model in self._bundle_models()}
-        self._compile_static_copies()
+        static_sizes = self._static_sizes()  # measured at load; compiled in the background once loaded
         if config.warm_up:
             self._warm_up()
         self.tokenizer = PromptTokenizer(self.bundle.target.tokenizer_xml, self.core)
+        if config.chat_template is not None:  # a template file given is read, or refused, at load
+            _ = self.chat_template
         if verification is not None:
             verification.wait()  # a file that does not match its checksum raises here, before any generation
         self.load_seconds = time.perf_counter() - start  # checksums, compiles, checks: all of the load
@@ -114,6 +118,7 @@ class Engine:
         self.scheduler, self.pools, self.batching_note = None, {}, ""
         if config.batching:
             self._start_batching(config.batch_wait)
+        self._compile_static_copies(static_sizes)
 
     def _bundle_models(self) -> list[tuple[str, Any]]:
         """The bundle's models by role: the target, and the draft if it has one."""
@@ -185,20 +190,19 @@ class Engine:
             self.measurements.put("target/invariant", known)
 
     def _warm_up(self) -> None:
-        """Run each model on a scratch session: a block as long as a short prompt, a single step, and a block on
-        each of its static copies. OpenVINO prepares a compiled model on its first inference (the CPU plugin
-        repacks the weights then, which takes seconds for a 1.5B target and happens in every process: no cache
-        keeps it), and again on the first call of each kind of block (its short blocks run other kernels than its
-        long ones). Done here, that work is part of the load, where `load_seconds` and the progress line count it,
-        and not of the first request. The NPU's pipeline prepares itself when it compiles."""
+        """Run each model on a scratch session: a block as long as a short prompt and a single step (a static copy
+        runs once before it serves: CompiledLM.add_static). OpenVINO prepares a compiled model on its first
+        inference (the CPU plugin repacks the weights then, which takes seconds for a 1.5B target and happens in
+        every process: no cache keeps it), and again on the first call of each kind of block (its short blocks run
+        other kernels than its long ones). Done here, that work is part of the load, where `load_seconds` and the
+        progress line count it, and not of the first request. The NPU's pipeline prepares itself when it
+        compiles."""
         for model in (self.target_model, self.draft_model):
             if model is None or model.rollback_method == "npuw":
                 continue
             session = model.session()
             session.feed([0] * WARM_UP_BLOCK, rows=1)
             session.feed([0], rows=1)
-            for size in sorted(session.static_sizes):  # each static copy is a compiled model of its own
-                session.feed([0] * size, rows=1)
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks
@@ -237,7 +241,10 @@ class Engine:
 
     @cached_property
     def chat_template(self) -> Optional[ChatTemplate]:
-        return ChatTemplate.from_model_folder(self.bundle.target.folder)
+        """The chat template conversations are rendered with: EngineConfig.chat_template's file if given, else the
+        target's own."""
+        given = self.config.chat_template
+        return ChatTemplate.from_model_folder(self.bundle.target.folder, Path(given) if given is not None else None)
 
     @cached_property
     def grammar_tokenizer(self) -> GrammarTokenizer:
@@ -350,14 +357,12 @@ class Engine:
         self._block_shapes[key] = shapes
         return shapes
 
-    def _compile_static_copies(self) -> None:
-        """Give each model that takes static shapes its copies for the blocks it runs most, at load, so that no
-        request waits for a compile or shares the cores with one: its single steps, and the fixed blocks of the
-        bundle's default draft length (k + 1 tokens for the target, DRAFT_BLOCK for the draft). Other draft
-        lengths run on the dynamic model: what a request can make the engine compile is fixed here. The draft's
-        copies compile while the target's do; the target's are checked for its bits (once per machine)."""
+    def _static_sizes(self) -> dict[str, set[int]]:
+        """The block sizes each model that takes static shapes gets copies for: its single steps, and the fixed
+        blocks of the bundle's default draft length (k + 1 tokens for the target, DRAFT_BLOCK for the draft).
+        Other draft lengths run on the dynamic model: what a request can make the engine compile is fixed here."""
         if not any(self._static.values()):
-            return
+            return {}
         k = REGISTRY[self.resolve_algorithm("auto")].draft_tokens  # the default algorithm's draft length
         sizes: dict[str, set[int]] = {"target": set(), "draft": set()}
         for kk, drafting in ((0, False), (k, self.draft_model is not None)):
@@ -367,16 +372,67 @@ class Engine:
                     continue
                 step = max(1 if role == "draft" else least, 2 if model.block_invariant else 1)
                 sizes[role] |= {step, k + 1 if role == "target" else DRAFT_BLOCK} if kk else {step}
-        if not sizes["target"] and not sizes["draft"]:
+        return {role: found for role, found in sizes.items() if found}
+
+    def _compile_static_copies(self, sizes: dict[str, set[int]]) -> None:
+        """Start compiling the static copies (see _static_sizes) in a thread of their own, after the load: a paged
+        model's compile is paid in every process (OpenVINO cannot import its blob from the cache), and a copy pays
+        back its compile over many requests, so no load and no request waits for one. Requests decode on the
+        dynamic models meanwhile, and a copy serves once it has run and, on the target, passed the check for its
+        bits (CompiledLM.add_static); `wait_for_static_copies` waits for them all."""
+        self._static_done = threading.Event()
+        if not sizes:
+            self._static_done.set()
             return
-        target = self.target_model
-        name = f"target/static_invariant/{','.join(map(str, sorted(sizes['target'])))}"
-        with ThreadPoolExecutor(1, thread_name_prefix="static-draft") as pool:
-            draft_job = sizes["draft"] and pool.submit(self.draft_model.add_static, sizes["draft"])
-            target.add_static(sizes["target"],
-                              invariant=lambda: self.measured(name, lambda: is_block_invariant(target.session())))
-            if draft_job:
-                draft_job.result()
+        stop = threading.Event()
+        thread = threading.Thread(target=self._add_static_copies, args=(sizes, stop), name="static-copies",
+                                  daemon=True)
+        _COMPILING[thread] = stop
+        thread.start()
+
+    def _add_static_copies(self, sizes: dict[str, set[int]], stop: threading.Event) -> None:
+        """Compile the copies one at a time, each serving as soon as it is ready: the target's first (every request
+        runs it), its single step before its block, so that a compile takes one core from the requests, not all
+        of them, and the copy every request uses comes first. A target's copies that fail the bit check are all
+        dropped, and no more are compiled for it."""
+        try:
+            for role in ("target", "draft"):
+                model = getattr(self, f"{role}_model")
+                for n in sorted(sizes.get(role, ())):
+                    model.add_static({n}, invariant=self._static_copies_exact if role == "target" else None,
+                                     stop=stop)
+                    if n not in model.static:  # dropped, or stopped
+                        break
+        finally:
+            self._static_done.set()
+            _COMPILING.pop(threading.current_thread(), None)
+
+    def _static_copies_exact(self, session: ModelSession) -> bool:
+        """Whether the target gives its dynamic model's bits with the static copies of a scratch session, measured
+        once per machine (outside the measurement cache's lock, which requests take)."""
+        name = f"target/static_invariant/{','.join(map(str, sorted(session.static_sizes)))}"
+        known = self.measurements.known(name)
+        if known is None:
+            known = is_block_invariant(session)
+            self.measurements.put(name, known)
+        return known is True
+
+    def wait_for_static_copies(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the static copies compiled after the load serve (or were found not to give the target's
+        bits and dropped); False if timeout seconds passed first."""
+        return self._static_done.wait(timeout)
+
+
+# static copies compiling in the background (Engine._compile_static_copies) -> the event that stops them; at exit
+# each stops after the compile under way, so that the interpreter does not shut down under it
+_COMPILING: dict[threading.Thread, threading.Event] = {}
+
+
+@atexit.register
+def _stop_compiling() -> None:
+    for thread, stop in list(_COMPILING.items()):
+        stop.set()
+        thread.join()
 
 
 def bundle_defaults(bundle: Bundle) -> GenerationConfig:

@@ -51,6 +51,7 @@ all if one does not.
 """
 from __future__ import annotations
 
+import copy
 import threading
 from functools import partial
 from pathlib import Path
@@ -129,23 +130,40 @@ class CompiledLM:
             return PagedSession(self, pool)
         return MaskedSession(self)
 
-    def add_static(self, sizes, invariant=None) -> None:
-        """Compile a copy of the model for each block size in `sizes` (see "Static shapes" above). A
-        block-invariant model keeps them only if they give the dynamic model's bits: invariant(), when given,
-        answers that (an answer an earlier process stored), else the copies are checked here."""
+    def add_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None,
+                   stop: Optional[threading.Event] = None) -> None:
+        """Compile a copy of the model for each block size in `sizes` (see "Static shapes" above). The copies serve
+        only once they are ready, all at once: each has run once on a scratch session (OpenVINO prepares a compiled
+        model on its first inference), and a block-invariant model keeps them only if they give the dynamic
+        model's bits: invariant(session), when given, answers that for a scratch session that runs them (an answer
+        an earlier process stored, or a probe), else the copies are checked here. Until then sessions run those
+        blocks on the dynamic model, so this may run in a thread of its own while they decode. stop: once set,
+        no further copy is compiled and none of this call's is kept."""
         if self._compile_static is None:
             return
         with self._lock:
-            new = sorted(set(sizes) - set(self.static))
-            for n in new:
+            staged = {}
+            for n in sorted(set(sizes) - set(self.static)):
+                if stop is not None and stop.is_set():
+                    return
                 try:
-                    self.static[n] = self._compile_static(n)
+                    staged[n] = self._compile_static(n)
                 except RuntimeError:  # token inputs that do not take a static shape: stay dynamic
                     break
-            if new and self.block_invariant and self.static:
-                exact = invariant() if invariant is not None else passes_block_invariance(self.session())
+            if not staged:
+                return
+            trial = copy.copy(self)  # the same model, with the new copies: sessions on it run them
+            trial.static = {**self.static, **staged}
+            scratch = trial.session()
+            for n in staged:
+                scratch.feed([0] * n, rows=1)
+            if self.block_invariant:
+                scratch.reset()
+                exact = invariant(scratch) if invariant is not None else passes_block_invariance(scratch)
                 if not exact:
-                    self.static.clear()
+                    self.static = {}
+                    return
+            self.static = trial.static  # one assignment: a session's next call sees all of them or none
 
 
 def kv_bytes_per_token(compiled: ov.CompiledModel) -> float:

@@ -70,8 +70,8 @@ class EngineConfig:
     # widen the short blocks of speculation to one size per model, so the device keeps one shape (None: where
     # probes.fixed_block_pays measures that it wins; see Engine.block_shapes)
     fixed_blocks: Optional[bool] = None
-    # compile copies at load for the block sizes a model runs most (None: for models under STATIC_MAX_BYTES; `run`
-    # turns them off: they pay back their compile over many requests, not over one run)
+    # compile copies for the block sizes a model runs most, in the background once loaded (None: for models under
+    # STATIC_MAX_BYTES; `run` turns them off: they pay back their compile over many requests, not over one run)
     static_shapes: Optional[bool] = None
     batching: bool = False                # sessions verify their blocks together in one call (batching.py)
     batch_wait: float = MAX_WAIT          # seconds a batched call waits for the other sessions' calls
@@ -87,6 +87,9 @@ class EngineConfig:
     # the draft pool: earlier requests' prompts and outputs, for free drafts (suffix.py), at most this many tokens
     # over all scopes, in memory; 0: no pool (free drafts still copy from each request's own text)
     draft_pool_tokens: int = DRAFT_POOL_TOKENS
+    # a Jinja chat template file to render conversations with instead of the bundle's (llama-server's
+    # --chat-template-file); the bundle's files and checksums stay as they are
+    chat_template: Union[str, Path, None] = None
 
     def __post_init__(self):
         for name in ("target_device", "draft_device"):
@@ -114,6 +117,9 @@ class EngineConfig:
         _check(_whole(self.npu_max_prompt, 1), "npu_max_prompt", "at least 1 token", self.npu_max_prompt)
         _check(_whole(self.draft_pool_tokens, 0), "draft_pool_tokens", "0 (no pool) or a number of tokens",
                self.draft_pool_tokens)
+        _check(self.chat_template is None or (isinstance(self.chat_template, (str, Path))
+                                              and str(self.chat_template).strip() != ""),
+               "chat_template", "the path of a Jinja chat template file, or None (the bundle's)", self.chat_template)
 
     @classmethod
     def of(cls, config: Optional["EngineConfig"], settings: dict[str, Any]) -> "EngineConfig":

@@ -306,7 +306,9 @@ class Server:
         tool_format = engine.tool_format
         if tool_format is None:
             raise RequestError("this model's chat template does not describe tool calls, so the server cannot "
-                               "tell the model about tools: send the request without tools.", param="tools")
+                               "tell the model about tools: send the request without tools, or start the server "
+                               "with --chat-template FILE, a template that does (edge-specdec info says whether "
+                               "one does).", param="tools")
         parsed.config.constraint = tool_format.grammar(parsed.tools, parsed.tool_choice, parsed.parallel_tool_calls)
         return tool_format
 
