@@ -3,6 +3,8 @@ oldest exchanges after the system prompt dropped (tool calls with their results)
 writes on the kept messages."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,39 @@ def test_the_system_prompt_and_the_last_message_that_alone_do_not_fit_are_refuse
     with pytest.raises(ContextOverflowError, match=f"{over} tokens over. The system prompt and the last message"):
         chat.ask(question, CONFIG, algorithm="standard")
     assert [m["content"] for m in chat.messages[1:]] == [TURNS[3], "ok"]
+
+
+@pytest.mark.parametrize("on_overflow", ["error", "shift"])
+def test_chat_says_what_happened_at_the_context_and_goes_on_on_a_terminal(engine, capsys, on_overflow):
+    from edge_specdec.cli.chat import chat_loop
+    from edge_specdec.runtime import SpeculativeConfig
+
+    lines = io.StringIO("\n".join(TURNS) + "\nthe last one\n")
+    status = chat_loop(engine, CONFIG.with_defaults(engine.default_config), SpeculativeConfig(algorithm="standard"),
+                       system=SYSTEM, lines=lines, interactive=True, on_overflow=on_overflow)
+    out, err = capsys.readouterr()
+    assert status == 0
+    answers = out.count("\n")
+    if on_overflow == "error":
+        assert "tokens over" in err and "--context-shift" in err and 0 < answers < len(TURNS) + 1
+    else:
+        assert "oldest messages went to fit the context" in err and "prefilled again" in err
+        assert answers == len(TURNS) + 1
+
+
+def test_chat_from_a_pipe_stops_at_a_turn_past_the_context(engine):
+    from edge_specdec.cli.chat import chat_loop
+    from edge_specdec.runtime import SpeculativeConfig
+
+    with pytest.raises(ContextOverflowError, match="tokens over"):
+        chat_loop(engine, CONFIG.with_defaults(engine.default_config), SpeculativeConfig(algorithm="standard"),
+                  system=SYSTEM, lines=io.StringIO("\n".join(TURNS) + "\n"), interactive=False, out=io.StringIO())
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+def test_the_context_shift_is_off_unless_asked_for(command):
+    from edge_specdec.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args([command]).context_shift is False
+    assert parser.parse_args([command, "--context-shift"]).context_shift is True
