@@ -49,6 +49,17 @@ def chat(running, messages: list[dict], **fields) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
+def streamed(running, messages: list[dict]) -> list[dict]:
+    """The chunks of a streamed chat with include_usage."""
+    body = {"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}, "edge_specdec": {"algorithm": "standard"}}
+    request = urllib.request.Request(running.api + "/chat/completions", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        lines = response.read().decode().splitlines()
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
 def serve(engine, context_shift: bool):
     return serve_in_thread(ServerSettings(bundle=str(engine.bundle.path), slots=1, warm_up=False,
                                           context_shift=context_shift), engine)
@@ -79,6 +90,11 @@ def test_a_shifted_chat_answers_as_the_kept_messages_do_and_says_what_went(engin
         assert usage["prompt_tokens"] == prompt_tokens and usage["context_shift"] == record
         assert record["prefilled_tokens"] == prompt_tokens - usage["prompt_tokens_details"]["cached_tokens"]
         status, fresh = chat(running, kept)  # fits: no shift
+        chunks = streamed(running, messages)
+        assert chunks[-2]["edge_specdec"]["context_shift"]["dropped_messages"] == dropped  # the finishing chunk
+        assert chunks[-1]["usage"]["context_shift"]["dropped_messages"] == dropped
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1]) == \
+            shifted["choices"][0]["message"]["content"]
         assert status == 200 and "context_shift" not in fresh["edge_specdec"]
     assert shifted["choices"][0]["message"]["content"] == fresh["choices"][0]["message"]["content"]
     assert shifted["choices"][0]["logprobs"] == fresh["choices"][0]["logprobs"]  # the same floats, bit for bit
