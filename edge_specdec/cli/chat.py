@@ -13,7 +13,9 @@ from typing import Callable, Optional, TextIO
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
-from .common import add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
+from ..runtime.session import ContextOverflowError
+from .common import (add_decoding_options, add_engine_options, decoding_settings, open_pipeline, plural, say,
+                     stats_line)
 
 CHAT_EXAMPLES = """\
 examples:
@@ -24,6 +26,8 @@ examples:
 On a terminal: type a message and press Enter. /reset starts a new conversation, /exit (or Ctrl-D) ends it,
 Ctrl-C stops an answer, and Ctrl-C at the prompt ends the chat. From a pipe: one user message per line (blank
 lines are skipped), and only the answers on stdout, each ended by a newline. Statistics go to stderr.
+A turn past the model's context is refused (on a terminal the chat goes on: /reset, or a shorter message; from a
+pipe the chat ends with status 1); with --context-shift the oldest exchanges after the system message go instead.
 The demo pair is a code model: your message becomes a Python comment, and its answer is the code that follows.
 """
 
@@ -32,10 +36,11 @@ COMMANDS = {"/reset": "start a new conversation (the system message, if any, sta
 
 
 def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Optional[TextIO] = None,
-              interactive: Optional[bool] = None, out: Optional[TextIO] = None) -> int:
+              interactive: Optional[bool] = None, out: Optional[TextIO] = None, on_overflow: str = "error") -> int:
     """Hold a conversation: user turns from `lines` (stdin), answers streamed to `out` (stdout). interactive
-    (default: whether stdin and stdout are terminals) shows the prompt marker and the greeting. Returns the exit
-    status: 0 once the input ends or the user leaves."""
+    (default: whether stdin and stdout are terminals) shows the prompt marker and the greeting, and goes on after
+    a turn refused for the context. on_overflow: as for Conversation. Returns the exit status: 0 once the input
+    ends or the user leaves."""
     lines = sys.stdin if lines is None else lines
     out = sys.stdout if out is None else out
     if interactive is None:
@@ -43,7 +48,7 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
     if pipe.chat_template is None:
         raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): chat needs one. Use "
                                "`edge-specdec run BUNDLE --prompt TEXT` to continue a text instead.")
-    chat = pipe.start_chat(system)  # the conversation keeps the KV caches between turns
+    chat = pipe.start_chat(system, on_overflow)  # the conversation keeps the KV caches between turns
     if interactive:
         _use_readline()
         say("chat: type a message and press Enter; /reset starts over, /exit or Ctrl-D ends, Ctrl-C stops an answer.")
@@ -64,9 +69,19 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
         if command == "/help":
             say("\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items()))
             continue
-        result = chat.ask(line.rstrip("\r\n"), config,  # an answer stopped by Ctrl-C stays in the conversation
-                          on_text=lambda piece: print(piece, end="", flush=True, file=out), speculative=speculative)
+        try:
+            result = chat.ask(line.rstrip("\r\n"), config,  # an answer stopped by Ctrl-C stays in the conversation
+                              on_text=lambda piece: print(piece, end="", flush=True, file=out), speculative=speculative)
+        except ContextOverflowError as exc:
+            if not interactive:
+                raise
+            say(f"chat: {exc}")
+            continue
         print(file=out, flush=True)
+        if "context_shift" in result.extra:
+            shifted = result.extra["context_shift"]
+            say(f"chat: the {plural(shifted['dropped_messages'], 'oldest message')} went to fit the context; "
+                f"{plural(shifted['prefilled_tokens'], 'prompt token')} prefilled again.")
         say(stats_line(result))
 
 
@@ -99,7 +114,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     args.bundle = args.bundle or str(DEMO_BUNDLE)
     config, speculative = decoding_settings(args)
     pipe = open_pipeline(args)
-    return chat_loop(pipe, config.with_defaults(pipe.default_config), speculative, system=args.system)
+    return chat_loop(pipe, config.with_defaults(pipe.default_config), speculative, system=args.system,
+                     on_overflow="shift" if args.context_shift else "error")
 
 
 def add_parser(sub) -> None:
@@ -113,6 +129,9 @@ def add_parser(sub) -> None:
                    help="a bundle folder whose target has a chat template (optional; default: the demo pair that "
                         f"ships with edge-specdec, {DEMO_BUNDLE})")
     p.add_argument("--system", metavar="TEXT", help="a system message at the start of the conversation")
+    p.add_argument("--context-shift", action="store_true",
+                   help="when a turn does not fit in the model's context, drop the oldest exchanges after the system "
+                        "message (down to three quarters of the context) instead of refusing the turn")
     add_decoding_options(p, max_new_tokens=256, algorithm_help="default auto; `edge-specdec run --help` explains each")
     add_engine_options(p)
     p.set_defaults(func=_cmd_chat)

@@ -72,7 +72,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                               cors=args.cors or [], max_tokens=args.max_tokens, model_name=args.model_name,
                               max_body_bytes=args.max_body_bytes, engine=engine,
                               prefix_cache_mb=args.prefix_cache_mb, idle_timeout=args.idle_timeout,
-                              body_timeout=args.body_timeout).check()
+                              body_timeout=args.body_timeout, context_shift=args.context_shift).check()
     app = create_app(settings)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     server = uvicorn.Server(uvicorn_config(app, host=args.host, port=args.port, log_level="info",
@@ -147,6 +147,10 @@ def add_parser(sub) -> None:
     p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
                    help="seconds a request body may take to arrive after its head; then the request gets 408 and "
                         "its connection is closed (default 30)")
+    p.add_argument("--context-shift", action="store_true",
+                   help="a chat request past the model's context loses its oldest exchanges after the system message "
+                        "(down to three quarters of the context) instead of getting a 400; the answer's usage and "
+                        "edge_specdec objects say how many messages went")
     p.add_argument("--model-name", metavar="NAME", help="the model id in /v1/models (default: the bundle's folder name)")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     add_chat_template_option(p)

@@ -14,18 +14,25 @@ rendering would tokenize an answer otherwise costs nothing. Where the template r
 answer, drops a part of it), the turn's prompt is the template's whole rendering tokenized afresh, and the cache
 keeps what that shares with it. Either way the session reuses its cache (see `DecodingSession.generate`), and a
 turn writes exactly what a fresh session writes on the same prompt.
+
+A turn whose prompt and max_new_tokens do not fit in the target's context is refused with the count of tokens over
+(on_overflow="error", the default); with on_overflow="shift" the oldest exchanges after the system prompt go instead
+(see context_shift.py), and the turn's `result.extra["context_shift"]` says how many messages went and how many
+prompt tokens were prefilled again.
 """
 from __future__ import annotations
 
 import threading
-from typing import Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from ..bundle import Bundle
 from ..errors import EdgeSpecdecError
 from ..vocab_map import VocabMap
 from .chat import ChatTemplate
+from .context_shift import OVERFLOW_POLICIES, overflow_message, shift, shift_record
 from .generate import Result
 from .sampling import GenerationConfig
+from .session import ContextOverflowError
 from .text import PromptTokenizer
 
 
@@ -37,6 +44,8 @@ class ChatEngine(Protocol):
     vocab_map: VocabMap
     chat_template: Optional[ChatTemplate]
     special_token_texts: dict[int, str]
+    target_model: Any  # session.CompiledLM: its max_context bounds a conversation
+    default_config: GenerationConfig
 
     def chat_prompt(self, messages: list[dict]) -> list[int]: ...
 
@@ -51,14 +60,19 @@ class ChatSession(Protocol):
 class Conversation:
     """Messages and the token ids the session's cache was built from. `ask` adds a user turn and answers it;
     `add` appends any message (a tool result, an assistant message written elsewhere); `reset` starts over with
-    the system message. Not for two threads at once (a lock serializes its turns)."""
+    the system message. on_overflow: "error" refuses a turn past the context, "shift" drops the oldest exchanges
+    (`messages` then holds what the model still sees). Not for two threads at once (a lock serializes its turns)."""
 
-    def __init__(self, engine: ChatEngine, session: ChatSession, system: Optional[str] = None):
+    def __init__(self, engine: ChatEngine, session: ChatSession, system: Optional[str] = None,
+                 on_overflow: str = "error"):
         if engine.chat_template is None:
             raise EdgeSpecdecError("this bundle's target has no chat template (a base model?): a conversation needs "
                                    "one. Generate from a plain prompt instead.")
+        if on_overflow not in OVERFLOW_POLICIES:
+            raise EdgeSpecdecError(f"on_overflow must be one of {', '.join(map(repr, OVERFLOW_POLICIES))}, not "
+                                   f"{on_overflow!r}.")
         self.engine, self.session = engine, session
-        self.system = system
+        self.system, self.on_overflow = system, on_overflow
         self.messages: list[dict[str, str]] = []
         self.ids: list[int] = []  # the conversation as the model saw it: the last prompt and its answer's tokens
         self._special_text = engine.special_token_texts
@@ -81,7 +95,11 @@ class Conversation:
         prompt_tokens_reused` counts the prompt tokens whose KV the session kept from the turns before."""
         with self._lock:
             self.add("user", text)
-            return self._answer(config, on_text, options)
+            try:
+                return self._answer(config, on_text, options)
+            except BaseException:  # no answer: the question leaves too, so that the conversation stays as it was
+                self.messages.pop()
+                raise
 
     def answer(self, config: Optional[GenerationConfig] = None,
                on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result:
@@ -90,8 +108,11 @@ class Conversation:
             return self._answer(config, on_text, options)
 
     def _answer(self, config, on_text, options) -> Result:
-        prompt = self.prompt_ids()
+        prompt, dropped = self._fit(self.prompt_ids(), config)
         result = self.session.generate(prompt, config, on_text=on_text, **options)
+        record = shift_record(dropped, len(prompt), result.stats.prompt_tokens_reused)
+        if record is not None:
+            result.extra["context_shift"] = record
         self.messages.append({"role": "assistant", "content": result.text})
         self.ids = prompt + self._tokens_of(result)
         return result
@@ -104,6 +125,21 @@ class Conversation:
         if self.ids and rendered.startswith(seen):
             return self.ids + self._encode_more(rendered[len(seen):])
         return self.engine.chat_prompt(self.messages)
+
+    def _fit(self, prompt: list[int], config: Optional[GenerationConfig]) -> tuple[list[int], int]:
+        """The turn's prompt and the number of messages dropped to fit it with max_new_tokens in the context: the
+        prompt as it is when it fits; else refused, or (on_overflow "shift") the kept messages' prompt."""
+        context = self.engine.target_model.max_context
+        defaults = self.engine.default_config
+        wanted = (defaults if config is None else config.with_defaults(defaults)).max_new_tokens
+        if context is None or len(prompt) + wanted <= context:
+            return prompt, 0
+        if self.on_overflow == "error":
+            raise ContextOverflowError(overflow_message(
+                context, len(prompt), wanted, "Reset the conversation, lower max_new_tokens, or let it drop its "
+                "oldest messages: start_chat(on_overflow='shift'), or `edge-specdec chat --context-shift`."))
+        self.messages, prompt, dropped = shift(self.messages, self.engine.chat_prompt, context, wanted)
+        return prompt, dropped
 
     def _tokens_of(self, result: Result) -> list[int]:
         """The answer's tokens whose text the answer's text starts with: a final EOS goes (the template writes it

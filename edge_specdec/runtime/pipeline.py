@@ -305,10 +305,11 @@ class Engine:
         """A new decoding session on this engine: its own KV caches, the compiled models shared."""
         return DecodingSession(self)
 
-    def start_chat(self, system: Optional[str] = None) -> Conversation:
+    def start_chat(self, system: Optional[str] = None, on_overflow: str = "error") -> Conversation:
         """A conversation on a session of its own: messages rendered with the chat template, the KV caches kept
-        from turn to turn (see conversation.py)."""
-        return Conversation(self, self.session(), system)
+        from turn to turn (see conversation.py). on_overflow: "error" refuses a turn past the context, "shift"
+        drops the oldest exchanges after the system prompt (see context_shift.py)."""
+        return Conversation(self, self.session(), system, on_overflow)
 
     def forget(self, scope: Optional[str] = None) -> None:
         """Empty the draft pool (of one scope, or all of it with None): later requests copy nothing from earlier

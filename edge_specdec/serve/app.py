@@ -37,7 +37,8 @@ from ..errors import EdgeSpecdecError
 from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine, check_logit_bias
 from ..runtime.sampling import GenerationConfig
-from ..runtime.session import common_prefix
+from ..runtime.context_shift import SHIFT_FILL, overflow_message, shift, shift_record
+from ..runtime.session import ContextOverflowError, common_prefix
 from ..runtime.settings import EngineConfig
 from ..runtime.text import decode, unfinished_end
 from ..runtime.tool_calls import ToolFormat
@@ -71,6 +72,7 @@ class ServerSettings:
     prefix_cache_mb: float = 0  # the prefix store's bound in MiB (see prefix_store.py); 0: no store
     idle_timeout: float = 15.0  # seconds a connection may take to send a request head (see connections.py)
     body_timeout: float = 30.0  # seconds a request's body may take to arrive after its head (Server.read_json)
+    context_shift: bool = False  # a chat past the context loses its oldest exchanges instead of a 400 (fit_prompt)
 
     def check(self) -> "ServerSettings":
         if self.slots < 1:
@@ -234,6 +236,27 @@ class Server:
             raise RequestError("the prompt is empty once tokenized: give some text.", param="prompt")
         return ids
 
+    async def fit_prompt(self, engine: Engine, parsed: ParsedRequest, prompt_ids: list[int]) -> tuple[list[int], int]:
+        """The prompt to generate from and how many messages went: with --context-shift, a chat whose prompt
+        leaves less room than it wants (max_tokens, else a quarter of the context up to --max-tokens) loses its
+        oldest exchanges after the system prompt (see context_shift.py); any other prompt as it is."""
+        context = engine.target_model.max_context
+        if not self.settings.context_shift or parsed.kind != "chat" or context is None:
+            return prompt_ids, 0
+        wanted = min(parsed.max_tokens or context - int(context * SHIFT_FILL), self.settings.max_tokens)
+        if len(prompt_ids) + wanted <= context:
+            return prompt_ids, 0
+
+        def tokenize(messages: list[dict]) -> list[int]:
+            return engine.chat_prompt(messages, parsed.tools)
+
+        try:
+            parsed.messages, prompt_ids, dropped = await asyncio.get_running_loop().run_in_executor(
+                None, shift, parsed.messages, tokenize, context, wanted)
+        except ContextOverflowError as exc:
+            raise RequestError(str(exc), param="messages", code="context_length_exceeded") from None
+        return prompt_ids, dropped
+
     def fit_context(self, engine: Engine, parsed: ParsedRequest, prompt_tokens: int) -> None:
         """Set the request's token budget: what it asked for, or (chat) the room left, up to --max-tokens."""
         cap, context = self.settings.max_tokens, engine.target_model.max_context
@@ -243,10 +266,11 @@ class Server:
             raise RequestError(f"max_tokens {asked} is over this server's limit of {cap} (--max-tokens).",
                                param="max_tokens")
         if room < (asked or 1):
-            raise RequestError(f"this model's context is {context} tokens; the prompt has {prompt_tokens} and "
-                               f"{asked or 1} more were asked for: shorten the prompt or lower max_tokens.",
-                               param="messages" if parsed.kind == "chat" else "prompt",
-                               code="context_length_exceeded")
+            chat = parsed.kind == "chat"
+            fix = ("Shorten the messages or lower max_tokens; a server started with --context-shift drops the "
+                   "oldest messages instead." if chat else "Shorten the prompt or lower max_tokens.")
+            raise RequestError(overflow_message(context, prompt_tokens, asked or 1, fix),
+                               param="messages" if chat else "prompt", code="context_length_exceeded")
         parsed.config.max_new_tokens = asked or room
 
     async def complete(self, request: Request, kind: str) -> Response:
@@ -256,7 +280,7 @@ class Server:
         parsed = parse_request(await self.read_json(request), kind, engine.default_config.repetition_penalty)
         parsed.speculative = dataclasses.replace(parsed.speculative, pool_scope=self.pool_scope(request))
         tool_format = self.tool_format(engine, parsed)
-        prompt_ids = await self.prompt_ids(engine, parsed)
+        prompt_ids, dropped = await self.fit_prompt(engine, parsed, await self.prompt_ids(engine, parsed))
         self.fit_context(engine, parsed, len(prompt_ids))
         self.check_settings(engine, parsed)
         session = await acquire_slot(request, self.slots,
@@ -264,7 +288,7 @@ class Server:
         if session is None:
             self.metrics.count("requests_total", endpoint=kind, outcome="cancelled")
             return Response(status_code=499)
-        job = Job(self, session, prompt_ids, parsed, time.perf_counter() - arrival)
+        job = Job(self, session, prompt_ids, parsed, time.perf_counter() - arrival, dropped)
         responder = Responder(parsed, self.model_name, self.token_bytes)
         if parsed.stream:
             return StreamingResponse(self.events(request, job, responder, tool_format), media_type="text/event-stream",
@@ -467,10 +491,11 @@ def source_name(model: Optional[dict]) -> Optional[str]:
 class Job:
     """One request's generate() call on a slot's session, in a worker thread; its text pieces (TextPiece) come to
     the event loop through `pieces`, then None. When the call returns, the slot goes back to the pool and the
-    run is counted in the metrics, whether or not a client is still there to read it."""
+    run is counted in the metrics, whether or not a client is still there to read it. dropped_messages: how many
+    messages the context shift took from the request (reported in the result's extra["context_shift"])."""
 
     def __init__(self, server: Server, session: DecodingSession, prompt_ids: list[int], request: ParsedRequest,
-                 queued_seconds: float):
+                 queued_seconds: float, dropped_messages: int = 0):
         loop = asyncio.get_running_loop()
         self.request, self.prompt_ids, self.queued_seconds = request, prompt_ids, queued_seconds
         self.cancel = threading.Event()
@@ -485,8 +510,12 @@ class Job:
                 self.prepared = server.store.prepare(session, prompt_ids)
                 server.metrics.count("prefix_store_hits_total", int(self.prepared.restored))
                 server.metrics.count("prefix_store_evictions_total", self.prepared.evicted)
-            return session.generate(prompt_ids, request.config, on_text=on_text if request.stream else None,
-                                    speculative=request.speculative, cancel=self.cancel)
+            result = session.generate(prompt_ids, request.config, on_text=on_text if request.stream else None,
+                                      speculative=request.speculative, cancel=self.cancel)
+            shifted = shift_record(dropped_messages, len(prompt_ids), result.stats.prompt_tokens_reused)
+            if shifted is not None:
+                result.extra["context_shift"] = shifted
+            return result
 
         work = server.executor.submit(run)
         # what the request awaits (cancelling it stops no thread); resolved only once the run is counted and its

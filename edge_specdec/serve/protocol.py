@@ -566,19 +566,23 @@ class Responder:
 
 
 def usage(prompt_tokens: int, result: Result) -> dict:
-    """OpenAI's usage object; cached_tokens: the prompt tokens whose KV the slot kept from earlier requests."""
+    """OpenAI's usage object; cached_tokens: the prompt tokens whose KV the slot kept from earlier requests;
+    context_shift (a chat shifted by --context-shift only): the messages dropped and the prompt tokens prefilled."""
     completion = len(result.token_ids)
+    shifted = {"context_shift": result.extra["context_shift"]} if "context_shift" in result.extra else {}
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion,
-            "prompt_tokens_details": {"cached_tokens": result.stats.prompt_tokens_reused}}
+            "prompt_tokens_details": {"cached_tokens": result.stats.prompt_tokens_reused}, **shifted}
 
 
 def run_summary(result: Result) -> dict:
     """The run's speculative statistics: what the draft proposed, what the target accepted, its passes; and
-    drafting_note, why it drafted less (Stats.drafting_note: the sentence the CLI prints), shown by the page."""
+    drafting_note, why it drafted less (Stats.drafting_note: the sentence the CLI prints), shown by the page;
+    context_shift, when --context-shift dropped messages: how many, and the prompt tokens prefilled again."""
     stats = result.stats.as_dict()
     keep = ("draft_tokens_proposed", "draft_tokens_accepted", "target_passes", "mean_tokens_per_target_pass",
             "acceptance", "tokens_per_s", "first_token_seconds", "time_per_output_token_ms", "seconds",
             "prompt_tokens_reused", "rounds_drafting_paused", "grammar_tokens_proposed", "grammar_tokens_accepted",
             "suffix_tokens_proposed", "suffix_tokens_accepted", "pool_tokens_proposed", "pool_tokens_accepted")
     return {"algorithm": result.extra.get("algorithm"), "exact": result.exact, "stop_reason": result.stop_reason,
-            **{k: stats[k] for k in keep}, "drafting_note": result.stats.drafting_note}
+            **{k: stats[k] for k in keep}, "drafting_note": result.stats.drafting_note,
+            **{k: result.extra[k] for k in ("context_shift",) if k in result.extra}}
