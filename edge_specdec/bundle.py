@@ -318,26 +318,6 @@ def _has_chat_template(folder: Path) -> bool:
         return False
 
 
-def template_features(folder: Path, file: Optional[Path] = None) -> list[str]:
-    """What a chat template (a model folder's, or `file`) lets a conversation hold, as `info` says it: tool calls
-    in a format the runtime reads, and a system message."""
-    from .errors import EdgeSpecdecError
-    from .runtime.chat import ChatTemplate
-    from .runtime.tool_calls import tool_format
-
-    try:
-        template = ChatTemplate.from_model_folder(folder, file)
-    except EdgeSpecdecError as exc:
-        return [str(exc)]
-    found = tool_format(template.source)
-    tools = (f"tools: yes, {found.name} calls ({found.open.strip()} ... {found.close.strip()}); tool_choice "
-             f"required or a named function makes the model call one" if found else
-             "tools: no (a request with tools gets 400; serve --chat-template FILE takes a template that has them)")
-    system = ("system message: yes" if template.accepts_system_message() else
-              "system message: no (the template refuses one, or leaves it out)")
-    return [tools, system]
-
-
 def kv_bytes_per_token(config: dict[str, Any], element_bytes: int = 2) -> Optional[int]:
     """Bytes one token takes in a model's KV cache (keys and values of every layer) at `element_bytes` per element,
     from its config.json (Llama/Qwen/Mistral names, or GPT-2's); None when the config does not say."""
@@ -366,8 +346,9 @@ def _kv_line(entry: ModelEntry) -> Optional[str]:
             f"{full}")
 
 
-def describe(bundle: Bundle) -> str:
-    """A human-readable summary for `edge-specdec info`."""
+def describe(bundle: Bundle, chat_lines: Callable[[Path], list[str]] = lambda folder: []) -> str:
+    """A human-readable summary for `edge-specdec info`; chat_lines(folder): what the target's chat template lets a
+    conversation hold (the runtime reads templates, and the bundle layer does not import it: `info` passes it)."""
     m = bundle.manifest
     lines = [f"bundle   {bundle.path}",
              f"made     {m.get('created', '?')} by edge-specdec {m.get('tool_versions', {}).get('edge-specdec', '?')}"]
@@ -401,12 +382,12 @@ def describe(bundle: Bundle) -> str:
     lines.append("chat     " + ("the target's chat template: edge-specdec chat and /v1/chat/completions work"
                              if _has_chat_template(bundle.target.folder) else
                              "no chat template: the target continues text (run, /v1/completions)"))
+    if _has_chat_template(bundle.target.folder):
+        lines += [f"         {line}" for line in chat_lines(bundle.target.folder)]
     defaults = bundle.generation_defaults
     lines.append("defaults " + (", ".join(f"{k} {v!r}" for k, v in sorted(defaults.items()))
                                 + " (recorded at export; a request that sets none of these takes them)" if defaults
                                 else "none recorded: GenerationConfig's own (greedy, no repetition penalty)"))
-    if _has_chat_template(bundle.target.folder):
-        lines += [f"         {line}" for line in template_features(bundle.target.folder)]
     total = sum(r["size"] for r in m["files"].values())
     lines.append(f"files    {len(m['files'])} files, {total / 1e6:.1f} MB")
     versions = ", ".join(f"{k} {v}" for k, v in m.get("tool_versions", {}).items())

@@ -8,6 +8,26 @@ import sys
 from ..demo import DEMO_BUNDLE, is_demo
 
 
+def template_features(folder, file=None) -> list[str]:
+    """What a chat template (a model folder's, or `file`) lets a conversation hold, as `info` says it: tool calls
+    in a format the runtime reads, and a system message."""
+    from ..errors import EdgeSpecdecError
+    from ..runtime.chat import ChatTemplate
+    from ..runtime.tool_calls import tool_format
+
+    try:
+        template = ChatTemplate.from_model_folder(folder, file)
+    except EdgeSpecdecError as exc:
+        return [str(exc)]
+    found = tool_format(template.source)
+    tools = (f"tools: yes, {found.name} calls ({found.open.strip()} ... {found.close.strip()}); tool_choice "
+             f"required or a named function makes the model call one" if found else
+             "tools: no (a request with tools gets 400; serve --chat-template FILE takes a template that has them)")
+    system = ("system message: yes" if template.accepts_system_message() else
+              "system message: no (the template refuses one, or leaves it out)")
+    return [tools, system]
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from ..bundle import describe, load_bundle, rehash_bundle
     from ..errors import EdgeSpecdecError
@@ -24,7 +44,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(bundle.manifest, indent=2, ensure_ascii=False))
     else:
-        print(describe(bundle) + ("\n(the demo pair that ships with edge-specdec)" if is_demo(bundle.path) else ""))
+        print(describe(bundle, template_features) + ("\n(the demo pair that ships with edge-specdec)" if is_demo(bundle.path) else ""))
         print("checksums verified" if not args.no_verify else "checksums not verified (--no-verify)")
     return 0
 
