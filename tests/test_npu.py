@@ -148,12 +148,14 @@ def test_a_draft_on_the_npu_is_lossless_and_calls_it_as_npuw_wants(bundle_dir, p
     config = GenerationConfig(max_new_tokens=40)
     on_cpu = Pipeline(bundle_dir(*pair), target_device="CPU", draft_device="CPU", cache_dir="off")
     prompts = [PROMPT, PROMPT, "Once upon a time"]  # the same prompt again reuses the draft's cache; another not
-    expected = [on_cpu.generate(p, config, algorithm="none").token_ids for p in prompts]
-    cpu_draft = [on_cpu.generate(p, config, algorithm=algorithm).stats for p in prompts]
+    # the draft model drafts every round, and no pool: both pipelines see the same rounds
+    options = dict(lookup=False, pool_scope=None)
+    expected = [on_cpu.generate(p, config, algorithm="none", **options).token_ids for p in prompts]
+    cpu_draft = [on_cpu.generate(p, config, algorithm=algorithm, **options).stats for p in prompts]
     core = FakeNpuCore()
     pipe = Pipeline(bundle_dir(*pair), target_device="CPU", draft_device="NPU", core=core, cache_dir="off")
     for prompt, want, cpu in zip(prompts, expected, cpu_draft):
-        result = pipe.generate(prompt, config, algorithm=algorithm)
+        result = pipe.generate(prompt, config, algorithm=algorithm, **options)
         assert result.token_ids == want and result.exact
         # the NPU draft proposes what the same draft proposes on the CPU
         assert (result.stats.draft_tokens_proposed, result.stats.draft_tokens_accepted) == (

@@ -214,12 +214,15 @@ def test_speculative_settings_per_request(server):
     base = dict(model="x", prompt=PROMPTS[3], max_tokens=32, temperature=0, extra_body={"ignore_eos": True})
     alone = c.completions.create(**base)
     for settings in ({"algorithm": "none"}, {"algorithm": "tli", "num_assistant_tokens": 2, "confidence": 0},
-                     {"algorithm": "prompt-lookup"}, {"algorithm": "slem", "lookup": False}):
+                     {"algorithm": "prompt-lookup"}, {"algorithm": "slem", "lookup": False}, {"algorithm": "suffix"}):
         out = c.completions.create(**{**base, "extra_body": {"ignore_eos": True, "edge_specdec": settings}})
         assert out.choices[0].text == alone.choices[0].text
         run = out.model_extra["edge_specdec"]
         assert run["algorithm"] == settings["algorithm"]
-        assert (run["draft_tokens_proposed"] == 0) == (settings["algorithm"] == "none")
+        # proposed by a model, prompt lookup or a free copy (from this request, or from the pool: the same
+        # prompt ran before)
+        proposed = run["draft_tokens_proposed"] + run["suffix_tokens_proposed"] + run["pool_tokens_proposed"]
+        assert (proposed == 0) == (settings["algorithm"] == "none")
 
 
 # --- errors ------------------------------------------------------------------------------------------------------
