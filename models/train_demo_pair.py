@@ -65,10 +65,25 @@ PROMPTS = ["def parse_args(", "class LRUCache:", "import os\n\ndef walk(", "def 
 # manifest like every file).
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 CHAT_TEMPLATE = """\
-{#- The edge-specdec demo is a Python code model: a message is a comment, the assistant's answer the code after it. -#}
+{#- The edge-specdec demo is a Python code model: a message is a comment, the assistant's answer the code after it.
+    With tools, the functions come first, as comments, with how to call one: a JSON object between <tool_call> and
+    </tool_call> (the format of Qwen2.5's template, which the runtime reads back as OpenAI tool calls). -#}
+{%- if tools -%}
+{{ '# Functions you may call, one JSON object per call:\\n' }}
+{%- for tool in tools -%}
+{{ '# ' + (tool['function'] | tojson) + '\\n' }}
+{%- endfor -%}
+{{ '# <tool_call>\\n# {"name": <function-name>, "arguments": <arguments-object>}\\n# </tool_call>\\n\\n' }}
+{%- endif -%}
 {%- for message in messages -%}
 {%- if message['role'] == 'assistant' -%}
-{{ message['content'] }}{{ '\\n\\n\\n' }}
+{{ message['content'] or '' }}
+{%- for call in message['tool_calls'] or [] -%}
+{{ '<tool_call>\\n' + ({'name': call['function']['name'], 'arguments': call['function']['arguments']} | tojson) + '\\n</tool_call>\\n' }}
+{%- endfor -%}
+{{ '\\n\\n\\n' }}
+{%- elif message['role'] == 'tool' -%}
+{{ '# returned: ' + (message['content'] | trim | replace('\\n', '\\n# ')) + '\\n\\n' }}
 {%- else -%}
 {{ '# ' + (message['content'] | trim | replace('\\n', '\\n# ')) + '\\n\\n' }}
 {%- endif -%}
