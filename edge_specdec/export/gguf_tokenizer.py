@@ -2,10 +2,10 @@
 
 llama.cpp tokenizes with the vocabulary, merges and token types stored in the file, split first by the
 pre-tokenizer that `tokenizer.ggml.pre` names (llama.cpp's src/llama-vocab.cpp keeps one list of regular
-expressions per name). transformers' own GGUF reader ignores that name: it reads Llama 3 and DeepSeek Coder files
-as SentencePiece vocabularies, splits StarCoder's digits as GPT-2 does, and saves Llama 2 files as a Code Llama
-tokenizer whose EOS is the BOS. The tokenizer built here splits as llama.cpp does, so it gives the ids the model
-was trained on.
+expressions per name). transformers' own GGUF reader ignores that name: its Llama 3, DeepSeek Coder and StarCoder
+tokenizers split text otherwise than the models' own (Llama 3's on 11 of upstream's 46 test texts), and it saves a
+Llama 2 file as a Code Llama tokenizer whose EOS is the BOS. The tokenizer built here splits as llama.cpp does, so
+it gives the ids the model was trained on.
 
 Kinds of `tokenizer.ggml.model`:
 - "gpt2": byte-level BPE; the pre-tokenizer's regular expressions isolate pieces one after the other, then each
