@@ -117,3 +117,29 @@ def test_vocab_map_save_load_roundtrip(tokenizers, tmp_path):
     assert (loaded.draft_to_target == vmap.draft_to_target).all()
     assert (loaded.target_to_draft == vmap.target_to_draft).all()
     assert loaded.intersection == vmap.intersection > 0
+
+
+# --- the properties of every pair of vocabularies (the opt-in zoo tier checks them on twelve real families) --------
+
+@pytest.fixture(scope="module")
+def sides(tokenizers):
+    from vocab_properties import Side
+
+    return {s: Side(s, table, tok.eos_token_id, lambda text, t=tok: t(text, add_special_tokens=False)["input_ids"])
+            for s, (tok, table) in tokenizers.items()}
+
+
+@pytest.mark.parametrize("target_style,draft_style", [(t, d) for t in STYLES for d in STYLES if t != d])
+def test_pair_properties_of_the_suite_styles(sides, target_style, draft_style):
+    from vocab_properties import (check_mapped_ids_spell_the_same, check_retokenize_round_trip, check_twins_meet,
+                                  check_vocab_map, pair_map)
+
+    t, d = sides[target_style], sides[draft_style]
+    vmap = pair_map(t, d)
+    check_vocab_map(t, d, vmap)
+    twins = check_twins_meet(d, t, vmap.draft_to_target) + check_twins_meet(t, d, vmap.target_to_draft)
+    if "metaspace" in (target_style, draft_style):
+        assert twins > 0  # the byte-fallback twins of its single-character tokens
+    for text in HOSTILE_STRINGS:
+        check_retokenize_round_trip(t, d, text)
+        check_mapped_ids_spell_the_same(t, d, vmap, text)

@@ -142,7 +142,7 @@ def _from_gguf(path: Path, out: Path, progress: Callable[[str], None]) -> Path:
     progress(f"reading {path.name} (GGUF weights are dequantized to float before export)")
     try:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        tokenizer = _gguf_tokenizer(path, AutoTokenizer)
     except Exception as exc:
         raise SourceError(f"{path}: transformers could not read this GGUF file ({exc}). transformers reads GGUF "
                           "files of the common architectures (llama, qwen2, mistral, ...); for others, export from "
@@ -152,6 +152,18 @@ def _from_gguf(path: Path, out: Path, progress: Callable[[str], None]) -> Path:
     del model
     check_hf_folder(out, "gguf")
     return out
+
+
+def _gguf_tokenizer(path: Path, auto_tokenizer):
+    """The file's tokenizer rebuilt from its own tokenizer.ggml.* fields where gguf_tokenizer knows its kind:
+    transformers' reader ignores the pre-tokenizer the file names (Llama 3, DeepSeek Coder and StarCoder files
+    then tokenize differently from the model). Other kinds: transformers' reader."""
+    from .gguf_tokenizer import can_rebuild, gguf_tokenizer_fields, tokenizer_from_gguf
+
+    fields = gguf_tokenizer_fields(path)
+    if can_rebuild(fields):
+        return tokenizer_from_gguf(path, fields)
+    return auto_tokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
 def count_parameters(folder: Path) -> int:
