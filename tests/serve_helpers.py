@@ -117,3 +117,14 @@ def chat_bundle_copy(bundle: Path, folder: Path) -> Path:
     shutil.copytree(bundle, copy)
     (copy / "target" / "chat_template.jinja").write_text(CHATML)
     return copy
+
+
+# two tools with bounded arguments (a tiny model fills a free string until max_tokens)
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
+                   "properties": {"city": {"type": "string", "maxLength": 16},
+                                  "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "additionalProperties": False, "required": ["zone"],
+                                       "properties": {"zone": {"type": "string", "maxLength": 8}}}}}

@@ -17,7 +17,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from edge_specdec.cli.serve import SERVE_EXAMPLES  # noqa: E402
-from serve_helpers import serve_in_thread  # noqa: E402
+from serve_helpers import TIME, WEATHER, serve_in_thread  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts a server or a process: see pyproject.toml
 
@@ -113,14 +113,6 @@ def test_the_page_clears_its_prompt_after_send(tmp_path, chat):
 
 
 # bounded arguments: the demo's tiny code model fills a free string with code until max_tokens
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
-                   "properties": {"city": {"type": "string", "maxLength": 16},
-                                  "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "parameters": {"type": "object", "additionalProperties": False, "required": ["zone"],
-                                       "properties": {"zone": {"type": "string", "maxLength": 8}}}}}
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])

@@ -15,7 +15,7 @@ pytest.importorskip("uvicorn", reason="the server tests need the serve extra: pi
 from edge_specdec.runtime import Engine, GenerationConfig  # noqa: E402
 from edge_specdec.runtime.constraint import Constraint  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
-from serve_helpers import serve_in_thread  # noqa: E402
+from serve_helpers import TIME, WEATHER, serve_in_thread  # noqa: E402
 from support import SAME_VOCAB  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -30,14 +30,6 @@ TOOLS_TEMPLATE = (
     "<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
     "\n</tool_call>{% endfor %}<|im_end|>\n{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
-                   "properties": {"city": {"type": "string", "maxLength": 16},
-                                  "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "parameters": {"type": "object", "additionalProperties": False, "required": ["zone"],
-                                       "properties": {"zone": {"type": "string", "maxLength": 8}}}}}
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
           "properties": {"name": {"type": "string", "maxLength": 10},
                          "age": {"type": "integer", "minimum": 0, "maximum": 99}}}

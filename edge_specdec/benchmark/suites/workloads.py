@@ -51,7 +51,8 @@ _ANSWER = ("Here is a function that counts the words in a file:\n\n```python\nde
 # category -> requests, each a list of chat messages (plain text for a bundle without a chat template)
 WORKLOADS: dict[str, list[list[dict]]] = {
     "code_edit": [
-        [{"role": "user", "content": f"Rename `users` to `people` everywhere and reply with the whole code:\n\n{_CODE}"}],
+        [{"role": "user", "content": f"Rename `users` to `people` everywhere and reply with the whole code:"
+                                     f"\n\n{_CODE}"}],
         [{"role": "user", "content": f"Add a `max_delay=10.0` argument that caps each delay, and reply with the whole "
                                      f"class:\n\n{_CONFIG}"}],
     ],
@@ -96,12 +97,12 @@ FIGURES = [Figure("tokens_per_s", "tok/s"),
            Figure("tokens", "tokens", ".0f")]
 
 METHOD = ("Each request is a chat in the target's template (its own prompts, or --prompts FILE), greedy with the "
-          "bundle's default settings, `max_new_tokens` tokens. The rows run on one engine, interleaved request by request. The draft pool is "
-          "emptied before every run, so no run copies an answer an earlier run (another row, or the same row's "
-          "earlier repeat) wrote; the warm-pool row (--warm-pool) runs instead with a pool that holds the target "
-          "alone's answers to the other requests of its category (the service pattern: many requests of one "
-          "shape), and is labelled as such. A share is the part of the run's tokens that came from that source "
-          "and that the target kept.")
+          "bundle's default settings, `max_new_tokens` tokens. The rows run on one engine, interleaved request by "
+          "request. The draft pool is emptied before every run, so no run copies an answer an earlier run (another "
+          "row, or the same row's earlier repeat) wrote; the warm-pool row (--warm-pool) runs instead with a pool "
+          "that holds the target alone's answers to the other requests of its category (the service pattern: many "
+          "requests of one shape), and is labelled as such. A share is the part of the run's tokens that came from "
+          "that source and that the target kept.")
 
 
 def _prompt(engine, messages: list[dict]) -> list[int]:
