@@ -1,4 +1,4 @@
-"""A bundle's sha256 checksums are verified in full whenever it is opened for generation (issue 32, item 11).
+"""A bundle's sha256 checksums are verified in full whenever it is opened for generation.
 
 Engine hashes every file in a thread while its models compile (bundle.start_verification) and waits for it before
 the load ends, so a file rewritten at the same size with its mtime restored, or bit rot, is refused before anything
