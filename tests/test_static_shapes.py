@@ -124,8 +124,8 @@ def test_copies_serve_only_once_checked(bundle_dir, monkeypatch):
     assert served_during_check == [set()] and session.static_sizes == {2, 3}
 
 
-def test_the_load_compiles_no_copy_and_requests_do_not_wait_for_them(bundle_dir, monkeypatch):
-    """Engine() returns without a static copy; the copies compile in a thread of their own while requests decode
+def test_in_the_background_the_load_compiles_no_copy_and_requests_do_not_wait_for_them(bundle_dir, monkeypatch):
+    """With static_in_background, Engine() returns without a static copy; the copies compile in a thread of their own while requests decode
     on the dynamic models (here held back until the requests are done), with the target alone's ids and bits
     throughout; once ready, the copies serve."""
     plain = Pipeline(bundle_dir(*SAME_VOCAB), static_shapes=False)
@@ -141,7 +141,7 @@ def test_the_load_compiles_no_copy_and_requests_do_not_wait_for_them(bundle_dir,
             assert gate.wait(120)
         return compile_for_block(*args)
     monkeypatch.setattr(session_module, "compile_for_block", held_back)
-    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=True)
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=True, static_in_background=True)
     assert compiled_at_load == [] and pipe.target.static_sizes == frozenset()
     for prompt, result in zip(EXACTNESS_PROMPTS, expected):
         got = pipe.generate(prompt, config, algorithm="standard", lookup=False)

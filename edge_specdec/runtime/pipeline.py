@@ -376,7 +376,8 @@ class Engine:
         return {role: found for role, found in sizes.items() if found}
 
     def _compile_static_copies(self, sizes: dict[str, set[int]]) -> None:
-        """Start compiling the static copies (see _static_sizes) in a thread of their own, after the load: a paged
+        """Compile the static copies (see _static_sizes) during the load, or with EngineConfig.static_in_background
+        start compiling them in a thread of their own, after the load: a paged
         model's compile is paid in every process (OpenVINO cannot import its blob from the cache), and a copy pays
         back its compile over many requests, so no load and no request waits for one. Requests decode on the
         dynamic models meanwhile, and a copy serves once it has run and, on the target, passed the check for its
@@ -384,6 +385,9 @@ class Engine:
         self._static_done = threading.Event()
         if not sizes:
             self._static_done.set()
+            return
+        if not self.config.static_in_background:  # during the load (the default; see EngineConfig)
+            self._add_static_copies(sizes, threading.Event())
             return
         stop = threading.Event()
         thread = threading.Thread(target=self._add_static_copies, args=(sizes, stop), name="static-copies",
