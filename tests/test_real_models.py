@@ -49,15 +49,18 @@ def test_real_heterogeneous_pair(tmp_path):
 
 
 def test_real_gguf_source_is_read_and_its_tokenizer_checked(tmp_path):
-    """SmolLM2 from its GGUF file: transformers reads it, but the tokenizer it rebuilds converts to an OpenVINO
-    tokenizer that disagrees with it even on plain text; the export's parity check must refuse it, not ship it."""
-    from edge_specdec.errors import ExportError
+    """SmolLM2 from its GGUF file: its tokenizer is rebuilt from the file's own tokenizer.ggml fields, as llama.cpp
+    reads them (transformers' GGUF reader gave one that disagreed even on 'Hello world', which export refused), so
+    the bundle's tokenizer writes the ids of the model's own Hugging Face tokenizer."""
+    import openvino as ov
+    from transformers import AutoTokenizer
 
-    with pytest.raises(ExportError, match=r"converted from .*SmolLM2-135M-Instruct\.Q4_1\.gguf disagrees with its "
-                                          r"Hugging Face tokenizer on 'Hello world'"):
-        export_bundle(str(ROOT / "gguf/SmolLM2-135M-Instruct.Q4_1.gguf"), None, tmp_path / "b",
-                      target_weights=WeightSettings("int8"), progress=print)
-    assert not any(tmp_path.iterdir())
+    bundle = load_bundle(export_bundle(str(ROOT / "gguf/SmolLM2-135M-Instruct.Q4_1.gguf"), None, tmp_path / "b",
+                                       target_weights=WeightSettings("int8"), progress=print))
+    hf = AutoTokenizer.from_pretrained(ROOT / "hf/smollm2-135m-instruct")
+    encode = ov.Core().compile_model(bundle.target.tokenizer_xml, "CPU")
+    for text in ["Hello world", *HOSTILE_STRINGS[:8]]:
+        assert encode([text])["input_ids"][0].tolist() == hf(text)["input_ids"], text
 
 
 REAL_PAIR_BUNDLE = Path.home() / ".cache/edge-specdec/bundles/qwen1.5b-int4+smollm2-135m-int8"
@@ -88,11 +91,14 @@ def test_real_heterogeneous_pair_greedy_is_lossless(tmp_path):
         config = GenerationConfig(max_new_tokens=48)
         base = pipe.generate(prompt, config, algorithm="none")
         for algorithm in ("slem", "tli"):
-            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0)
+            # the draft model drafts every round (free copies are measured by `bench workloads`)
+            spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0,
+                                 lookup=False)
             print(algorithm, spec.stats.as_dict()["acceptance"], repr(spec.text[:60]))
             assert spec.token_ids == base.token_ids, (algorithm, prompt)
             accepted += spec.stats.draft_tokens_accepted
-        ahead = concurrent.generate(prompt, config, algorithm="slem", num_assistant_tokens=4, confidence=0.0)
+        ahead = concurrent.generate(prompt, config, algorithm="slem", num_assistant_tokens=4, confidence=0.0,
+                                    lookup=False)
         assert ahead.token_ids == base.token_ids, ("concurrent slem", prompt)
         drafted_ahead += ahead.stats.drafted_ahead_used
     assert accepted > 0 and drafted_ahead > 0
