@@ -71,18 +71,28 @@ def test_leaving_an_async_stream_stops_its_generation(pipe):
 
 
 def test_cancelling_agenerate_stops_the_generation(pipe):
-    cancel = threading.Event()
+    cancel, started, cancelled_by_test = threading.Event(), threading.Event(), threading.Event()
+    pieces: list[str] = []
+
+    def on_text(piece):  # holds the generation after its first text until the task is cancelled
+        pieces.append(piece)
+        started.set()
+        cancelled_by_test.wait(30)
 
     async def cancelled():
         task = asyncio.create_task(pipe.agenerate(PROMPT, GenerationConfig(max_new_tokens=400, ignore_eos=True),
-                                                  cancel=cancel))
-        await asyncio.sleep(0.05)
+                                                  cancel=cancel, on_text=on_text))
+        assert await asyncio.to_thread(started.wait, 30), "the generation wrote no text"
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            cancelled_by_test.set()
 
     asyncio.run(cancelled())
     assert cancel.is_set()
     start = time.perf_counter()
     assert pipe.generate(PROMPT, GenerationConfig(max_new_tokens=4)).token_ids  # the pipeline is free again
     assert time.perf_counter() - start < 30
+    assert len("".join(pieces)) < 400, "the generation ran on after its task was cancelled"
