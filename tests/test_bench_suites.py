@@ -285,3 +285,19 @@ def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_
     assert rows["ours-auto-warm-pool"]["figures"]["pool_share"] > 0  # warm: the other requests' answers
     table = (tmp_path / "workloads" / "report.md").read_text()
     assert "per category" in table and all(f"| {c} |" in table for c in WORKLOADS)
+
+
+def test_a_conversation_cell_is_timed_with_its_earlier_turns_in_the_kv_cache():
+    from edge_specdec.benchmark.suites.workloads import WORKLOADS, earlier_turns, load_cells, runner
+    from edge_specdec.runtime import Engine
+
+    engine = Engine(DEMO_BUNDLE)
+    cells = {c.key: c for c in load_cells(engine, None)}
+    assert earlier_turns(engine, WORKLOADS["chat"][0]) == []  # one turn: nothing earlier to keep
+    category, index, ids, earlier = cells["tool_loop/1"].value
+    assert earlier and ids[:len(earlier)] == earlier and len(earlier) < len(ids)
+    run = runner(engine, 4, "auto")
+    measured = run(cells["tool_loop/1"], 0)
+    # the untimed previous turn left its KV: the timed run prefills only the last turn
+    assert measured.figures["prompt_reused"] >= len(earlier) - 1
+    assert run(cells["chat/1"], 0).figures["prompt_reused"] < 8

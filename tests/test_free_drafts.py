@@ -11,8 +11,9 @@ import pytest
 
 from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import Proposal
-from edge_specdec.runtime.sources import FIRST_PAUSE, TRIAL_ROUNDS, FreeFirst
-from edge_specdec.runtime.suffix import DraftPool, SuffixDrafter, TokenIndex, best_copy
+from edge_specdec.runtime.sources import FIRST_PAUSE, STRONG_MATCH, TRIAL_ROUNDS, FreeFirst
+from edge_specdec.runtime.suffix import (RESUME_SPAN, RESUME_TRIES, RESUMED_MATCH, DraftPool, SuffixDrafter, TokenIndex,
+                                         as_proposal, best_copy)
 from hostile_text import HOSTILE_STRINGS
 from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, forced_logprobs, homogeneity_pvalue,
                      logprob_bits)
@@ -113,8 +114,8 @@ def test_a_copy_goes_first_the_model_drafts_otherwise_and_after_a_short_sure_cop
 
 def test_a_free_source_that_loses_is_paused_and_measured_again():
     model = Recorder()
-    drafter = FreeFirst(model, SuffixDrafter(list(range(10, 30)) * 2))
-    sequence = list(range(10, 30)) * 2 + [10, 11]
+    drafter = FreeFirst(model, SuffixDrafter(list(range(10, 30)) + [5]))
+    sequence = list(range(10, 30)) + [5, 10, 11]  # a short match: (10, 11)
     for _ in range(3):  # model rounds: 3 tokens in 0.1 s
         drafter.verified(Proposal([7, 7]), 2, 0.1)
     for _ in range(TRIAL_ROUNDS):  # copies the target rejects: 1 token in 0.1 s
@@ -127,11 +128,72 @@ def test_a_free_source_that_loses_is_paused_and_measured_again():
 
 
 def test_without_a_clock_the_source_is_judged_by_what_the_target_kept():
-    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) * 2), clock=False)
-    sequence = list(range(10, 30)) * 2 + [10, 11]
+    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]), clock=False)
+    sequence = list(range(10, 30)) + [5, 10, 11]
     for _ in range(TRIAL_ROUNDS):
         drafter.verified(drafter.propose(sequence, 4), 0, 1e-9)  # absurd clocks do not matter: nothing kept
     assert not drafter.propose(sequence, 4).copied
+
+
+def test_before_any_model_round_the_copies_are_judged_by_what_the_target_kept():
+    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]))
+    sequence = list(range(10, 30)) + [5, 10, 11]
+    for _ in range(TRIAL_ROUNDS):  # copies only, all rejected: no model round to compare their rate with
+        drafter.verified(drafter.propose(sequence, 4), 0, 0.1)
+    assert not drafter.propose(sequence, 4).copied
+
+
+def test_a_paused_free_source_still_copies_a_long_match():
+    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]))
+    short = list(range(10, 30)) + [5, 10, 11]
+    for _ in range(TRIAL_ROUNDS):
+        drafter.verified(drafter.propose(short, 4), 0, 0.1)
+    assert not drafter.propose(short, 4).copied  # paused
+    long_match = list(range(10, 30)) + [5] + list(range(10, 10 + STRONG_MATCH))
+    assert drafter.propose(long_match, 4).tokens == [10 + STRONG_MATCH, 11 + STRONG_MATCH, 12 + STRONG_MATCH,
+                                                     13 + STRONG_MATCH]
+
+
+# --- resuming a copy where the target parted from it (an edit) --------------------------------------------------
+
+SOURCE = [50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61]
+
+
+def copied_then_parted(kept: int, written: list[int]):
+    """A drafter whose copy of SOURCE (after the request's end, [1, 50, 51]) the target kept `kept` tokens of,
+    then wrote `written` itself: (the drafter, the sequence)."""
+    drafter = SuffixDrafter([9] + SOURCE + [1])
+    sequence = [9] + SOURCE + [1, 50, 51]
+    proposal = as_proposal(drafter.copy(sequence))
+    assert proposal.tokens == [52, 53, 54, 55]
+    drafter.verified(proposal, kept, 0.1)
+    return drafter, sequence + proposal.tokens[:kept] + written
+
+
+def test_a_copy_resumes_after_the_tokens_the_target_replaced():
+    drafter, sequence = copied_then_parted(1, [99])  # 53 replaced by 99
+    assert drafter.copy(sequence).tokens[:2] == [54, 55]
+    drafter, sequence = copied_then_parted(1, [99, 98])  # 53 and 54 replaced by two tokens
+    assert drafter.copy(sequence).tokens[:2] == [55, 56]
+
+
+def test_a_copy_resumes_behind_the_source_token_the_target_came_back_to():
+    drafter, sequence = copied_then_parted(1, [99, 98, 97, 96, 95, 54])  # inserted 5 tokens, then back at 54
+    assert drafter.copy(sequence).tokens[:2] == [55, 56]
+    drafter, sequence = copied_then_parted(1, [55])  # dropped 53 and 54
+    assert drafter.copy(sequence).tokens[:2] == [56, 57]
+
+
+def test_an_anchor_whose_resumed_copies_miss_is_dropped():
+    drafter, sequence = copied_then_parted(1, [99])
+    for i in range(RESUME_TRIES):
+        found = drafter.copy(sequence)
+        assert found is not None and found.match == RESUMED_MATCH
+        drafter.verified(as_proposal(found), 0, 0.1)
+        sequence = sequence + [80 + i]  # the target's own token each time
+    assert drafter.anchor is None and drafter.copy(sequence) is None
+    drafter, sequence = copied_then_parted(1, list(range(100, 101 + RESUME_SPAN)))  # far past the parting: nothing resumes
+    assert drafter.copy(sequence) is None
 
 
 # --- lossless with real (tiny) models ----------------------------------------------------------------------------
@@ -160,6 +222,15 @@ def test_greedy_ids_and_bits_are_the_target_alones_with_copies_and_the_pool(pipe
         assert off.token_ids == base.token_ids
     assert copied > 0 and pooled > 0  # copies from the request and from the pool were verified, and stayed exact
     pipe.forget()
+
+
+def test_the_drafter_hears_the_first_rounds_outcome_without_its_clock(pipes, monkeypatch):
+    heard = []
+    monkeypatch.setattr(SuffixDrafter, "verified", lambda self, proposal, accepted, seconds: heard.append(seconds))
+    result = pipes["standard"].generate(REPEATING[0], GenerationConfig(max_new_tokens=12, ignore_eos=True),
+                                        algorithm="suffix", pool_scope=None)
+    assert len(heard) == result.stats.rounds  # every round, the first included
+    assert heard[0] is None and all(seconds > 0 for seconds in heard[1:])
 
 
 def test_a_seeded_sampled_request_repeats_with_the_pool_warm_or_cold(pipes):

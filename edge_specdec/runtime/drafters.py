@@ -29,23 +29,30 @@ class Proposal:
     forced: int = 0  # how many tokens at its front a grammar forced (proposed without the drafter)
     copied: int = 0  # how many tokens after those were copied (free drafts, no draft model)
     source: str = ""  # where the copied tokens came from: "suffix" (the request) or "pool" (earlier requests)
+    # where the copy sits: (its source's token list, the position there before its first copied token, the length
+    # of the sequence it was proposed for)
+    origin: Optional[tuple[list[int], int, int]] = None
 
     def after_first(self) -> "Proposal":
         """The proposal without its first token (what is left once that token is known to be right)."""
         forced, copied = (self.forced - 1, self.copied) if self.forced else (0, max(0, self.copied - 1))
-        return Proposal(self.tokens[1:], None if self.q is None else self.q[1:], forced, copied, self.source)
+        origin = self.origin
+        if origin is not None and not self.forced and self.copied:
+            origin = (origin[0], origin[1] + 1, origin[2] + 1)
+        return Proposal(self.tokens[1:], None if self.q is None else self.q[1:], forced, copied, self.source,
+                        origin)
 
     def head(self, k: int) -> "Proposal":
         forced = min(self.forced, k)
         return Proposal(self.tokens[:k], None if self.q is None else self.q[:k], forced,
-                        min(self.copied, k - forced), self.source)
+                        min(self.copied, k - forced), self.source, self.origin)
 
     @classmethod
     def grammar_forced(cls, tokens: list[int], then: Optional["Proposal"] = None) -> "Proposal":
         """A grammar's forced tokens (deterministic: q one-hot), then a drafter's proposal after them."""
         then = then or Proposal()
         q = None if then.q is None else [None] * len(tokens) + list(then.q)
-        return cls(list(tokens) + then.tokens, q, len(tokens), then.copied, then.source)
+        return cls(list(tokens) + then.tokens, q, len(tokens), then.copied, then.source, then.origin)
 
 
 class Drafter:
@@ -65,10 +72,10 @@ class Drafter:
         drafter with free_tokens may still copy up to that many)."""
         raise NotImplementedError
 
-    def verified(self, proposal: Proposal, accepted: int, seconds: float) -> None:
+    def verified(self, proposal: Proposal, accepted: int, seconds: Optional[float]) -> None:
         """A round's proposal (the one verified, which in concurrent mode need not be the latest proposed), how
         many of the drafter's own tokens (after the grammar's forced ones) the target kept, and the round's
-        seconds, draft and target."""
+        seconds, draft and target (None for a run's first round, whose clock is mostly the prompt's)."""
 
     def accept(self, n_accepted: int, next_token: int) -> None:
         """A round was verified: the target kept the first n_accepted tokens of its proposal, then wrote

@@ -303,8 +303,8 @@ def count_round(r: Run, proposal: Proposal, verdict: Verdict, k: int, draft_seco
     r.stats.grammar_tokens_accepted += kept_forced
     if copied:
         r.stats.count_copy(proposal.source, copied, kept_copied)
-    if r.drafter and r.stats.rounds:  # (the first round's seconds are mostly the prompt's)
-        r.drafter.verified(proposal, n - kept_forced, draft_seconds + target_seconds)
+    if r.drafter:  # (the first round's seconds are mostly the prompt's: not the round's price)
+        r.drafter.verified(proposal, n - kept_forced, draft_seconds + target_seconds if r.stats.rounds else None)
     proposed, n = len(proposal.tokens) - forced - copied, n - kept_forced - kept_copied
     if r.draft_length and not copied:  # a copy is no draft model's round: its guard and length ignore it
         r.draft_length.update(n, proposed, draft_seconds, target_seconds, drafted=k > 0, first=r.stats.rounds == 0)

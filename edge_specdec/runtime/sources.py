@@ -5,9 +5,10 @@ round of a draft model's algorithm therefore asks the free source first, and `Fr
 copy is expected to keep at least MIN_EXPECTED of its tokens; the model drafts otherwise, and also after a short,
 sure copy, on from its end (chained), within the round's k. What each source earns is measured as the run goes (a
 decayed tokens per second of the rounds it served, against the other rounds'): a free source that keeps losing is
-paused, for longer each time it loses again, and tried again after (llama.cpp switches its n-gram drafts off per
+paused (but for copies of long matches), for longer each time it loses again, and tried again after (llama.cpp switches its n-gram drafts off per
 sequence after empty drafts; this follows the same idea with rates). A seeded sampled run must repeat, so it never
-reads the clock: its free source is paused by its acceptance alone, which depends only on the request.
+reads the clock: its free source is paused by its acceptance alone, which depends only on the request; so is any
+run's before the model has served a measured round.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ MIN_EXPECTED = 1.0   # a copy goes to the target when it is expected to keep at 
 SURE = 0.9           # a copy whose every step at least this many of its occurrences agree on may be chained
 FIRST_PAUSE, LONGEST_PAUSE = 16, 256  # rounds a losing free source sits out (doubling while it keeps losing)
 TRIAL_ROUNDS = 4     # free rounds measured before the free source is judged
+STRONG_MATCH = 8     # a copy matching at least this many tokens is taken even while the free source is paused
 DECAY = 0.8
 
 
@@ -51,12 +53,12 @@ class FreeFirst(Drafter):
                 "free_paused_rounds": self.paused_rounds, **self.model.stats()}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
-        found = None
-        if self.paused:
+        found = self.free.copy(sequence)
+        if self.paused:  # a paused free source still serves a copy that matches a long run of the sequence
             self.paused -= 1
             self.paused_rounds += 1
-        else:
-            found = self.free.copy(sequence)
+            if found is not None and found.match < STRONG_MATCH:
+                found = None
         if found is not None and self.grammar is not None:  # a copy the grammar refuses is cut to what it allows
             found.tokens = found.tokens[:self.grammar.valid_prefix(sequence, found.tokens)]
             found.expected = min(found.expected, len(found.tokens))
@@ -67,12 +69,14 @@ class FreeFirst(Drafter):
             self.chained_rounds += 1
             rest = self.model.propose(sequence + copy.tokens, k - len(copy.tokens))
             q = None if rest.q is None else [None] * len(copy.tokens) + list(rest.q)
-            return Proposal(copy.tokens + rest.tokens, q, copied=copy.copied, source=copy.source)
+            return Proposal(copy.tokens + rest.tokens, q, copied=copy.copied, source=copy.source, origin=copy.origin)
         self.free_rounds += 1
         return copy
 
-    def verified(self, proposal: Proposal, accepted: int, seconds: float) -> None:
+    def verified(self, proposal: Proposal, accepted: int, seconds: Optional[float]) -> None:
         self.free.verified(proposal, accepted, seconds)
+        if seconds is None:  # the run's first round: its clock prices the prompt, not the source
+            return
         copied = proposal.copied > 0
         rate = self.rates[copied]
         rate[0], rate[1] = DECAY * rate[0] + accepted + 1, DECAY * rate[1] + seconds
@@ -89,10 +93,10 @@ class FreeFirst(Drafter):
 
     def _losing(self) -> bool:
         """Do the copies lose to the other rounds? By tokens per second, or (no clock) by the share kept."""
-        if not self.clock:
-            return self.kept[0] < 0.25 * self.kept[1]
         (ft, fs), (ot, os_) = self.rates[True], self.rates[False]
-        return bool(fs and os_ and ft / fs < 0.9 * ot / os_)
+        if not self.clock or not os_:  # (no model round measured yet: the copies' own record only)
+            return self.kept[0] < 0.25 * self.kept[1]
+        return bool(fs and ft / fs < 0.9 * ot / os_)
 
 
 def free_first(model: Optional[Drafter], free: SuffixDrafter, clock: bool) -> Drafter:

@@ -16,6 +16,13 @@ MIN_SHARE of them agree. Its length follows the match's length and what the targ
 (`SuffixDrafter.factor`). With the probabilities of its steps it also gives the expected number of its tokens the
 target keeps, which the caller weighs against a draft model's round (see drafters.FreeFirst).
 
+Where the target parts from a copy (an edit: a renamed word, a changed argument, an inserted call), the text it
+copied usually goes on a few tokens later. The drafter keeps its place in the source (`Anchor`) and, while no long
+match exists, looks for the sequence's last token just after that place: found, the copy resumes behind it (the
+target inserted or dropped tokens); otherwise, for the first few tokens after the parting, it resumes as many source
+tokens on as the target has written since (the target replaced them), so an edit costs a round or two, not the
+rounds of matching two tokens again. An anchor whose copies the target keeps nothing of RESUME_TRIES times is dropped.
+
 A proposal depends only on the tokens the index holds, never on a verification's random draws, so it is lossless
 under sampling as every deterministic proposal is (verify.py: a token without q is kept with probability p(x)).
 """
@@ -34,6 +41,13 @@ MAX_CANDIDATES = 32      # the most recent occurrences of the last pair looked a
 MIN_SHARE = 0.3          # a continuation step needs at least this share of the matching occurrences
 FREE_TOKENS = 16         # the most tokens one free proposal holds
 MIN_FREE_TOKENS = 2      # a shorter proposal is not worth a round's block
+LONG_MATCH = 3           # a match at least this long is taken before resuming at the anchor
+RESUME_WINDOW = 8        # source tokens after the anchor searched for the sequence's last token
+RESUME_SPAN = 24         # tokens the sequence may grow past the parting before the anchor is dropped
+RESUME_REPLACED = 4      # at most this many tokens after the parting are taken as replacing as many source tokens
+RESUME_TRIES = 3         # resumed copies of one anchor the target may keep nothing of before it is dropped
+RESUMED_MATCH = 1        # the match length a resumed copy counts as (one token, near its anchor)
+RESUME_SHARE = 0.7       # the chance counted per step of a resumed copy (one occurrence, matched on one token)
 DRAFT_POOL_TOKENS = 65536  # the default bound of an engine's draft pool (tokens over all scopes)
 
 
@@ -104,6 +118,7 @@ class Copy:
     expected: float
     match: int
     source: str
+    origin: Optional[tuple[list[int], int, int]] = None  # as Proposal.origin
 
 
 def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], limit: int) -> Optional[Copy]:
@@ -139,7 +154,8 @@ def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], l
         expected += chance
         tokens.append(token)
         live = [occurrence for occurrence, t in zip(live, nexts) if t == token]
-    return Copy(tokens, expected, longest, source) if tokens else None
+    first_index, _, first_p = live[0]
+    return Copy(tokens, expected, longest, source, (first_index.tokens, first_p, len(context))) if tokens else None
 
 
 class DraftPool:
@@ -199,6 +215,19 @@ class DraftPool:
                     "scopes": len(self.scopes)}
 
 
+@dataclass
+class Anchor:
+    """A copy's place in its source after the target verified it: `tokens[next]` is the first source token the
+    target has not kept, and `length` the sequence's length once the target wrote its own token there (exact: or,
+    where a chained model's tokens were kept too, at least that)."""
+    tokens: list[int]
+    next: int
+    source: str
+    length: int
+    exact: bool
+    tries: int = 0  # resumed copies of this anchor the target kept nothing of
+
+
 class SuffixDrafter(Drafter):
     """Free drafts for one request, from its own tokens and an engine's draft pool (see the module's docstring):
     the `suffix` algorithm's drafter, and the free source of a draft model's rounds (sources.FreeFirst).
@@ -213,6 +242,9 @@ class SuffixDrafter(Drafter):
         self.own = TokenIndex(prompt_ids)
         self.pool, self.scope = pool, scope
         self.factor = 2.0
+        self.anchor: Optional[Anchor] = None
+        self.resumed = 0  # copies that resumed at an anchor
+        self.recent: "OrderedDict[tuple, tuple[int, bool]]" = OrderedDict()  # copy's place -> (match, resumed)
 
     def sync(self, sequence: list[int]) -> None:
         """Make the request's index hold exactly `sequence` (it grows by a round's tokens; a guessed sequence
@@ -236,18 +268,55 @@ class SuffixDrafter(Drafter):
             with pool.lock:
                 pooled = pool.index(self.scope)
                 found = best_copy(sources + ([("pool", pooled, False)] if pooled else []), sequence, FREE_TOKENS)
+        if found is None or found.match < LONG_MATCH:
+            found = self.resume(sequence) or found
         if found is None:
             return None
         length = min(limit, max(MIN_FREE_TOKENS, int(self.factor * found.match)))
         found.tokens = found.tokens[:length]
         found.expected = min(found.expected, len(found.tokens))
-        return found if len(found.tokens) >= MIN_FREE_TOKENS else None
+        if len(found.tokens) < MIN_FREE_TOKENS:
+            return None
+        if found.origin is not None:  # what verified() needs to know of it (the last few: concurrent mode)
+            tokens, before, at_length = found.origin
+            self.recent[(id(tokens), before, at_length)] = (found.match, found.match == RESUMED_MATCH)
+            while len(self.recent) > 4:
+                self.recent.popitem(last=False)
+        return found
+
+    def resume(self, sequence: list[int]) -> Optional[Copy]:
+        """A copy that resumes at the anchor (see the module's docstring): behind the sequence's last token where
+        it follows the anchor closely, or, right after the parting, one source token on. None: neither."""
+        anchor = self.anchor
+        if anchor is None:
+            return None
+        if len(sequence) > anchor.length + RESUME_SPAN:
+            self.anchor = None
+            return None
+        tokens, last = anchor.tokens, sequence[-1]
+        end = min(anchor.next + RESUME_WINDOW, len(tokens))
+        at = next((q for q in range(anchor.next, end) if tokens[q] == last), None)
+        written = len(sequence) - anchor.length + 1  # tokens the target wrote since it parted from the source
+        if at is None and anchor.exact and 1 <= written <= RESUME_REPLACED:
+            at = anchor.next + written - 1  # they replaced as many source tokens: go on after those
+        if at is None or at >= len(tokens):
+            return None
+        run = []
+        for token in tokens[at + 1:at + 1 + FREE_TOKENS]:
+            if token < 0:
+                break
+            run.append(token)
+        if not run:
+            return None
+        self.resumed += 1
+        expected = sum(RESUME_SHARE ** (i + 1) for i in range(len(run)))
+        return Copy(run, expected, RESUMED_MATCH, anchor.source, (tokens, at, len(sequence)))
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         found = self.copy(sequence, min(k, FREE_TOKENS) if k > 0 else FREE_TOKENS)
         return as_proposal(found) if found else Proposal()
 
-    def verified(self, proposal: Proposal, accepted: int, seconds: float) -> None:
+    def verified(self, proposal: Proposal, accepted: int, seconds: Optional[float]) -> None:
         if not proposal.copied:
             return
         kept = min(accepted, proposal.copied)
@@ -255,7 +324,22 @@ class SuffixDrafter(Drafter):
             self.factor = min(8.0, 2 * self.factor)
         elif 2 * kept < proposal.copied:
             self.factor = max(0.5, self.factor / 2)
+        if proposal.origin is None:
+            return
+        tokens, before, length = proposal.origin
+        match, resumed = self.recent.get((id(tokens), before, length), (0, False))
+        anchor = self.anchor
+        if resumed and not kept and anchor is not None:  # the resumed copy missed: the anchor stays, one try less
+            anchor.tries += 1
+            if anchor.tries >= RESUME_TRIES:
+                self.anchor = None
+        elif kept or match >= LONG_MATCH:  # the copy stood where the target writes: its place is the anchor
+            exact = accepted <= proposal.copied
+            self.anchor = Anchor(tokens, before + 1 + kept, proposal.source, length + kept + 1, exact)
+
+    def stats(self) -> dict:
+        return {"resumed_copies": self.resumed} if self.resumed else {}
 
 
 def as_proposal(found: Copy) -> Proposal:
-    return Proposal(list(found.tokens), None, copied=len(found.tokens), source=found.source)
+    return Proposal(list(found.tokens), None, copied=len(found.tokens), source=found.source, origin=found.origin)

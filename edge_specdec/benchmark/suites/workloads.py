@@ -94,7 +94,8 @@ FIGURES = [Figure("tokens_per_s", "tok/s"),
            Figure("suffix_share", "share copied from the request", ".2f"),
            Figure("pool_share", "share copied from the pool", ".2f"),
            Figure("model_share", "share drafted by the model", ".2f"),
-           Figure("tokens", "tokens", ".0f")]
+           Figure("tokens", "tokens", ".0f"),
+           Figure("prompt_reused", "prompt tokens reused", ".0f")]
 
 METHOD = ("Each request is a chat in the target's template (its own prompts, or --prompts FILE), greedy with the "
           "bundle's default settings, `max_new_tokens` tokens. The rows run on one engine, interleaved request by "
@@ -111,16 +112,30 @@ def _prompt(engine, messages: list[dict]) -> list[int]:
     return engine.tokenizer.encode("\n\n".join(m["content"] for m in messages))
 
 
+def earlier_turns(engine, messages: list[dict]) -> list[int]:
+    """The tokens a conversation's previous turn left in the KV cache: the prompt of the messages before its last
+    user message, as far as it is a prefix of the whole request's (empty for a single-turn request)."""
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if last_user == 0 or not any(m["role"] == "user" for m in messages[:last_user]):
+        return []
+    earlier, ids = _prompt(engine, messages[:last_user]), _prompt(engine, messages)
+    common = next((i for i, (a, b) in enumerate(zip(earlier, ids)) if a != b), min(len(earlier), len(ids)))
+    return ids[:common]
+
+
 def runner(engine, max_new_tokens: int, algorithm: str, lookup: bool = True, warm: dict = None):
-    """A row's run: the cell's request on a session of the engine; the pool emptied first (cold), or holding the
-    other requests' answers of its category (warm)."""
+    """A row's run: the cell's request on a session of the engine whose KV cache holds the conversation's earlier
+    turns; the pool emptied first (cold), or holding the other requests' answers of its category (warm)."""
     from ...runtime import GenerationConfig
 
     session = engine.session()
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0).with_defaults(engine.default_config)
+    one_token = GenerationConfig(max_new_tokens=1, temperature=0.0).with_defaults(engine.default_config)
 
     def run(c: Cell, repeat: int) -> Measured:
-        category, index, ids = c.value
+        category, index, ids, earlier = c.value
+        if earlier:  # the previous turn, untimed: its KV stays in the session for the timed run to reuse
+            session.generate(earlier, one_token, algorithm=algorithm, lookup=lookup, pool_scope=None)
         engine.forget()
         if warm is not None:
             for other, answer in warm[category].items():
@@ -132,6 +147,7 @@ def runner(engine, max_new_tokens: int, algorithm: str, lookup: bool = True, war
         seconds = time.perf_counter() - start
         st, n = result.stats, max(1, len(result.token_ids))
         return Measured({"tokens_per_s": len(result.token_ids) / seconds, "tokens_per_pass": st.tokens_per_target_pass,
+                         "prompt_reused": st.prompt_tokens_reused,
                          "suffix_share": st.suffix_tokens_accepted / n, "pool_share": st.pool_tokens_accepted / n,
                          "model_share": st.draft_tokens_accepted / n, "tokens": len(result.token_ids)},
                         list(result.token_ids))
@@ -146,7 +162,7 @@ def warm_answers(engine, cells: list[Cell], max_new_tokens: int) -> dict:
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0).with_defaults(engine.default_config)
     session, answers = engine.session(), {}
     for c in cells:
-        category, index, ids = c.value
+        category, index, ids, _ = c.value
         result = session.generate(ids, config, algorithm="none", pool_scope=None)
         answers.setdefault(category, {})[index] = ids + result.token_ids
     return answers
@@ -187,7 +203,7 @@ def load_cells(engine, prompts_file) -> list[Cell]:
                      for category, items in read_prompt_file(Path(prompts_file)).items()}
     else:
         workloads = WORKLOADS
-    return [Cell(f"{category}/{i + 1}", (category, i, _prompt(engine, messages)))
+    return [Cell(f"{category}/{i + 1}", (category, i, _prompt(engine, messages), earlier_turns(engine, messages)))
             for category, requests in workloads.items() for i, messages in enumerate(requests)]
 
 
