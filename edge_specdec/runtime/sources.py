@@ -50,7 +50,7 @@ class FreeFirst(Drafter):
 
     def stats(self) -> dict:
         return {"free_rounds": self.free_rounds, "chained_rounds": self.chained_rounds,
-                "free_paused_rounds": self.paused_rounds, **self.model.stats()}
+                "free_paused_rounds": self.paused_rounds, **self.free.stats(), **self.model.stats()}
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         found = self.free.copy(sequence)
