@@ -44,10 +44,51 @@ def test_the_page_says_why_nothing_was_drafted_in_the_clis_words():
     assert drafted["drafting_note"] == "" and "paused" not in summary_text_on_the_page(drafted)
 
 
+def request_on_the_page(chat: bool, values: dict) -> dict:
+    """The page's own requestFor (app.js), run by node with the controls holding `values`: the request's URL and
+    body, or the error it throws."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs node to run the page's script")
+    source = (STATIC / "app.js").read_text(encoding="utf-8")
+    function = re.search(r"^function requestFor\(.*?^}\n", source, re.MULTILINE | re.DOTALL)[0]
+    script = (f"const state = {{chat: {json.dumps(chat)}, history: [], model: 'm'}};\n"
+              f"const values = {json.dumps(values)};\n"
+              "function $(id) { return {value: values[id] ?? ''}; }\n"
+              f"{function}\n"
+              "try { const [url, body] = requestFor('hi'); process.stdout.write(JSON.stringify({url, body})); }\n"
+              "catch (e) { process.stdout.write(JSON.stringify({error: e.message})); }")
+    return json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True,
+                                     timeout=60).stdout)
+
+
+CONTROLS = {"max-tokens": "16", "temperature": "0.7", "algorithm": "auto", "top-p": "1", "seed": "", "system": "",
+            "schema": ""}
+
+
 def test_the_legend_shows_only_colours_the_page_can_produce():
     page = (STATIC / "index.html").read_text(encoding="utf-8")
     legend = re.search(r'<section id="legend".*?</section>', page, re.DOTALL)[0]
-    assert re.findall(r'class="swatch (\w+)"', legend) == ["draft", "target"]  # the page sends no grammar
+    assert re.findall(r'class="swatch (\w+)"', legend) == ["draft", "target", "grammar"]
+    assert 'id="schema"' in page  # the grammar's colour comes from the schema box
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    chat = request_on_the_page(True, CONTROLS | {"schema": json.dumps(schema)})["body"]
+    assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    completion = request_on_the_page(False, CONTROLS | {"schema": json.dumps(schema)})
+    assert completion["url"] == "v1/completions" and completion["body"]["json_schema"] == schema
+
+
+def test_the_page_sends_a_system_message_top_p_and_a_seed_only_when_given():
+    plain = request_on_the_page(True, CONTROLS)
+    assert plain["url"] == "v1/chat/completions"
+    assert plain["body"]["messages"] == [{"role": "user", "content": "hi"}]
+    assert not {"top_p", "seed", "response_format"} & set(plain["body"])
+    given = request_on_the_page(True, CONTROLS | {"system": "Be brief.", "top-p": "0.9", "seed": "7"})["body"]
+    assert given["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert given["top_p"] == 0.9 and given["seed"] == 7
+    completion = request_on_the_page(False, CONTROLS | {"system": "Be brief."})["body"]
+    assert "messages" not in completion and completion["prompt"] == "hi"  # a system message is a chat's
+    assert "not JSON" in request_on_the_page(True, CONTROLS | {"schema": "{nope"})["error"]
 
 
 def test_metrics_declare_batched_calls_a_counter():

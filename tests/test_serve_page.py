@@ -409,3 +409,42 @@ def test_chat_mode(browser):
             assert cached > 0 if len(history) > 2 else cached < prompt
         users = browser.find_elements("css selector", "#transcript .msg.user .body")
         assert [u.get_attribute("textContent") for u in users] == ["def parse_args(", "import os"]
+
+
+def test_the_options_send_a_system_message_a_schema_top_p_and_a_seed(browser):
+    """The Options: a system message and a JSON schema go into the chat request as OpenAI's messages and
+    response_format, top-p and a seed beside them; the reply is the server's own to that request, its forced
+    tokens shown in the grammar's colour. A schema that is not JSON is refused on the page, before anything is sent."""
+    from edge_specdec.serve import ServerSettings
+
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]}
+    with serve_in_thread(ServerSettings()) as running:
+        open_page(browser, running.url)
+        assert browser.find_element("id", "system").is_displayed() is False  # folded away until wanted
+        browser.find_element("css selector", "#options summary").click()
+        browser.find_element("id", "system").send_keys("You answer in JSON.")
+        browser.find_element("id", "schema").send_keys("{not json")
+        type_and_enter(browser, "yes or no?")
+        assert "not JSON" in text_of(browser, "error")
+        assert not browser.find_elements("css selector", "#transcript .msg")  # nothing was sent
+        assert browser.find_element("id", "prompt").get_attribute("value") == "yes or no?"
+        browser.find_element("id", "prompt").clear()
+        browser.find_element("id", "schema").clear()
+        browser.find_element("id", "schema").send_keys(json.dumps(schema))
+        set_field(browser, "max-tokens", 24)
+        set_field(browser, "temperature", 0.8)
+        set_field(browser, "top-p", 0.9)
+        set_field(browser, "seed", 7)
+        type_and_enter(browser, "yes or no?")
+        assert wait_state(browser, "done", "error") == "done", text_of(browser, "error")
+        spans = token_spans(browser)
+        status, reference = post(running.api + "/chat/completions", {
+            "messages": [{"role": "system", "content": "You answer in JSON."},
+                         {"role": "user", "content": "yes or no?"}],
+            "max_tokens": 24, "temperature": 0.8, "top_p": 0.9, "seed": 7,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}})
+        assert status == 200, reference
+        shown = "".join(s["text"] for s in spans)
+        assert shown == reference["choices"][0]["message"]["content"]  # the seed makes the sample repeat
+        assert json.loads(shown)["answer"] in ("yes", "no")
+        assert "grammar" in {s["source"] for s in spans}  # the schema's forced tokens, in their colour

@@ -100,6 +100,7 @@ async function loadModel() {
   $("mode").textContent = state.chat ? "chat" : "completion mode: the model continues your text";
   $("mode").dataset.mode = state.chat ? "chat" : "completion";
   $("prompt-label").textContent = state.chat ? "Message" : "Text to continue";
+  $("system").hidden = $("system-label").hidden = !state.chat;  // a system message is a chat's
   const select = $("algorithm");
   select.replaceChildren(...(info.algorithms || ["auto"]).map((name) => element("option", null, name)));
   select.value = "auto";
@@ -163,7 +164,8 @@ function summaryText(s, usage) {
   return line;
 }
 
-// Build the request for the current mode and the controls' values.
+// Build the request for the current mode and the controls' values. Throws where a control's value is not valid
+// (a schema that is not JSON), before anything is sent.
 function requestFor(text) {
   const body = {
     model: state.model,
@@ -173,11 +175,28 @@ function requestFor(text) {
     temperature: Number($("temperature").value),
     edge_specdec: { algorithm: $("algorithm").value },
   };
+  const topP = Number($("top-p").value);
+  if ($("top-p").value !== "" && topP !== 1) body.top_p = topP;
+  if ($("seed").value !== "") body.seed = Number($("seed").value);
+  const schemaText = $("schema").value.trim();
+  let schema = null;
+  if (schemaText) {
+    try {
+      schema = JSON.parse(schemaText);
+    } catch (e) {
+      throw new Error(`the JSON schema is not JSON: ${e.message}`);
+    }
+  }
   if (state.chat) {
-    body.messages = [...state.history, { role: "user", content: text }];
+    const system = $("system").value.trim();
+    body.messages = [...(system ? [{ role: "system", content: system }] : []), ...state.history,
+                     { role: "user", content: text }];
+    // OpenAI's structured output for chat
+    if (schema) body.response_format = { type: "json_schema", json_schema: { name: "answer", schema } };
     return ["v1/chat/completions", body];
   }
   body.prompt = text;
+  if (schema) body.json_schema = schema;  // llama-server's field for completions
   return ["v1/completions", body];
 }
 
@@ -207,7 +226,13 @@ async function send(text) {
   $("final-stats").textContent = "";
   delete $("stats").dataset.summary;
   delete $("stats").dataset.usage;
-  const [url, body] = requestFor(text);
+  let url, body;
+  try {
+    [url, body] = requestFor(text);
+  } catch (e) {
+    showError(e.message);  // nothing was sent: the prompt stays in its box
+    return;
+  }
   const { turn, output } = addTurn(text);
   const transcript = $("transcript");
   transcript.scrollTop = transcript.scrollHeight;
