@@ -66,6 +66,31 @@ CONTROLS = {"max-tokens": "16", "temperature": "0.7", "algorithm": "auto", "top-
             "schema": ""}
 
 
+def test_the_summary_counts_copied_tokens_beside_the_draft_models():
+    copied = run_summary(result_of(rounds=4, target_passes=4, draft_tokens_proposed=6, draft_tokens_accepted=3,
+                                   suffix_tokens_proposed=9, suffix_tokens_accepted=8, pool_tokens_accepted=2))
+    assert "acceptance 3/6" in summary_text_on_the_page(copied)
+    assert "10 tokens copied from earlier text" in summary_text_on_the_page(copied)
+    assert "copied" not in summary_text_on_the_page(run_summary(result_of(rounds=4, target_passes=4)))
+
+
+def test_the_controls_defaults_pass_the_browsers_own_form_check():
+    """A number box whose value misses its min/max/step makes the browser refuse to submit the form, silently."""
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    boxes = re.findall(r'<input id="([\w-]+)" type="number"([^>]*)>', page)
+    assert {name for name, _ in boxes} >= {"max-tokens", "temperature", "top-p", "seed"}
+    for name, attributes in boxes:
+        found = dict(re.findall(r'(\w+)="([^"]*)"', attributes))
+        if "value" not in found:
+            continue
+        value, low = float(found["value"]), float(found.get("min", "-inf"))
+        assert low <= value <= float(found.get("max", "inf")), name
+        step = found.get("step", "1")
+        if step != "any":
+            steps = (value - (low if found.get("min") else 0)) / float(step)
+            assert abs(steps - round(steps)) < 1e-9, f"{name}: {value} is not min + a whole number of steps"
+
+
 def test_the_legend_shows_only_colours_the_page_can_produce():
     page = (STATIC / "index.html").read_text(encoding="utf-8")
     legend = re.search(r'<section id="legend".*?</section>', page, re.DOTALL)[0]

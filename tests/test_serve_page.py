@@ -142,7 +142,7 @@ def token_spans(driver, scope: str = "#transcript") -> list[dict]:
     and token count."""
     return driver.execute_script("""
         return [...document.querySelectorAll(arguments[0] + ' .tok')].map(s => ({
-            source: s.classList.contains('draft') ? 'draft' : s.classList.contains('target') ? 'target' : '?',
+            source: ['draft', 'target', 'grammar'].find(c => s.classList.contains(c)) || '?',
             text: s.textContent, tokens: Number(s.dataset.tokens)}));""", scope)
 
 
@@ -267,7 +267,8 @@ def test_completion_mode_shows_drafted_and_target_text(demo_server, browser, tmp
     tokens = sum(s["tokens"] for s in spans)
     drafted = sum(s["tokens"] for s in spans if s["source"] == "draft")
     assert tokens == reference["usage"]["completion_tokens"]
-    assert stats["draft_tokens_accepted"] == drafted  # every drafted span is an accepted draft token
+    # every drafted span is a token the target accepted, drafted by the model or copied (free drafts)
+    assert stats["draft_tokens_accepted"] + stats["suffix_tokens_accepted"] + stats["pool_tokens_accepted"] == drafted
     assert stats["algorithm"] == reference["edge_specdec"]["algorithm"]
     final = text_of(browser, "final-stats")
     accepted, proposed = map(int, re.search(r"acceptance (\d+)/(\d+)", final).groups())

@@ -160,6 +160,9 @@ function summaryText(s, usage) {
     const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
     line += ` · ${cached} of ${usage.prompt_tokens} prompt tokens reused`;
   }
+  // copies of earlier text (free drafts) are drafted tokens too, proposed without the draft model
+  const copied = (s.suffix_tokens_accepted || 0) + (s.pool_tokens_accepted || 0);
+  if (copied) line += ` · ${copied} tokens copied from earlier text`;
   if (s.drafting_note) line += ` · ${s.drafting_note}`;  // why it drafted less: the CLI's own sentence
   return line;
 }
