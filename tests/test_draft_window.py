@@ -95,6 +95,19 @@ def test_a_windowed_draft_gives_the_target_alones_output_and_slides(pipes, pair,
 
 
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
+def test_drafting_ahead_through_a_window_is_exact(bundle_dir, pair, algorithm):
+    """Concurrent mode drafts the next round on a guessed sequence while the target verifies: its window is the
+    same function of the sequence, and the output stays the target alone's."""
+    pipe = Pipeline(bundle_dir(*pair), cache_dir="off", concurrent=True)
+    ids = long_prompt(pipe, 300)
+    config = GenerationConfig(max_new_tokens=64, temperature=0, logprobs=True, ignore_eos=True)
+    alone = pipe.generate(ids, config, algorithm="none")
+    run = pipe.generate(ids, config, algorithm=algorithm, draft_window=WINDOW, **DRAFT_EVERY_ROUND)
+    assert run.token_ids == alone.token_ids and logprob_bits(run) == logprob_bits(alone)
+    assert run.stats.draft_tokens_proposed > 0 and run.extra["draft_window"]["slides"] >= 2
+
+
+@pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
 def test_by_default_a_prompt_longer_than_the_drafts_context_is_drafted_for(bundle_dir, pair, algorithm):
     """A draft whose context (here 128 tokens) is shorter than the prompt: without a window it stops drafting at
     once (the target alone finishes the run); by default it reads a window of the draft's context and drafts, and
@@ -181,3 +194,21 @@ def test_sampled_windowed_runs_give_the_targets_logprobs_of_what_they_emit(pipes
     assert run.stats.draft_tokens_proposed > 0 and run.extra["draft_window"]["slides"] >= 1
     forced = forced_logprobs(pipe, ids, run.token_ids, config)
     assert [np.float64(lp.logprob).view(np.int64) for lp in forced] == logprob_bits(run)
+
+
+# --- the front ends: the command line's option and the server's extension field ----------------------------------
+
+def test_the_command_line_and_the_server_take_a_draft_window():
+    import argparse
+
+    from edge_specdec.cli.common import add_constraint_options, add_decoding_options, decoding_settings
+    from edge_specdec.serve.protocol import RequestError, _extension
+
+    parser = argparse.ArgumentParser()
+    add_decoding_options(parser)
+    add_constraint_options(parser)
+    assert decoding_settings(parser.parse_args(["--draft-window", "512"]))[1].draft_window == 512
+    assert decoding_settings(parser.parse_args([]))[1].draft_window is None
+    assert _extension({"draft_window": 0}).draft_window == 0
+    with pytest.raises(RequestError, match="draft_window"):
+        _extension({"draft_window": 3})
