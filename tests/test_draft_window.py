@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edge_specdec.cli.common import stats_line
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig, Pipeline, SpeculativeConfig
 from edge_specdec.runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW, DraftWindow
@@ -92,6 +93,7 @@ def test_a_windowed_draft_gives_the_target_alones_output_and_slides(pipes, pair,
         window = run.extra["draft_window"]
         assert window["size"] == WINDOW and window["slides"] >= 2 and window["refed_tokens"] > 0, algorithm
         assert pipe.draft.length <= WINDOW, algorithm
+        assert f"the draft read a window of {WINDOW} tokens" in stats_line(run)
 
 
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])

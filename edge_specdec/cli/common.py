@@ -271,4 +271,8 @@ def stats_line(result) -> str:
                  f"draft)")
     if st["prompt_tokens_reused"]:
         line += f"; {plural(st['prompt_tokens_reused'], 'prompt token')} reused from the cache"
+    window = result.extra.get("draft_window")
+    if window:  # the draft read a window of the text (see --draft-window)
+        line += (f"; the draft read a window of {window['size']} tokens ({plural(window['slides'], 'slide')}, "
+                 f"{plural(window['refed_tokens'], 'token')} read again)")
     return line
