@@ -4,6 +4,8 @@ distribution, and the logprobs of the target on the emitted ids), for a draft of
 of another."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,8 @@ from edge_specdec.runtime import GenerationConfig, Pipeline, SpeculativeConfig
 from edge_specdec.runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW, DraftWindow
 from edge_specdec.serve.prefix_store import export_cache
 from hostile_text import HOSTILE_STRINGS
-from support import ALPHA, OTHER_VOCAB, SAME_VOCAB, forced_logprobs, homogeneity_pvalue, logprob_bits
+from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, forced_logprobs, homogeneity_pvalue,
+                     logprob_bits)
 
 LONG_TEXT = "\n".join(s for s in HOSTILE_STRINGS if s.strip()) + "\ndef parse(line):\n    return line.split(',')\n"
 WINDOW = 48  # far below the prompts here: the draft reads a window from the first round on
@@ -153,7 +156,7 @@ def test_the_prefix_store_keeps_the_drafts_window(pipes):
 
 # --- sampled: the target's distribution ---------------------------------------------------------------------------
 
-SAMPLED = {"temperature": 0.8, "top_k": 20}
+SAMPLED = SAMPLING
 
 
 def first_two(pipe: Pipeline, ids: list[int], algorithm: str, seeds, window=None, drafted=None) -> dict:
@@ -171,20 +174,37 @@ def first_two(pipe: Pipeline, ids: list[int], algorithm: str, seeds, window=None
     return out
 
 
+@pytest.mark.slow  # 2 x N_SAMPLES runs
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
 def test_sampling_through_a_window_draws_from_the_targets_distribution(pipes, pair, algorithm):
     """The first two tokens after a prompt of 160 tokens, drafted by a draft that reads 24 of them: the same
     distribution as the target alone's (a chi-square test, as tests/test_heterogeneous.py does)."""
-    from collections import Counter
-
     pipe = pipes(pair)
     ids = long_prompt(pipe, 160)
     drafted: list[int] = []
-    base = Counter(first_two(pipe, ids, "none", range(400)))
-    spec = Counter(first_two(pipe, ids, algorithm, range(10_000, 10_400), window=24, drafted=drafted))
-    assert len(base) > 3  # a distribution with several outcomes, not one token
+    base = Counter(first_two(pipe, ids, "none", range(N_SAMPLES)))
+    spec = Counter(first_two(pipe, ids, algorithm, range(10_000, 10_000 + N_SAMPLES), window=24, drafted=drafted))
+    assert len(base) > 5  # a distribution with several outcomes, not one token
     assert all(drafted)  # every run drafted, through its window
     assert homogeneity_pvalue(base, spec) > ALPHA
+
+
+@pytest.mark.slow
+def test_the_windowed_sampling_test_catches_a_broken_verifier(pipes, monkeypatch):
+    """Accepting every drafted token (ignoring p and q) yields the windowed draft's distribution, and the same test
+    sees it: the test above can tell."""
+    import edge_specdec.runtime.generate as gen
+    from edge_specdec.runtime.sampling import distribution, sample
+
+    def accept_everything(rows, proposal, config, rng, context, grammar=None, prompt_length=0):
+        return len(proposal.tokens), sample(distribution(rows[-1], config), rng), rows
+
+    pipe = pipes(SAME_VOCAB)
+    ids = long_prompt(pipe, 160)
+    base = Counter(first_two(pipe, ids, "none", range(N_SAMPLES)))
+    monkeypatch.setattr(gen, "verify", accept_everything)
+    broken = Counter(first_two(pipe, ids, "standard", range(10_000, 10_000 + N_SAMPLES), window=24))
+    assert homogeneity_pvalue(base, broken) < ALPHA
 
 
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
