@@ -100,6 +100,21 @@ def test_a_windowed_draft_gives_the_target_alones_output_and_slides(pipes, pair,
 
 
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
+def test_a_windowed_draft_under_a_constraint_gives_the_constrained_target_alones_output(pipes, pair, algorithm):
+    """The grammar follows the whole output while the draft reads a window of it."""
+    from edge_specdec.runtime.constraint import Constraint
+
+    pipe = pipes(pair)
+    ids = long_prompt(pipe, 300)
+    config = GenerationConfig(max_new_tokens=48, temperature=0, logprobs=True,
+                              constraint=Constraint.regex(r"(def [a-z_]{1,12}\(\):\n    return [0-9]{1,3}\n){1,8}"))
+    alone = pipe.generate(ids, config, algorithm="none")
+    run = pipe.generate(ids, config, algorithm=algorithm, draft_window=WINDOW, **DRAFT_EVERY_ROUND)
+    assert run.token_ids == alone.token_ids and logprob_bits(run) == logprob_bits(alone)
+    assert "draft_window" in run.extra
+
+
+@pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
 def test_drafting_ahead_through_a_window_is_exact(bundle_dir, pair, algorithm):
     """Concurrent mode drafts the next round on a guessed sequence while the target verifies: its window is the
     same function of the sequence, and the output stays the target alone's."""
