@@ -26,8 +26,8 @@ TASKS = {"summarize": "Summarize the code above.",
          "quote": "Quote the function `{name}` from the code above exactly as it is written, and nothing else."}
 QUESTION_ROOM = 64  # tokens kept for the question when choosing the function to quote (see prompt_ids)
 
-METHOD = ("A prompt of N tokens is cut from a long text (this package's own Python sources, a stand-in for a document), "
-          "followed by a task in the chat template: \"Summarize the code above.\", or \"Quote the function `NAME` "
+METHOD = ("A prompt of N tokens is cut from a long text (this package's own Python sources, a stand-in for a "
+          "document), followed by a task in the chat template: \"Summarize the code above.\", or \"Quote the function `NAME` "
           "from the code above exactly as it is written\" for a function defined near the middle of the cut text (an "
           "extractive answer: its tokens are in the prompt). Every run generates --max-new-tokens greedy tokens "
           "(EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so that its "
