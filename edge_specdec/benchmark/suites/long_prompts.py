@@ -27,8 +27,8 @@ TASKS = {"summarize": "Summarize the code above.",
 QUESTION_ROOM = 64  # tokens kept for the question when choosing the function to quote (see prompt_ids)
 
 METHOD = ("A prompt of N tokens is cut from a long text (this package's own Python sources, a stand-in for a "
-          "document), followed by a task in the chat template: \"Summarize the code above.\", or \"Quote the function `NAME` "
-          "from the code above exactly as it is written\" for a function defined near the middle of the cut text (an "
+          "document), followed by a task in the chat template: \"Summarize the code above.\", or \"Quote the "
+          "function `NAME` from the code above exactly as it is written\" for a function defined near the middle of the cut text (an "
           "extractive answer: its tokens are in the prompt). Every run generates --max-new-tokens greedy tokens "
           "(EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so that its "
           "peak resident memory is its own: one uncounted run, then the median of --runs-per-process timed runs in "
