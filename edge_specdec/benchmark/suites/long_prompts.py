@@ -27,17 +27,18 @@ TASKS = {"summarize": "Summarize the code above.",
 QUESTION_ROOM = 64  # tokens kept for the question when choosing the function to quote (see prompt_ids)
 
 METHOD = ("A prompt of N tokens is cut from a long text (this package's own Python sources, a stand-in for a "
-          "document), followed by a task in the chat template: \"Summarize the code above.\", or \"Quote the "
-          "function `NAME` from the code above exactly as it is written\" for a function defined near the middle of the cut text (an "
-          "extractive answer: its tokens are in the prompt). Every run generates --max-new-tokens greedy tokens "
-          "(EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so that its "
-          "peak resident memory is its own: one uncounted run, then the median of --runs-per-process timed runs in "
-          "that process; --repeats such processes per row and cell, interleaved with the other rows'. Ours without "
-          "prefix reuse (each run prefills the whole prompt) and without a draft pool: its time to the first token and "
-          "after it are from its own Stats. GenAI with its prefix cache off and no streamer: its time to the first "
-          "token and its time per output token after it are GenAI's own perf_metrics of the run (get_ttft, get_tpot), "
-          "so neither side's figures include a streamer's callbacks. The u8 KV cache is exact only up to float noise, "
-          "and GenAI runs with other CPU properties: their tokens are not compared.")
+          "document), followed by a task in the chat template: \"Summarize the code above.\", or \"Quote the function "
+          "`NAME` from the code above exactly as it is written\" for a function defined near the middle of the cut "
+          "text (an extractive answer: its tokens are in the prompt). Every run generates --max-new-tokens greedy "
+          "tokens (EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so "
+          "that its peak resident memory is its own: one uncounted run, then the median of --runs-per-process "
+          "timed runs in that process; --repeats such processes per row and cell, interleaved with the other "
+          "rows'. Ours without prefix reuse (each run prefills the whole prompt) and without a draft pool: its "
+          "time to the first token and after it are from its own Stats. GenAI with its prefix cache off and no "
+          "streamer: its time to the first token and its time per output token after it are GenAI's own "
+          "perf_metrics of the run (get_ttft, get_tpot), so neither side's figures include a streamer's callbacks. "
+          "The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU properties: their tokens "
+          "are not compared.")
 
 SOURCE = Path(__file__).resolve().parent.parent.parent  # edge_specdec: the long text
 
