@@ -513,7 +513,7 @@ class DecodingSession:
         seeded = config.seed is not None and not config.greedy
         context = self._draft_context(prompt, prompt_ids, config, rng, confidence,
                                       None if seeded else speculative.pool_scope,
-                                      speculative.window_tokens(self.draft.max_context) if self.draft else None)
+                                      speculative.window_tokens(draft_room(self.draft)) if self.draft else None)
         drafter = entry.drafter and entry.drafter(context)
         if entry.needs_draft and speculative.lookup:
             drafter = FreeFirst(drafter, context.free_drafter(), clock=not seeded)
@@ -689,6 +689,14 @@ def check_logit_bias(bias: dict[int, float], vocab_size: int) -> None:
     if bad is not None:
         raise EdgeSpecdecError(f"logit_bias names token id {bad}, which is not a token of the target: ids run from "
                                f"0 to {vocab_size - 1}.")
+
+
+def draft_room(draft: ModelSession) -> Optional[int]:
+    """The most tokens a draft's window may hold (None: no bound known): its context, and no more than a prompt
+    it takes in one prefill (a draft on the NPU is compiled for prompts of npu_max_prompt tokens), so that a window
+    read into an empty cache always fits."""
+    bounds = [b for b in (draft.max_context, draft.longest_prompt) if b is not None]
+    return min(bounds) if bounds else None
 
 
 def weight_bytes(model) -> int:
