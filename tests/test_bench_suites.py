@@ -97,9 +97,10 @@ def test_long_prompts_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path):
     """Both tasks on one document length, GenAI's row timed by its own perf_metrics (openvino_genai installed)."""
     pytest.importorskip("openvino_genai")
     report = run_suite(capsys, tmp_path, "long-prompts", "--lengths", "700", "--max-new-tokens", "4",
-                       "--repeats", "1", "--kv-caches", "u8")
+                       "--repeats", "1", "--kv-caches", "u8", "--draft-windows", "64")
     rows = rows_of(report)
-    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-kv-u8", "genai-none"]
+    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-kv-u8", "ours-auto-window-64", "genai-none"]
+    assert rows["ours-auto-window-64"]["identical"] is True  # the draft read 64 of the prompt's 700 tokens
     assert report["cells"] == ["700 tokens, summarize", "700 tokens, quote"]
     assert report["settings"]["tasks"] == ["summarize", "quote"] and report["settings"]["runs_per_process"] == 1
     for name, row in rows.items():
@@ -130,6 +131,12 @@ def test_the_quote_task_asks_for_a_function_defined_once_near_the_middle():
     assert quoted_function(text) == "middle"  # nearest the middle; `twice` is named twice
     with pytest.raises(RuntimeError, match="no function defined once"):
         quoted_function("x = 1\n")
+
+
+def test_long_prompts_refuse_a_draft_window_no_run_could_take(capsys, tmp_path):
+    out = tmp_path / "out"
+    assert main(["bench", "long-prompts", "--lengths", "700", "--draft-windows", "5", "--out", str(out)]) == 1
+    assert "draft_window must be 0" in capsys.readouterr().err and not out.exists()
 
 
 def test_long_prompts_refuse_lengths_past_the_context(capsys, tmp_path):

@@ -33,12 +33,12 @@ METHOD = ("A prompt of N tokens is cut from a long text (this package's own Pyth
           "tokens (EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so "
           "that its peak resident memory is its own: one uncounted run, then the median of --runs-per-process "
           "timed runs in that process; --repeats such processes per row and cell, interleaved with the other "
-          "rows'. Ours without prefix reuse (each run prefills the whole prompt) and without a draft pool: its "
-          "time to the first token and after it are from its own Stats. GenAI with its prefix cache off and no "
-          "streamer: its time to the first token and its time per output token after it are GenAI's own "
-          "perf_metrics of the run (get_ttft, get_tpot), so neither side's figures include a streamer's callbacks. "
-          "The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU properties: their tokens "
-          "are not compared.")
+          "rows'. Ours without prefix reuse (each run prefills the whole prompt, the draft's cache emptied too) "
+          "and without a draft pool: its time to the first token and after it are from its own Stats. GenAI with "
+          "its prefix cache off and no streamer: its time to the first token and its time per output token after "
+          "it are GenAI's own perf_metrics of the run (get_ttft, get_tpot), so neither side's figures include a "
+          "streamer's callbacks. The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU "
+          "properties: their tokens are not compared.")
 
 SOURCE = Path(__file__).resolve().parent.parent.parent  # edge_specdec: the long text
 
@@ -85,14 +85,20 @@ def prompt_ids(started: float, bundle: str, lengths: list[int], tasks: list[str]
 
 
 def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
-              kv_cache: Optional[str], algorithm: str) -> dict:
-    """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs."""
+              kv_cache: Optional[str], algorithm: str, draft_window: Optional[int] = None) -> dict:
+    """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs;
+    draft_window: SpeculativeConfig.draft_window (None: its default)."""
     from ...runtime import GenerationConfig, Pipeline
 
     # no draft pool: a repeat must not copy the answer of the run before it
     pipe = Pipeline(bundle, static_shapes=False, kv_cache=kv_cache, prefix_reuse=False, draft_pool_tokens=0)
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
-    runs = [pipe.generate(ids, config, algorithm=algorithm) for _ in range(repeats + 1)][1:]
+
+    def run():
+        if pipe.draft is not None:  # the draft prefills the prompt in every run too, as the target does
+            pipe.draft.reset()
+        return pipe.generate(ids, config, algorithm=algorithm, draft_window=draft_window)
+    runs = [run() for _ in range(repeats + 1)][1:]
     return {"ttft_s": statistics.median(r.stats.first_token_seconds for r in runs),
             "tokens_per_s_after_first": statistics.median(
                 (len(r.token_ids) - 1) / max(1e-9, r.stats.seconds - r.stats.first_token_seconds) for r in runs),
@@ -145,7 +151,8 @@ def fresh_row(name: str, description: str, function: str, reference: Optional[st
 
 
 def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]]:
-    """Ours alone and with the default algorithm (at the default KV cache and each of --kv-caches), then GenAI's."""
+    """Ours alone and with the default algorithm (at the default KV cache, each of --kv-caches and each of
+    --draft-windows), then GenAI's."""
     import importlib.util
 
     common = {"bundle": bundle, "max_new_tokens": args.max_new_tokens, "repeats": args.runs_per_process}
@@ -156,6 +163,11 @@ def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]
     rows += [fresh_row(f"ours-auto-kv-{kv}", f"ours, the default algorithm, a {kv} KV cache", "ours_long",
                        None if kv == "u8" else "ours-none", kv_cache=kv, algorithm="auto", **common)
              for kv in dict.fromkeys(args.kv_caches)]
+    rows += [fresh_row(f"ours-auto-window-{n}" if n else "ours-auto-no-window",
+                       "ours, the default algorithm, the draft reading "
+                       + (f"a window of {n} tokens" if n else "the whole prompt (no window)"),
+                       "ours_long", "ours-none", kv_cache=None, algorithm="auto", draft_window=n, **common)
+             for n in dict.fromkeys(args.draft_windows)]
     genai = [] if args.no_genai else [("genai-none", "default", "its default CPU properties")]
     genai += [("genai-ours", "ours", "our CPU properties")] if args.genai_ours else []
     genai += [(f"genai-kv-{kv}", kv, f"its default CPU properties but a {kv} KV cache") for kv in args.genai_kv]
@@ -171,6 +183,7 @@ def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]
 def main(args: argparse.Namespace) -> int:
     from ...bundle import load_bundle
     from ...errors import EdgeSpecdecError
+    from ...runtime.settings import SpeculativeConfig
     from ..fresh_process import run_fresh
     from ..suite_runs import check_out, finish, run_suite, stderr_say
 
@@ -179,6 +192,8 @@ def main(args: argparse.Namespace) -> int:
     if min(lengths) < 64 + QUESTION_ROOM or args.max_new_tokens < 2 or args.repeats < 1 or args.runs_per_process < 1:
         raise EdgeSpecdecError(f"--lengths must be at least {64 + QUESTION_ROOM} tokens, --max-new-tokens at least 2, "
                                f"--repeats and --runs-per-process at least 1.")
+    for n in args.draft_windows:
+        SpeculativeConfig(draft_window=n)  # a window no run could take is refused before any process starts
     out = Path(args.out) if args.out else None
     check_out(out)
     bundle = load_bundle(Path(args.bundle).resolve(), verify=False)
@@ -216,6 +231,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-caches", nargs="*", default=["f32", "u8"], choices=KV_CACHES, metavar="TYPE",
                    help="a row of ours with the default algorithm at each of these KV cache types, beside the default "
                         "one (default: f32 u8; none: just the flag)")
+    p.add_argument("--draft-windows", nargs="+", type=int, default=[], metavar="N",
+                   help="add a row of ours with the default algorithm whose draft reads a window of N tokens of the "
+                        "prompt and output (--draft-window; 0: the whole of them), for each N")
     p.add_argument("--no-genai", action="store_true", help="leave out OpenVINO GenAI's row")
     p.add_argument("--genai-ours", action="store_true", help="add GenAI with our CPU properties")
     p.add_argument("--genai-kv", nargs="+", default=[], choices=("f16", "f32"), metavar="TYPE",
