@@ -159,8 +159,9 @@ class SpeculativeConfig:
     guard: Optional[bool] = None
     # the most tokens the draft model reads: a longer sequence (prompt and output so far) is read through a window,
     # its head and its last tokens, which slides in large steps (draft_window.py); the target still verifies every
-    # token. None: draft_window.DRAFT_WINDOW tokens, or the draft's context if shorter; 0: no window (the draft
-    # reads the whole sequence, and stops drafting once it outgrows the draft's context)
+    # token. None: draft_window.DRAFT_WINDOW tokens, or the draft's context if shorter (on the NPU, the prompt it was
+    # compiled for: pipeline.draft_room); 0: no window (the draft reads the whole sequence, and stops drafting once
+    # it outgrows the draft's context)
     draft_window: Optional[int] = None
 
     def __post_init__(self):
