@@ -221,8 +221,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192], metavar="N",
                    help="prompt lengths in tokens (default 4096 8192)")
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS), metavar="TASK",
-                   help="what each prompt asks of its document: summarize it, quote a function from it word for word "
-                        "(default: both)")
+                   help="what each prompt asks of its document: summarize (summarize it), quote (quote a function "
+                        "defined in it word for word: an answer copied from the prompt); default: both")
     p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="tokens per run (default 64)")
     p.add_argument("--repeats", type=int, default=3, metavar="N",
                    help="fresh processes per row and cell, interleaved with the other rows' (default 3)")
