@@ -94,19 +94,49 @@ def test_startup_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkey
 
 @pytest.mark.slow
 def test_long_prompts_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path):
-    report = run_suite(capsys, tmp_path, "long-prompts", "--lengths", "200", "300", "--max-new-tokens", "4",
-                       "--repeats", "1", "--kv-caches", "u8", "--no-genai")
+    """Both tasks on one document length, GenAI's row timed by its own perf_metrics (openvino_genai installed)."""
+    pytest.importorskip("openvino_genai")
+    report = run_suite(capsys, tmp_path, "long-prompts", "--lengths", "700", "--max-new-tokens", "4",
+                       "--repeats", "1", "--kv-caches", "u8", "--draft-windows", "64")
     rows = rows_of(report)
-    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-kv-u8"]
-    assert report["cells"] == ["200 tokens", "300 tokens"]
+    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-kv-u8", "ours-auto-window-64", "genai-none"]
+    assert rows["ours-auto-window-64"]["identical"] is True  # the draft read 64 of the prompt's 700 tokens
+    assert report["cells"] == ["700 tokens, summarize", "700 tokens, quote"]
+    assert report["settings"]["tasks"] == ["summarize", "quote"] and report["settings"]["runs_per_process"] == 1
     for name, row in rows.items():
         assert row["runs"] == 2 and not row["failures"], (name, row["failures"])
-        assert row["figures"]["ttft_s"] > 0 and row["figures"]["peak_rss_mib"] > 50
+        assert row["figures"]["ttft_s"] > 0 and row["figures"]["peak_rss_mib"] > 50, name
+        assert row["figures"]["tokens_per_s_after_first"] > 0, name
     assert rows["ours-auto"]["identical"] is True and rows["ours-auto"]["identity_checked_runs"] == 2
     assert rows["ours-auto-kv-u8"]["identical"] is None  # u8 is exact only up to float noise: not compared
+    assert rows["genai-none"]["identical"] is None  # other CPU properties: not compared
     # a u8 cache holds fewer bytes per token than the default f16 one
     assert rows["ours-auto-kv-u8"]["figures"]["kv_bytes_per_token"] < rows["ours-auto"]["figures"]["kv_bytes_per_token"]
     assert "| ours-auto-kv-u8 |" in (tmp_path / "long-prompts" / "report.md").read_text()
+
+
+def test_long_prompts_default_to_64_tokens_three_interleaved_repeats_and_both_tasks():
+    from edge_specdec.benchmark.suites import suite_parser
+
+    args = suite_parser("long-prompts").parse_args([])
+    assert (args.max_new_tokens, args.repeats, args.runs_per_process) == (64, 3, 1)
+    assert args.tasks == ["summarize", "quote"]
+
+
+def test_the_quote_task_asks_for_a_function_defined_once_near_the_middle():
+    from edge_specdec.benchmark.suites.long_prompts import quoted_function
+
+    text = "def first():\n    pass\n" + "x = 1\n" * 20 + "def middle(a):\n    return a\n" + "y = 2\n" * 20 + \
+        "def twice():\n    twice()\n"
+    assert quoted_function(text) == "middle"  # nearest the middle; `twice` is named twice
+    with pytest.raises(RuntimeError, match="no function defined once"):
+        quoted_function("x = 1\n")
+
+
+def test_long_prompts_refuse_a_draft_window_no_run_could_take(capsys, tmp_path):
+    out = tmp_path / "out"
+    assert main(["bench", "long-prompts", "--lengths", "700", "--draft-windows", "5", "--out", str(out)]) == 1
+    assert "draft_window must be 0" in capsys.readouterr().err and not out.exists()
 
 
 def test_long_prompts_refuse_lengths_past_the_context(capsys, tmp_path):
@@ -228,10 +258,21 @@ def test_startup_and_long_prompts_genai_runs_time_their_first_token(monkeypatch)
     assert calls[0] == ("load", "t", ["CACHE_DIR", "draft_model"]) and calls[1][2].num_assistant_tokens == 3
     assert calls[1][3] is False
     calls.clear()
+    timed = types.SimpleNamespace(mean=25.0)  # milliseconds, as GenAI's perf_metrics give them
+    metrics = types.SimpleNamespace(get_ttft=lambda: types.SimpleNamespace(mean=400.0), get_tpot=lambda: timed)
+    pipeline = sys.modules["openvino_genai"].LLMPipeline
+
+    class Timed(pipeline):
+        def generate(self, prompt, config, streamer=None):
+            super().generate(prompt, config, streamer)
+            return types.SimpleNamespace(tokens=[[5, 6, 7, 8]], perf_metrics=metrics)
+    monkeypatch.setattr(sys.modules["openvino_genai"], "LLMPipeline", Timed)
     got = long_prompts.genai_long(started=0.0, bundle=str(DEMO_BUNDLE), ids=[1, 2, 3], max_new_tokens=4, repeats=2,
                                   properties="f16")
-    assert got["ttft_s"] >= 0 and got["tokens_per_s_after_first"] > 0
+    # GenAI's own clock, not a streamer's: its first-token time and its time per output token after it
+    assert got["ttft_s"] == 0.4 and got["tokens_per_s_after_first"] == 40.0 and got["token_ids"] == [5, 6, 7, 8]
     assert calls[0][2] == ["KV_CACHE_PRECISION", "scheduler_config"] and len(calls) == 1 + 3  # a warm-up, 2 timed
+    assert all(streamer is None for *_, streamer in calls[1:])  # no streamer
 
 
 # --- the shared report, from known runs -------------------------------------------------------------------------

@@ -192,14 +192,31 @@ def test_npu_session_rows_follow_a_cpu_session(bundle_dir):
 
 
 def test_a_prompt_longer_than_the_npu_was_compiled_for_names_the_fix(bundle_dir):
+    """Without a draft window (draft_window=0) the NPU draft is fed the whole prompt, which it refuses."""
     pipe = Pipeline(bundle_dir(*HETERO), target_device="CPU", draft_device="NPU", core=FakeNpuCore(),
                     cache_dir="off", npu_max_prompt=64)
     with pytest.raises(NpuPromptTooLongError) as caught:
-        pipe.generate(PROMPT * 12, GenerationConfig(max_new_tokens=4), algorithm="slem", lookup=False)
+        pipe.generate(PROMPT * 12, GenerationConfig(max_new_tokens=4), algorithm="slem", lookup=False,
+                      draft_window=0)
     message = str(caught.value)
     asked, bound, suggested = (int(x) for x in re.search(
         r"prompt is (\d+) tokens .* at most (\d+) .* --npu-max-prompt (\d+)", message).groups())
     assert bound == 64 and asked > bound and suggested >= asked and "NPUW_LLM_MAX_PROMPT_LEN" in message
+
+
+@pytest.mark.parametrize("pair, algorithm", [(HETERO, "slem"), (SELF_DRAFT, "standard")])
+def test_by_default_an_npu_draft_reads_a_window_within_the_prompt_it_was_compiled_for(bundle_dir, pair, algorithm):
+    """A prompt longer than npu_max_prompt: the draft's window is no longer than that, so the draft drafts (its
+    prefill and its re-prefills fit) and the output is the target alone's."""
+    pipe = Pipeline(bundle_dir(*pair), target_device="CPU", draft_device="NPU", core=FakeNpuCore(),
+                    cache_dir="off", npu_max_prompt=64)
+    config = GenerationConfig(max_new_tokens=40, logprobs=True)
+    alone = pipe.generate(PROMPT * 12, config, algorithm="none")
+    run = pipe.generate(PROMPT * 12, config, algorithm=algorithm, lookup=False, guard=False, confidence=0.0)
+    assert run.token_ids == alone.token_ids and [lp.logprob for lp in run.logprobs] == [
+        lp.logprob for lp in alone.logprobs]
+    assert run.stats.draft_tokens_proposed > 0 and run.extra["draft_window"]["size"] == 64
+    assert run.extra["draft_window"]["slides"] >= 1
 
 
 def test_a_full_npu_cache_is_a_context_overflow(bundle_dir):

@@ -8,6 +8,7 @@ import sys
 
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
 from ..runtime.devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS
+from ..runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW
 from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.session import ROLLBACK_METHODS
 from ..runtime.settings import DRAFT_VOCAB, SMALL_MODEL_BYTES
@@ -108,6 +109,12 @@ def add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: int = 128,
                         "otherwise; cost: the K that maximizes tokens/s from the acceptance and the draft and "
                         "target costs measured during the run (K=0, the target alone, when drafting does not pay)")
     p.add_argument("--adaptive", action="store_true", help="the same as --draft-policy schedule")
+    p.add_argument("--draft-window", type=int, metavar="N",
+                   help=f"the draft model reads at most N tokens: a longer prompt and output are read through a "
+                        f"window, their first tokens and their last, that slides in large steps (the target still "
+                        f"checks every token). Default {DRAFT_WINDOW}, or the draft's context if shorter; 0 = no "
+                        f"window (the draft stops drafting once the text outgrows its context); else at least "
+                        f"{MIN_WINDOW}")
     p.add_argument("--no-lookup", action="store_true",
                    help="let the draft model draft every round (by default a round first looks for the next "
                         "tokens in the prompt, the output and earlier requests, and proposes a copy without running "
@@ -216,7 +223,8 @@ def decoding_settings(args: argparse.Namespace):
             raise EdgeSpecdecError(problem)
     speculative = SpeculativeConfig(algorithm=args.algorithm, num_assistant_tokens=args.num_assistant_tokens,
                                     draft_policy="schedule" if args.adaptive else args.draft_policy,
-                                    confidence=args.confidence, lookup=not args.no_lookup)
+                                    confidence=args.confidence, lookup=not args.no_lookup,
+                                    draft_window=args.draft_window)
     return config, speculative
 
 
@@ -263,4 +271,8 @@ def stats_line(result) -> str:
                  f"draft)")
     if st["prompt_tokens_reused"]:
         line += f"; {plural(st['prompt_tokens_reused'], 'prompt token')} reused from the cache"
+    window = result.extra.get("draft_window")
+    if window:  # the draft read a window of the text (see --draft-window)
+        line += (f"; the draft read a window of {window['size']} tokens ({plural(window['slides'], 'slide')}, "
+                 f"{plural(window['refed_tokens'], 'token')} read again)")
     return line

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import EdgeSpecdecError
 from ..vocab_map import VocabMap
+from .draft_window import window_of
 from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from .grammar import GrammarTokenizer
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
@@ -58,6 +59,9 @@ class DraftContext:
     draft_grammar_tokenizer: Optional[Callable[[], GrammarTokenizer]] = None
     pool: Optional[DraftPool] = None          # the engine's draft pool, where this request may read it
     pool_scope: str = ""                      # the part of the pool it reads
+    # the most tokens the draft model's cache holds: a longer sequence is read through a window of this many
+    # (draft_window.py); None: the whole sequence, and a draft whose context it outgrows stops drafting
+    draft_window: Optional[int] = None
 
     def free_drafter(self) -> SuffixDrafter:
         """The request's free drafts: its own text and the pool (suffix.py)."""
@@ -86,7 +90,7 @@ class Algorithm:
 
 def _standard(c: DraftContext) -> Drafter:
     return DraftModelDrafter(c.draft, c.config, c.rng, c.confidence, width=c.target_width,
-                             prompt_length=len(c.prompt_ids))
+                             prompt_length=len(c.prompt_ids), window=window_of(c.draft_window))
 
 
 def _text_context(c: DraftContext) -> DraftTextContext:
@@ -94,7 +98,7 @@ def _text_context(c: DraftContext) -> DraftTextContext:
     text = c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids)
     retokenizer = c.draft_retokenizer()
     return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), retokenizer.encode(text),
-                            grammar_tokenizer=c.draft_grammar_tokenizer)
+                            grammar_tokenizer=c.draft_grammar_tokenizer, window=window_of(c.draft_window))
 
 
 def _text_drafter(kind) -> Callable[[DraftContext], Drafter]:

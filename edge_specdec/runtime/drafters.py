@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .draft_window import DraftWindow
 from .sampling import GenerationConfig, distribution, penalize, sample
 from .session import ModelSession
 
@@ -95,12 +96,16 @@ class DraftModelDrafter(Drafter):
 
     confidence: stop drafting early when the draft's top probability falls below it (0 = never; see `unsure`).
     prompt_length: the prompt's tokens at the start of every sequence (the penalties count the output after them).
+    window: the draft reads only this window of a long sequence (draft_window.py; None: the whole sequence). The
+    penalties and the grammar still see the whole sequence: they shape the draft's logits, and q is what it drew
+    from.
     """
 
     def __init__(self, session: ModelSession, config: GenerationConfig, rng: np.random.Generator,
-                 confidence: float = 0.0, width: Optional[int] = None, prompt_length: int = 0):
+                 confidence: float = 0.0, width: Optional[int] = None, prompt_length: int = 0,
+                 window: Optional[DraftWindow] = None):
         self.session, self.config, self.rng, self.confidence = session, config, rng, confidence
-        self.prompt_length = prompt_length
+        self.prompt_length, self.window = prompt_length, window
         self.width = width  # the target's number of logits, which may differ from the draft's (padding)
         self.grammar = None
 
@@ -125,9 +130,16 @@ class DraftModelDrafter(Drafter):
                     row = masked if np.isfinite(masked).any() else None
                 return row
 
-            row = self.session.sync(sequence)[-1]
+            if self.window is None:
+                row = self.session.sync(sequence)[-1]
+            else:
+                row = self.session.sync(self.window.view(sequence))[-1]
+                k = self.window.most(k, self.session.length)
             steps = draft_steps(self.session, row, k, self.config, self.rng, self.confidence, shape)
         return Proposal([t for t, _ in steps], None if self.config.greedy else [q for _, q in steps])
+
+    def stats(self) -> dict:
+        return self.window.stats() if self.window is not None else {}
 
 
 def draft_steps(session: ModelSession, row: np.ndarray, k: int, config: GenerationConfig, rng: np.random.Generator,

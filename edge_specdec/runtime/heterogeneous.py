@@ -21,6 +21,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..vocab_map import NO_TOKEN, VocabMap
+from .draft_window import DraftWindow
 from .drafters import Drafter, Proposal, draft_steps
 from .grammar import DraftGrammar, GrammarTokenizer
 from .retokenize import Retokenizer
@@ -40,13 +41,18 @@ class DraftTextContext:
 
     grammar_tokenizer: the draft's vocabulary as structured output's grammar engine reads it, built when a
     constrained run first asks (None: a drafter of this context drafts freely under a constraint).
+    window: the draft's cache holds only this window of the text (draft_window.py; None: all of it). It is cut in
+    the draft's own tokens, so a window is measured in what the draft's context counts: the draft tokens of the
+    whole text (the prompt re-tokenized by the draft, then the accepted text) are one spelling of it, and the
+    window is its head and its tail, which is the text cut at a boundary of that spelling.
     """
 
     def __init__(self, session: ModelSession, retokenizer: Retokenizer, vocab_map: VocabMap,
                  prompt_len: int, prompt_draft_ids: list[int],
-                 grammar_tokenizer: Optional[Callable[[], GrammarTokenizer]] = None):
+                 grammar_tokenizer: Optional[Callable[[], GrammarTokenizer]] = None,
+                 window: Optional[DraftWindow] = None):
         self.session, self.retok, self.target_pieces = session, retokenizer, vocab_map.target
-        self.grammar_tokenizer = grammar_tokenizer
+        self.grammar_tokenizer, self.window = grammar_tokenizer, window
         self.prompt_len, self.n_prompt = prompt_len, len(prompt_draft_ids)
         self.ids = list(prompt_draft_ids)   # prompt + generated text, in draft tokens
         self.covered = 0                    # bytes of generated text that self.ids spell
@@ -87,7 +93,15 @@ class DraftTextContext:
             self.covered += len(self.retok.bytes_of(ids)) - (len(redo) - len(pending))
             self.ids[cut:] = ids
             pending = bytes(self.text[self.covered:])
-        return (self.session.sync(self.ids)[-1] if self.ids else None), pending
+        return (self.session.sync(self.view())[-1] if self.ids else None), pending
+
+    def view(self) -> list[int]:
+        """The draft tokens the draft's cache holds for the text: the window of self.ids, or all of them."""
+        return self.window.view(self.ids) if self.window is not None else list(self.ids)
+
+    def most(self, k: int) -> int:
+        """The most draft tokens a round may draft from the cache's current end (the window's room)."""
+        return self.window.most(k, self.session.length) if self.window is not None else k
 
     @property
     def output_ids(self) -> list[int]:
@@ -111,7 +125,8 @@ class _DraftTextDrafter(Drafter):
             self.grammar = DraftGrammar(self.ctx.grammar_tokenizer(), grammar.constraint)
 
     def stats(self) -> dict:
-        return self.grammar.stats() if self.grammar is not None else {}
+        window = self.ctx.window.stats() if self.ctx.window is not None else {}
+        return {**(self.grammar.stats() if self.grammar is not None else {}), **window}
 
     def sync(self, sequence: list[int]) -> tuple[Optional[np.ndarray], bytes]:
         """The draft's cache brought to the sequence's text (see DraftTextContext.sync), and the draft's grammar to
@@ -176,7 +191,7 @@ class _TextDrafter(_DraftTextDrafter):
     def draft(self, row: np.ndarray, k: int, after: Sequence[int] = ()) -> list[int]:
         """k draft tokens from the cache's current end, which is `after` past the output (fewer if EOS comes first
         or the grammar allows nothing more)."""
-        steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
+        steps = draft_steps(self.ctx.session, row, self.ctx.most(k), self.config, self.rng, self.confidence,
                             shape=lambda row, drafted: self.shape(row, [*after, *drafted]),
                             ends=lambda token: token == self.draft_eos)
         return [token for token, _ in steps]
@@ -222,7 +237,7 @@ class TLIDrafter(_DraftTextDrafter):
         row, pending = self.sync(sequence)
         if pending or row is None or not self.shared.any():
             return Proposal()
-        steps = draft_steps(self.ctx.session, row, k, self.config, self.rng, self.confidence,
+        steps = draft_steps(self.ctx.session, row, self.ctx.most(k), self.config, self.rng, self.confidence,
                             shape=lambda row, drafted: self.restrict(np.where(self.shared, row, -np.inf), drafted),
                             ends=lambda token: not self.ctx.retok.pieces.has_text[token])  # EOS ends the draft
         self.last_draft = [token for token, _ in steps]

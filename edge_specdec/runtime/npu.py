@@ -101,6 +101,11 @@ class NpuwSession(ModelSession):
         self.limits: NpuwLimits = model.npuw_limits
         super().__init__(model)
 
+    @property
+    def longest_prompt(self) -> int:
+        """NPUW's prefill takes at most the prompt length it was compiled for."""
+        return self.limits.max_prompt
+
     def _restart(self) -> None:
         self.request.reset_state()
 

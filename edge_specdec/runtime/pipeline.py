@@ -512,7 +512,8 @@ class DecodingSession:
         # a seeded sampled run must repeat: it reads no pool (earlier requests) and no clock (see sources.py)
         seeded = config.seed is not None and not config.greedy
         context = self._draft_context(prompt, prompt_ids, config, rng, confidence,
-                                      None if seeded else speculative.pool_scope)
+                                      None if seeded else speculative.pool_scope,
+                                      speculative.window_tokens(draft_room(self.draft)) if self.draft else None)
         drafter = entry.drafter and entry.drafter(context)
         if entry.needs_draft and speculative.lookup:
             drafter = FreeFirst(drafter, context.free_drafter(), clock=not seeded)
@@ -535,16 +536,17 @@ class DecodingSession:
         return result
 
     def _draft_context(self, prompt: Union[str, list[int]], prompt_ids: list[int], config: GenerationConfig,
-                       rng: np.random.Generator, confidence: float, pool_scope: Optional[str]) -> DraftContext:
+                       rng: np.random.Generator, confidence: float, pool_scope: Optional[str],
+                       draft_window: Optional[int] = None) -> DraftContext:
         """What this request's drafter is built from (see algorithms.DraftContext); pool_scope None: it reads no
-        draft pool."""
+        draft pool; draft_window: the most tokens the draft model reads (None: all of a sequence)."""
         engine = self.engine
         draft_eos = engine.bundle.draft.info["special_tokens"].get("eos_token_id") if engine.bundle.draft else None
         pool = engine.draft_pool if pool_scope is not None else None
         return DraftContext(self.draft, self.target.vocab_size, engine.vocab_map, engine.target_retokenizer,
                             lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence,
                             draft_grammar_tokenizer=lambda: engine.draft_grammar_tokenizer, pool=pool,
-                            pool_scope=pool_scope or "")
+                            pool_scope=pool_scope or "", draft_window=draft_window)
 
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
                       config: GenerationConfig) -> DraftLength:
@@ -687,6 +689,14 @@ def check_logit_bias(bias: dict[int, float], vocab_size: int) -> None:
     if bad is not None:
         raise EdgeSpecdecError(f"logit_bias names token id {bad}, which is not a token of the target: ids run from "
                                f"0 to {vocab_size - 1}.")
+
+
+def draft_room(draft: ModelSession) -> Optional[int]:
+    """The most tokens a draft's window may hold (None: no bound known): its context, and no more than a prompt
+    it takes in one prefill (a draft on the NPU is compiled for prompts of npu_max_prompt tokens), so that a window
+    read into an empty cache always fits."""
+    bounds = [b for b in (draft.max_context, draft.longest_prompt) if b is not None]
+    return min(bounds) if bounds else None
 
 
 def weight_bytes(model) -> int:

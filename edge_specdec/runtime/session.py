@@ -200,6 +200,11 @@ class ModelSession:
         return len(self.tokens)
 
     @property
+    def longest_prompt(self) -> Optional[int]:
+        """The most tokens a prompt fed to an empty cache may have (None: any that fits max_context)."""
+        return None
+
+    @property
     def least_block(self) -> int:
         """The fewest tokens a call feeds: a block-invariant session never feeds a lone token."""
         return 2 if self.block_invariant else 1

@@ -22,6 +22,7 @@ from ..errors import EdgeSpecdecError
 from .algorithms import ALGORITHMS, AUTO, CONFIDENCE, LOOKUP_FIRST, Algorithm
 from .batching import MAX_WAIT
 from .devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS
+from .draft_window import DRAFT_WINDOW, MIN_WINDOW
 from .drafters import DRAFT_POLICIES
 from .session import ROLLBACK_METHODS
 from .suffix import DRAFT_POOL_TOKENS
@@ -156,6 +157,12 @@ class SpeculativeConfig:
     # run the target alone while drafting loses to it, measured as the run goes (drafters.DraftingGuard); None: on
     # for auto unless the run is seeded sampling, whose text would then depend on the clock
     guard: Optional[bool] = None
+    # the most tokens the draft model reads: a longer sequence (prompt and output so far) is read through a window,
+    # its head and its last tokens, which slides in large steps (draft_window.py); the target still verifies every
+    # token. None: draft_window.DRAFT_WINDOW tokens, or the draft's context if shorter (on the NPU, the prompt it was
+    # compiled for: pipeline.draft_room); 0: no window (the draft reads the whole sequence, and stops drafting once
+    # it outgrows the draft's context)
+    draft_window: Optional[int] = None
 
     def __post_init__(self):
         _check(self.algorithm in ALGORITHMS, "algorithm", f"one of {', '.join(ALGORITHMS)}", self.algorithm)
@@ -170,6 +177,10 @@ class SpeculativeConfig:
                "a string, or None (no pool)", self.pool_scope)
         _check(self.guard is None or isinstance(self.guard, bool), "guard", "True, False or None (on for auto)",
                self.guard)
+        _check(self.draft_window is None or (_whole(self.draft_window, 0)
+                                             and (self.draft_window == 0 or self.draft_window >= MIN_WINDOW)),
+               "draft_window", f"0 (no window), at least {MIN_WINDOW} tokens, or None (the default window)",
+               self.draft_window)
 
     def draft_tokens(self, algorithm: Algorithm) -> int:
         """The most tokens a round drafts with this algorithm: num_assistant_tokens, else the algorithm's own."""
@@ -178,6 +189,16 @@ class SpeculativeConfig:
     def confidence_stop(self) -> float:
         """The top probability under which a draft model stops drafting: confidence, else algorithms.CONFIDENCE."""
         return CONFIDENCE if self.confidence is None else self.confidence
+
+    def window_tokens(self, draft_context: Optional[int]) -> Optional[int]:
+        """The draft's window in tokens for a draft of this context (None: no bound known): draft_window, else
+        DRAFT_WINDOW, never more than the context; None for no window (draft_window 0, or a context shorter than
+        draft_window.MIN_WINDOW)."""
+        if self.draft_window == 0:
+            return None
+        size = DRAFT_WINDOW if self.draft_window is None else self.draft_window
+        size = size if draft_context is None else min(size, draft_context)
+        return size if size >= MIN_WINDOW else None  # a context too short for a window: the whole sequence
 
     @classmethod
     def of(cls, speculative: Optional["SpeculativeConfig"], settings: dict[str, Any]) -> "SpeculativeConfig":

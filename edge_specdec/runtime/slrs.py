@@ -53,7 +53,7 @@ class SLRSDrafter(SLEMDrafter):
         if self.drafting_freely:  # its first token's r would be cut where the grammar refuses it: a SLEM round
             self.rounds_fallback += 1
             return self.slem_round(sequence, row, k)
-        base = list(self.ctx.ids)
+        base = self.ctx.view()  # what the draft's cache holds (its window of the text)
         leaves = self._leaves(base, row)
         if not leaves:
             self.rounds_fallback += 1

@@ -4,7 +4,8 @@ Both endpoints take the fields OpenAI documents for them (chat: response_format 
 frequency_penalty and logit_bias in OpenAI's ranges), the extras llama-server and vLLM accept (top_k, min_p,
 repetition_penalty, ignore_eos; a constraint as `json_schema`, `grammar`,
 `guided_json`, `guided_regex` or `guided_grammar`) and one extension object, `edge_specdec`, with the speculative
-settings of the request (a SpeculativeConfig: algorithm, num_assistant_tokens, confidence, lookup, draft_policy).
+settings of the request (a SpeculativeConfig: algorithm, num_assistant_tokens, confidence, lookup, draft_policy,
+draft_window).
 Responses carry the run's statistics in an `edge_specdec` object beside OpenAI's fields; a stream marks each content
 chunk with the source of its text (drafted and accepted, forced by a grammar, or written by the target) the same
 way. Anything we cannot honour (n > 1, a schema feature the grammar engine lacks, an unknown field) is a 400 that
@@ -88,7 +89,7 @@ NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "n": lambda v: v == 1, "best_of": lambda v: v == 1, "echo": lambda v: v is False, "suffix": lambda v: not v,
     "user": lambda v: True, "metadata": lambda v: True, "store": lambda v: True, "service_tier": lambda v: True,
 }
-EXTENSION_FIELDS = {"algorithm", "num_assistant_tokens", "confidence", "lookup", "draft_policy"}
+EXTENSION_FIELDS = {"algorithm", "num_assistant_tokens", "confidence", "lookup", "draft_policy", "draft_window"}
 
 
 def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0) -> ParsedRequest:

@@ -1,17 +1,19 @@
 """The long-prompts suite: prompts of thousands of tokens (documents, tool schemas), each engine in a fresh process of
 its own: time to the first token, tokens/s after it and peak memory, ours at each KV cache type against OpenVINO
-GenAI's LLMPipeline on the same target."""
+GenAI's LLMPipeline on the same target, on two tasks over the same document: summarize it, and quote a function
+from it word for word (an extractive answer, which copies the document)."""
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
-import time
 from pathlib import Path
 from typing import Optional
 
 from ..suite_runs import Cell, Figure, Measured, Suite, SuiteRow
 
-SUMMARY = "prompts of thousands of tokens, a fresh process per row: time to the first token, decoding and peak memory"
+SUMMARY = ("prompts of thousands of tokens (summarize a document, quote from it), a fresh process per run: time to "
+           "the first token, decoding and peak memory")
 
 FIGURES = [Figure("ttft_s", "TTFT s", ".2f", lower_is_better=True),
            Figure("tokens_per_s_after_first", "tok/s after the first"),
@@ -19,40 +21,84 @@ FIGURES = [Figure("ttft_s", "TTFT s", ".2f", lower_is_better=True),
            Figure("kv_bytes_per_token", "KV bytes / token", ".0f", lower_is_better=True),
            Figure("process_wall_s", "process wall s", ".1f", lower_is_better=True)]
 
-METHOD = ("A prompt of N tokens is cut from a long text (this package's own Python sources, a stand-in for a document, "
-          "then \"Summarize the code above.\" in the chat template), and every row generates --max-new-tokens greedy "
+# the tasks on the document, by name: what the request asks of it (quote: {name} is a function in the document)
+TASKS = {"summarize": "Summarize the code above.",
+         "quote": "Quote the function `{name}` from the code above exactly as it is written, and nothing else."}
+QUESTION_ROOM = 64  # tokens kept for the question when choosing the function to quote (see prompt_ids)
+
+METHOD = ("A prompt of N tokens is cut from a long text (this package's own Python sources, a stand-in for a "
+          "document), followed by a task in the chat template: \"Summarize the code above.\", or \"Quote the function "
+          "`NAME` from the code above exactly as it is written\" for a function defined near the middle of the cut "
+          "text (an extractive answer: its tokens are in the prompt). Every run generates --max-new-tokens greedy "
           "tokens (EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so "
-          "that its peak resident memory is its own: one uncounted run, then the median of --repeats runs in that "
-          "process. Ours without prefix reuse (each run prefills the whole prompt); GenAI with its prefix cache off. "
-          "The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU properties: their tokens "
-          "are not compared.")
+          "that its peak resident memory is its own: one uncounted run, then the median of --runs-per-process "
+          "timed runs in that process; --repeats such processes per row and cell, interleaved with the other "
+          "rows'. Ours without prefix reuse (each run prefills the whole prompt, the draft's cache emptied too) "
+          "and without a draft pool: its time to the first token and after it are from its own Stats. GenAI with "
+          "its prefix cache off and no streamer: its time to the first token and its time per output token after "
+          "it are GenAI's own perf_metrics of the run (get_ttft, get_tpot), so neither side's figures include a "
+          "streamer's callbacks. The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU "
+          "properties: their tokens are not compared.")
 
 SOURCE = Path(__file__).resolve().parent.parent.parent  # edge_specdec: the long text
 
 
-def prompt_ids(started: float, bundle: str, lengths: list[int]) -> dict:
-    """In a fresh process: for each length N, N token ids: the chat template around the start of a long text."""
+def quoted_function(text: str) -> str:
+    """The function a quote task asks for: of the functions defined in text whose name appears there once, the one
+    whose definition starts nearest the middle (an answer from deep inside the document)."""
+    found = [(m.start(), m.group(1)) for m in re.finditer(r"^\s*def (\w+)\(", text, re.MULTILINE)]
+    unique = [(at, name) for at, name in found if len(re.findall(rf"\b{name}\b", text)) == 1]
+    if not unique:
+        raise RuntimeError("the document's cut holds no function defined once to quote: give longer --lengths")
+    return min(unique, key=lambda item: abs(item[0] - len(text) / 2))[1]
+
+
+def prompt_ids(started: float, bundle: str, lengths: list[int], tasks: list[str]) -> dict:
+    """In a fresh process: for each length N and task, N token ids: the start of a long text, then the task's request
+    (in the chat template where the target has one)."""
     from ...runtime import Engine
+    from ...runtime.text import decode
 
     engine = Engine(bundle, static_shapes=False, fixed_blocks=False, draft_pool_tokens=0)
     ids = engine.tokenizer.encode("\n\n".join(p.read_text() for p in sorted(SOURCE.rglob("*.py"))))
-    tail = engine.chat_prompt([{"role": "user", "content": "Summarize the code above."}]) \
-        if engine.chat_template is not None else engine.tokenizer.encode("\n\nSummarize the code above.\n")
     head = engine.tokenizer.encode("```python\n")
     if len(ids) < max(lengths):
         raise RuntimeError(f"the text has only {len(ids)} tokens, fewer than {max(lengths)}")
-    return {"ids": {str(n): head + ids[:n - len(head) - len(tail)] + tail for n in lengths}}
+
+    def request(question: str) -> list[int]:
+        if engine.chat_template is not None:
+            return engine.chat_prompt([{"role": "user", "content": question}])
+        return engine.tokenizer.encode(f"\n\n{question}\n")
+
+    out: dict[str, list[int]] = {}
+    for n in lengths:
+        room = n - len(head) - QUESTION_ROOM  # the document's tokens, whatever the question
+        for task in tasks:
+            question = TASKS[task]
+            if "{name}" in question:
+                question = question.format(name=quoted_function(decode(engine.vocab_map.target, ids[:room])))
+            tail = request(question)
+            if len(tail) > QUESTION_ROOM:
+                raise RuntimeError(f"the {task} request takes {len(tail)} tokens, more than {QUESTION_ROOM}")
+            out[f"{n}/{task}"] = head + ids[:n - len(head) - len(tail)] + tail
+    return {"ids": out}
 
 
 def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
-              kv_cache: Optional[str], algorithm: str) -> dict:
-    """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs."""
+              kv_cache: Optional[str], algorithm: str, draft_window: Optional[int] = None) -> dict:
+    """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs;
+    draft_window: SpeculativeConfig.draft_window (None: its default)."""
     from ...runtime import GenerationConfig, Pipeline
 
     # no draft pool: a repeat must not copy the answer of the run before it
     pipe = Pipeline(bundle, static_shapes=False, kv_cache=kv_cache, prefix_reuse=False, draft_pool_tokens=0)
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
-    runs = [pipe.generate(ids, config, algorithm=algorithm) for _ in range(repeats + 1)][1:]
+
+    def run():
+        if pipe.draft is not None:  # the draft prefills the prompt in every run too, as the target does
+            pipe.draft.reset()
+        return pipe.generate(ids, config, algorithm=algorithm, draft_window=draft_window)
+    runs = [run() for _ in range(repeats + 1)][1:]
     return {"ttft_s": statistics.median(r.stats.first_token_seconds for r in runs),
             "tokens_per_s_after_first": statistics.median(
                 (len(r.token_ids) - 1) / max(1e-9, r.stats.seconds - r.stats.first_token_seconds) for r in runs),
@@ -62,7 +108,8 @@ def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, 
 def genai_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
                properties: str) -> dict:
     """In a fresh process: GenAI's LLMPipeline on the same ids; properties "default", "ours" (our CPU
-    properties) or a KV cache type (its defaults but that KV cache)."""
+    properties) or a KV cache type (its defaults but that KV cache). Its figures are its own perf_metrics: the time
+    to the first token (get_ttft) and the mean time per output token after it (get_tpot), both in milliseconds."""
     import numpy as np
     import openvino as ov
     import openvino_genai as og
@@ -82,20 +129,15 @@ def genai_long(started: float, bundle: str, ids: list[int], max_new_tokens: int,
     pipe = og.LLMPipeline(str(target.folder), "CPU", scheduler_config=scheduler, **props)
     config = og.GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens)
     tokens = ov.Tensor(np.array([ids], dtype=np.int64))
-    ttfts, rates = [], []
+    ttfts, rates, generated = [], [], []
     for _ in range(repeats + 1):
-        first: list[float] = []
-
-        def note(_piece) -> bool:
-            if not first:
-                first.append(time.perf_counter())
-            return False
-        start = time.perf_counter()
-        pipe.generate(tokens, config, note)
-        end = time.perf_counter()
-        ttfts.append((first[0] if first else end) - start)
-        rates.append((max_new_tokens - 1) / max(1e-9, end - (first[0] if first else end)))
-    return {"ttft_s": statistics.median(ttfts[1:]), "tokens_per_s_after_first": statistics.median(rates[1:])}
+        result = pipe.generate(tokens, config)
+        metrics = result.perf_metrics
+        ttfts.append(metrics.get_ttft().mean / 1000)
+        rates.append(1000 / max(1e-9, metrics.get_tpot().mean))
+        generated = [int(t) for t in result.tokens[0]]
+    return {"ttft_s": statistics.median(ttfts[1:]), "tokens_per_s_after_first": statistics.median(rates[1:]),
+            "token_ids": generated}
 
 
 def fresh_row(name: str, description: str, function: str, reference: Optional[str], **kwargs) -> SuiteRow:
@@ -109,10 +151,11 @@ def fresh_row(name: str, description: str, function: str, reference: Optional[st
 
 
 def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]]:
-    """Ours alone and with the default algorithm (at the default KV cache and each of --kv-caches), then GenAI's."""
+    """Ours alone and with the default algorithm (at the default KV cache, each of --kv-caches and each of
+    --draft-windows), then GenAI's."""
     import importlib.util
 
-    common = {"bundle": bundle, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
+    common = {"bundle": bundle, "max_new_tokens": args.max_new_tokens, "repeats": args.runs_per_process}
     rows = [fresh_row("ours-none", "ours, the target alone, the default KV cache", "ours_long", None,
                       kv_cache=None, algorithm="none", **common),
             fresh_row("ours-auto", "ours, the default algorithm, the default KV cache", "ours_long", "ours-none",
@@ -120,6 +163,11 @@ def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]
     rows += [fresh_row(f"ours-auto-kv-{kv}", f"ours, the default algorithm, a {kv} KV cache", "ours_long",
                        None if kv == "u8" else "ours-none", kv_cache=kv, algorithm="auto", **common)
              for kv in dict.fromkeys(args.kv_caches)]
+    rows += [fresh_row(f"ours-auto-window-{n}" if n else "ours-auto-no-window",
+                       "ours, the default algorithm, the draft reading "
+                       + (f"a window of {n} tokens" if n else "the whole prompt (no window)"),
+                       "ours_long", "ours-none", kv_cache=None, algorithm="auto", draft_window=n, **common)
+             for n in dict.fromkeys(args.draft_windows)]
     genai = [] if args.no_genai else [("genai-none", "default", "its default CPU properties")]
     genai += [("genai-ours", "ours", "our CPU properties")] if args.genai_ours else []
     genai += [(f"genai-kv-{kv}", kv, f"its default CPU properties but a {kv} KV cache") for kv in args.genai_kv]
@@ -135,13 +183,17 @@ def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]
 def main(args: argparse.Namespace) -> int:
     from ...bundle import load_bundle
     from ...errors import EdgeSpecdecError
+    from ...runtime.settings import SpeculativeConfig
     from ..fresh_process import run_fresh
     from ..suite_runs import check_out, finish, run_suite, stderr_say
 
     lengths = sorted(dict.fromkeys(args.lengths))
-    if min(lengths) < 64 or args.max_new_tokens < 2 or args.repeats < 1:
-        raise EdgeSpecdecError("--lengths must be at least 64 tokens, --max-new-tokens at least 2 and --repeats at "
-                               "least 1.")
+    tasks = list(dict.fromkeys(args.tasks))
+    if min(lengths) < 64 + QUESTION_ROOM or args.max_new_tokens < 2 or args.repeats < 1 or args.runs_per_process < 1:
+        raise EdgeSpecdecError(f"--lengths must be at least {64 + QUESTION_ROOM} tokens, --max-new-tokens at least 2, "
+                               f"--repeats and --runs-per-process at least 1.")
+    for n in args.draft_windows:
+        SpeculativeConfig(draft_window=n)  # a window no run could take is refused before any process starts
     out = Path(args.out) if args.out else None
     check_out(out)
     bundle = load_bundle(Path(args.bundle).resolve(), verify=False)
@@ -150,13 +202,13 @@ def main(args: argparse.Namespace) -> int:
         raise EdgeSpecdecError(f"--lengths {max(lengths)} and --max-new-tokens {args.max_new_tokens} go past the "
                                f"target's context of {context} tokens: give shorter lengths.")
     stderr_say(f"cutting prompts of {', '.join(map(str, lengths))} tokens (a fresh process)")
-    ids = run_fresh(f"{__name__}:prompt_ids", bundle=str(bundle.path), lengths=lengths)["ids"]
+    ids = run_fresh(f"{__name__}:prompt_ids", bundle=str(bundle.path), lengths=lengths, tasks=tasks)["ids"]
     rows, skipped = long_prompt_rows(args, str(bundle.path), stderr_say)
-    cells = [Cell(f"{n} tokens", ids[str(n)]) for n in lengths]
+    cells = [Cell(f"{n} tokens, {task}", ids[f"{n}/{task}"]) for n in lengths for task in tasks]
     suite = Suite("long-prompts", bundle, rows, cells, FIGURES, headline="ttft_s", baseline="ours-none",
-                  method=METHOD, skipped=skipped,
-                  settings={"lengths": lengths, "max_new_tokens": args.max_new_tokens,
-                            "runs_per_process": args.repeats})
+                  method=METHOD, skipped=skipped, repeats=args.repeats,
+                  settings={"lengths": lengths, "tasks": tasks, "max_new_tokens": args.max_new_tokens,
+                            "runs_per_process": args.runs_per_process})
     return finish(run_suite(suite, out, args.command_line))
 
 
@@ -165,15 +217,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.description = __doc__
     p.epilog = ("example:\n  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 4096 8192 "
-                "--max-new-tokens 16 --repeats 1 --kv-caches")
+                "--max-new-tokens 64 --repeats 3 --kv-caches")
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192], metavar="N",
                    help="prompt lengths in tokens (default 4096 8192)")
-    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens per run (default 32)")
-    p.add_argument("--repeats", type=int, default=2, metavar="N",
-                   help="timed runs in each process, after one uncounted run (default 2)")
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS), metavar="TASK",
+                   help="what each prompt asks of its document: summarize (summarize it), quote (quote a function "
+                        "defined in it word for word: an answer copied from the prompt); default: both")
+    p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="tokens per run (default 64)")
+    p.add_argument("--repeats", type=int, default=3, metavar="N",
+                   help="fresh processes per row and cell, interleaved with the other rows' (default 3)")
+    p.add_argument("--runs-per-process", type=int, default=1, metavar="N",
+                   help="timed runs in each process, after one uncounted run (default 1)")
     p.add_argument("--kv-caches", nargs="*", default=["f32", "u8"], choices=KV_CACHES, metavar="TYPE",
                    help="a row of ours with the default algorithm at each of these KV cache types, beside the default "
                         "one (default: f32 u8; none: just the flag)")
+    p.add_argument("--draft-windows", nargs="+", type=int, default=[], metavar="N",
+                   help="add a row of ours with the default algorithm whose draft reads a window of N tokens of the "
+                        "prompt and output (--draft-window; 0: the whole of them), for each N")
     p.add_argument("--no-genai", action="store_true", help="leave out OpenVINO GenAI's row")
     p.add_argument("--genai-ours", action="store_true", help="add GenAI with our CPU properties")
     p.add_argument("--genai-kv", nargs="+", default=[], choices=("f16", "f32"), metavar="TYPE",
