@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime import pipeline as pipeline_module
 from edge_specdec.runtime import session as session_module
 from edge_specdec.runtime.pipeline import DRAFT_BLOCK, DRAFT_TOKENS
 from edge_specdec.runtime.session import open_session
@@ -126,9 +127,9 @@ def test_copies_serve_only_once_checked(bundle_dir, monkeypatch):
 
 
 def test_the_load_compiles_no_copy_and_the_first_call_of_a_size_compiles_its_own(bundle_dir, monkeypatch):
-    """Engine() compiles no static copy: it plans them. A request's first call of a planned size compiles that
-    copy in the request's own thread, runs it once and checks its bits, then runs on it; the first request already
-    has the target alone's ids and logprob bits, and so do the ones after it, which compile nothing."""
+    """Engine() compiles no static copy: it plans them. The first request that calls a planned size compiles that
+    copy in its own thread, runs it once and checks its bits, then runs on it; the first request already has the
+    target alone's ids and logprob bits, and so do the ones after it, which compile nothing."""
     plain = Pipeline(bundle_dir(*SAME_VOCAB), static_shapes=False)
     config = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True)
     expected = [plain.generate(prompt, config, algorithm="none") for prompt in EXACTNESS_PROMPTS[:3]]
@@ -155,38 +156,41 @@ def test_the_load_compiles_no_copy_and_the_first_call_of_a_size_compiles_its_own
     assert compiled == []
 
 
-def test_only_a_decoding_sessions_call_compiles_a_planned_copy(bundle_dir):
-    """The scratch sessions of checks and measurements run a planned size on the dynamic model (a measurement must
-    not compile, nor measure a copy it did not ask for); a session that compiles copies compiles it."""
-    xml = load_target_xml(bundle_dir)
-    plain, scratch = open_session(xml), open_session(xml)
-    model = scratch.model
-    model.plan_static([2, 3])
-    scratch.feed([5, 6, 7])
-    assert model.static == {} and scratch.static_sizes == frozenset()
-    decoding = model.session()
-    decoding.compiles_static = True
-    assert decoding.static_sizes == {2, 3}
-    decoding.min_block = 4  # a call of a planned size is not widened: it compiles its copy and runs on it
-    for tokens in ([1, 2, 3, 4], [5, 6], [8, 9]):
-        assert np.array_equal(decoding.feed(tokens), plain.feed(tokens))
-    assert set(model.static) == {2} and model.planned == {3}
-    assert decoding._static[2].get_tensor("input_ids").data.tolist() == [8, 9]
+def test_a_request_compiles_only_the_planned_copies_it_calls_and_before_its_run(bundle_dir, monkeypatch):
+    """The target alone's first request compiles the target's single step only, before its run starts (its Stats
+    and its drafting guard never time a compile); the first drafting request compiles the fixed blocks; a request
+    with another draft length compiles nothing more."""
+    compiled, started = [], []  # (block size, runs started before it compiled)
+    compile_for_block = session_module.compile_for_block
+    monkeypatch.setattr(session_module, "compile_for_block",
+                        lambda *args: compiled.append((args[-1], len(started))) or compile_for_block(*args))
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=True)
+    step = pipe.block_shapes(0, False)["target"]
+    run = pipeline_module.generate
+    monkeypatch.setattr(pipeline_module, "generate", lambda *a, **k: started.append(1) or run(*a, **k))
+    config = GenerationConfig(max_new_tokens=8, ignore_eos=True)
+    pipe.generate("def f(", config, algorithm="none")
+    assert compiled == [(step, 0)] and set(pipe.target_model.static) == {step} and pipe.draft_model.static == {}
+    pipe.generate("def f(", config, algorithm="standard", num_assistant_tokens=DRAFT_TOKENS)
+    assert sorted(compiled) == sorted([(step, 0), (DRAFT_TOKENS + 1, 1), (1, 1), (DRAFT_BLOCK, 1)])
+    assert pipe.target_model.planned == pipe.draft_model.planned == frozenset()
+    pipe.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)
+    assert len(compiled) == 4
 
 
 def test_a_planned_copy_that_changes_the_bits_is_tried_once(bundle_dir, monkeypatch):
     """A target's copy that fails the bit check is dropped with every copy before it, and nothing more is
     compiled for that model: later calls of the size run on the dynamic model without trying again."""
     session = open_session(load_target_xml(bundle_dir))
-    session.model.add_static([3])
+    model = session.model
+    model.add_static([3])
     compiled = []
-    compile_static = session.model._compile_static
-    session.model._compile_static = lambda n: compiled.append(n) or compile_static(n)
-    session.model.plan_static([2, 4])
+    compile_static = model._compile_static
+    model._compile_static = lambda n: compiled.append(n) or compile_static(n)
+    model.plan_static([2, 3, 4])
+    assert model.planned == {2, 4}  # 3 has its copy already
     monkeypatch.setattr(session_module, "passes_block_invariance", lambda s: False)
-    session.compiles_static = True
-    first = session.feed([5, 6])
-    assert compiled == [2] and session.model.static == {} and session.model.planned == frozenset()
-    session.reset()
-    assert np.array_equal(session.feed([5, 6]), first) and session.feed([7, 8, 9, 10]).shape[0] == 4
-    assert compiled == [2]
+    model.compile_planned([2, 3])
+    assert compiled == [2] and model.static == {} and model.planned == frozenset()
+    model.compile_planned()
+    assert compiled == [2] and session.feed([5, 6, 7, 8]).shape[0] == 4

@@ -48,9 +48,8 @@ Static shapes (`CompiledLM.add_static`): a paged model can also have copies comp
 shape change, and static kernels. Each copy holds its own repacked weights, so the engine gives them only to
 small models. A block-invariant model checks that every copy gives the bits of the dynamic model, and drops them
 all if one does not. A paged model's compile cannot come from OpenVINO's cache, so the engine does not compile
-the copies at load: it plans the sizes (`CompiledLM.plan_static`), and the first call of a planned size in a
-session that may compile (`ModelSession.compiles_static`) compiles its copy, in the calling thread, before it
-runs on it.
+the copies at load: it plans the sizes (`CompiledLM.plan_static`), and the first request that calls a planned
+size compiles its copy (`CompiledLM.compile_planned`), in its own thread, before it starts decoding.
 """
 from __future__ import annotations
 
@@ -112,7 +111,7 @@ class CompiledLM:
         self._compile_static = compile_static  # n -> the model compiled for blocks of n tokens (paged only)
         self.session_type = session_type  # the ModelSession class of its sessions (None: by the rollback method)
         self.static: dict[int, ov.CompiledModel] = {}
-        # block sizes whose copy the first call of that size compiles (plan_static), and the bit check for them
+        # block sizes whose copy is compiled when first asked for (plan_static), and the bit check for them
         self.planned: frozenset = frozenset()
         self._planned_invariant: Optional[Callable[["ModelSession"], bool]] = None
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
@@ -170,29 +169,20 @@ class CompiledLM:
             return True
 
     def plan_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None) -> None:
-        """Compile a copy for each of these block sizes only when a call of that size first needs it
-        (`static_copy`), with add_static's check (invariant) for a block-invariant model."""
+        """Compile a copy for each of these block sizes only when asked to (`compile_planned`), with add_static's
+        check (invariant) for a block-invariant model."""
         if self._compile_static is not None:
             self.planned, self._planned_invariant = frozenset(sizes) - set(self.static), invariant
 
-    def static_copy(self, n: int) -> Optional[ov.CompiledModel]:
-        """The copy for blocks of n tokens: compiled now if n is planned and not compiled yet (one thread
-        compiles it; another that asks meanwhile gets None and runs that call on the dynamic model); None where the
-        model has no copy for n."""
-        found = self.static.get(n)
-        if found is not None or n not in self.planned:
-            return found
-        with self._lock:
-            if n not in self.planned:  # another thread took it
-                return self.static.get(n)
-            self.planned = self.planned - {n}  # tried once, whatever comes of it
-        self.add_static({n}, invariant=self._planned_invariant)
-        return self.static.get(n)
-
-    def compile_planned(self) -> None:
-        """Compile every planned copy now (smallest first), as if each size had been called."""
-        for n in sorted(self.planned):
-            self.static_copy(n)
+    def compile_planned(self, sizes=None) -> None:
+        """Compile now, in the calling thread, the planned copies among `sizes` (None: all of them), smallest first.
+        Each size is tried once, whatever comes of it; a thread that asks while another compiles waits for it."""
+        for n in sorted(self.planned if sizes is None else frozenset(sizes) & self.planned):
+            with self._lock:
+                if n not in self.planned:  # compiled meanwhile, or the plan dropped
+                    continue
+                self.planned = self.planned - {n}
+            self.add_static({n}, invariant=self._planned_invariant)
 
 
 def kv_bytes_per_token(compiled: ov.CompiledModel) -> float:
@@ -217,10 +207,6 @@ class ModelSession:
         self.max_context, self.output_ids = model.max_context, model.output_ids
         self.block_invariant = model.block_invariant
         self.min_block = 1  # widen shorter blocks to this many tokens (see "Fixed block sizes" above)
-        # a call of a size the model plans a static copy for compiles that copy first (CompiledLM.static_copy); off
-        # for the scratch sessions of checks and measurements, whose calls must not compile (the engine turns it on
-        # for its decoding sessions)
-        self.compiles_static = False
         self.tokens: list[int] = []  # the logical sequence the cache holds
         self.reset()
 
@@ -424,10 +410,6 @@ class PagedSession(ModelSession):
 
     @property
     def static_sizes(self) -> frozenset:
-        """The model's copies, and where this session compiles them, the sizes planned: a call of such a size
-        is not widened to min_block, so that it compiles its copy and runs on it."""
-        if self.compiles_static and self.model.planned:
-            return frozenset(self.model.static) | self.model.planned
         return frozenset(self.model.static)
 
     @property
@@ -444,9 +426,8 @@ class PagedSession(ModelSession):
 
     def _request(self, n: int) -> ov.InferRequest:
         """The request a call of n tokens runs on: this session's request on the static copy for n, if the
-        model has one (created on first use, sharing this session's KV blocks; a planned copy is compiled first
-        where this session compiles them), else the dynamic one."""
-        copy = self.model.static_copy(n) if self.compiles_static else self.model.static.get(n)
+        model has one (created on first use, sharing this session's KV blocks), else the dynamic one."""
+        copy = self.model.static.get(n)
         if copy is None:
             return self.request
         request = self._static.get(n)
