@@ -194,3 +194,33 @@ def test_a_planned_copy_that_changes_the_bits_is_tried_once(bundle_dir, monkeypa
     assert compiled == [2] and model.static == {} and model.planned == frozenset()
     model.compile_planned()
     assert compiled == [2] and session.feed([5, 6, 7, 8]).shape[0] == 4
+
+
+def test_a_request_does_not_wait_for_a_copy_another_one_compiles(bundle_dir):
+    """Two requests start at once: the first compiles the copy, the second goes on without it (its calls of that
+    size on the dynamic model, with the same bits) until the copy serves."""
+    xml = load_target_xml(bundle_dir)
+    plain, session = open_session(xml), open_session(xml)
+    model = session.model
+    entered, gate = threading.Event(), threading.Event()
+    compile_static = model._compile_static
+
+    def held_back(n):  # the first thread's compile, held until the second has asked
+        entered.set()
+        assert gate.wait(120)
+        return compile_static(n)
+    model._compile_static = held_back
+    model.plan_static([2])
+    first = threading.Thread(target=model.compile_planned, args=([2],))
+    first.start()
+    try:
+        assert entered.wait(120)
+        model.compile_planned([2])  # returns at once
+        assert model.static == {} and model.planned == frozenset()
+        for tokens in ([1, 2, 3], [4, 5]):
+            assert np.array_equal(session.feed(tokens), plain.feed(tokens))
+    finally:
+        gate.set()
+        first.join(120)
+    assert set(model.static) == {2}
+    assert np.array_equal(session.feed([6, 7]), plain.feed([6, 7])) and session._static[2] is not None

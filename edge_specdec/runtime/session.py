@@ -115,6 +115,7 @@ class CompiledLM:
         self.planned: frozenset = frozenset()
         self._planned_invariant: Optional[Callable[["ModelSession"], bool]] = None
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
+        self._plan_lock = threading.Lock()  # who compiles which planned size (held only to take one)
         self.kv_cache = ""  # the KV cache's element type asked for (open_model; "" where the device keeps its own)
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
 
@@ -135,16 +136,16 @@ class CompiledLM:
             return PagedSession(self, pool)
         return MaskedSession(self)
 
-    def add_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None) -> bool:
+    def add_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None) -> None:
         """Compile a copy of the model for each block size in `sizes` (see "Static shapes" above), now, in the
         calling thread. The copies serve only once they are ready, all at once: each has run once on a scratch
         session (OpenVINO prepares a compiled model on its first inference), and a block-invariant model keeps them
         only if they give the dynamic model's bits: invariant(session), when given, answers that for a scratch
         session that runs them (an answer an earlier process stored, or a probe), else the copies are checked
-        here. Until then other sessions run those blocks on the dynamic model. False: the copies gave other bits,
-        and the model dropped all of its copies (the earlier ones too) and plans no more."""
+        here. Until then other sessions run those blocks on the dynamic model. Copies that give other bits are
+        dropped with all of the model's copies (the earlier ones too), and the model plans no more."""
         if self._compile_static is None:
-            return True
+            return
         with self._lock:
             staged = {}
             for n in sorted(set(sizes) - set(self.static)):
@@ -153,7 +154,7 @@ class CompiledLM:
                 except RuntimeError:  # token inputs that do not take a static shape: stay dynamic
                     break
             if not staged:
-                return True
+                return
             trial = copy.copy(self)  # the same model, with the new copies: sessions on it run them
             trial.static = {**self.static, **staged}
             scratch = trial.session()
@@ -164,9 +165,8 @@ class CompiledLM:
                 exact = invariant(scratch) if invariant is not None else passes_block_invariance(scratch)
                 if not exact:
                     self.static, self.planned = {}, frozenset()
-                    return False
+                    return
             self.static = trial.static  # one assignment: a session's next call sees all of them or none
-            return True
 
     def plan_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None) -> None:
         """Compile a copy for each of these block sizes only when asked to (`compile_planned`), with add_static's
@@ -176,10 +176,11 @@ class CompiledLM:
 
     def compile_planned(self, sizes=None) -> None:
         """Compile now, in the calling thread, the planned copies among `sizes` (None: all of them), smallest first.
-        Each size is tried once, whatever comes of it; a thread that asks while another compiles waits for it."""
+        Each size is tried once, whatever comes of it: a thread that asks while another compiles it goes on without
+        it, its calls of that size on the dynamic model until the copy serves."""
         for n in sorted(self.planned if sizes is None else frozenset(sizes) & self.planned):
-            with self._lock:
-                if n not in self.planned:  # compiled meanwhile, or the plan dropped
+            with self._plan_lock:
+                if n not in self.planned:  # taken by another thread, or the plan dropped
                     continue
                 self.planned = self.planned - {n}
             self.add_static({n}, invariant=self._planned_invariant)
