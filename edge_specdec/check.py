@@ -177,7 +177,7 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
     False when any exactness check failed."""
     start = time.perf_counter()
     engine = Engine(bundle, config, core=core, **settings)
-    engine.wait_for_static_copies()  # measured as a server runs once its copies serve, not while they compile
+    engine.compile_static_copies()  # measured as a server runs once its copies serve, not while they compile
     say(f"placement: {engine.placement.describe()}")
     target = engine.target_model
     invariant = target.rollback_method == "paged" and passes_block_invariance(target.session())

@@ -79,10 +79,7 @@ def test_engine_refuses_a_same_size_rewrite_with_its_mtime_restored(bundle_copy)
     from edge_specdec.runtime import Pipeline
 
     first = Pipeline(bundle_copy)  # a clean load first: nothing of it may be trusted later
-    # its static copies compile from the mapped weights after the load: rewriting the file under them would end
-    # the process (SIGBUS), as it would under any engine still running on it
-    assert first.wait_for_static_copies(timeout=300)
-    del first
+    del first  # its static copies compile only for requests, and it served none: nothing reads the weights now
     tamper_in_place(bundle_copy / WEIGHTS)
     with pytest.raises(BundleError) as exc:
         Pipeline(bundle_copy)

@@ -46,7 +46,7 @@ def test_sessions_decode_in_parallel_threads_exactly_as_one_after_another(bundle
 
 def test_a_session_compiles_nothing_and_shares_the_weights(bundle_dir, monkeypatch):
     engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
-    assert engine.wait_for_static_copies(300)
+    engine.compile_static_copies()
     assert engine.target_model.static and engine.draft_model.static
     compiled = []
     monkeypatch.setattr(session_module.ov.Core, "compile_model",
@@ -68,19 +68,19 @@ def test_the_load_runs_each_models_first_inference(bundle_dir, tmp_path, monkeyp
     engine without it writes."""
     bundle = bundle_dir(*OTHER_VOCAB)
     first = Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)  # measures exactness, kept
-    assert first.wait_for_static_copies(300)
+    first.compile_static_copies()
     calls = []
     infer = session_module.PagedSession._infer
     monkeypatch.setattr(session_module.PagedSession, "_infer", lambda self, tokens, rows: calls.append(
         (self.model.compiled, len(tokens), self.model.static.get(len(tokens)))) or infer(self, tokens, rows))
     cold = Engine(bundle, cache_dir=tmp_path, warm_up=False, static_shapes=True)
-    assert cold.wait_for_static_copies(300)
+    cold.compile_static_copies()
     for model in (cold.target_model, cold.draft_model):  # nothing measured again; only each copy's first call
         assert sorted(n for m, n, copy in calls if m is model.compiled) == sorted(model.static)
         assert all(copy is not None for m, n, copy in calls if m is model.compiled)
     calls.clear()
     warm = Engine(bundle, cache_dir=tmp_path, static_shapes=True)
-    assert warm.wait_for_static_copies(300)
+    warm.compile_static_copies()
     for model in (warm.target_model, warm.draft_model):
         sizes = [n for m, n, copy in calls if m is model.compiled]
         assert sizes and sizes[0] >= WARM_UP_BLOCK and min(sizes) <= model.session().least_block, sizes
@@ -131,7 +131,7 @@ def test_requests_compile_nothing_whatever_their_draft_length(bundle_dir, monkey
     """Static copies are compiled after the load for the default draft length; a request with another length runs its
     blocks on the dynamic model, so no client can make the engine compile (and hold) another copy."""
     engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
-    assert engine.wait_for_static_copies(300)
+    engine.compile_static_copies()
     loaded = (set(engine.target_model.static), set(engine.draft_model.static))
     assert loaded[0] and loaded[1]
     monkeypatch.setattr(session_module.ov.Core, "compile_model",
@@ -149,7 +149,7 @@ def test_static_copies_are_checked_once_not_on_every_call(bundle_dir, monkeypatc
     """A small target's copies are compiled and checked for invariance once, after the load; calls neither
     compile nor check again."""
     engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
-    assert engine.wait_for_static_copies(300)
+    engine.compile_static_copies()
     session = engine.session()
     config = GenerationConfig(max_new_tokens=6, ignore_eos=True)
     session.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)

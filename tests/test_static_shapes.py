@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime import pipeline as pipeline_module
 from edge_specdec.runtime import session as session_module
 from edge_specdec.runtime.pipeline import DRAFT_BLOCK, DRAFT_TOKENS
 from edge_specdec.runtime.session import open_session
@@ -61,7 +62,8 @@ def pipes(bundle_dir):
     pipes = {(vocab, static): Pipeline(bundle_dir(*(SAME_VOCAB if vocab == "same" else OTHER_VOCAB)),
                                        static_shapes=None if static else False, fixed_blocks=True)
              for vocab in ("same", "hetero") for static in (True, False)}
-    assert all(pipe.wait_for_static_copies(300) for pipe in pipes.values())
+    for pipe in pipes.values():
+        pipe.compile_static_copies()
     return pipes
 
 
@@ -90,7 +92,7 @@ def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch)
 
 def test_the_target_alone_steps_on_a_copy(bundle_dir, monkeypatch):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB))
-    assert pipe.wait_for_static_copies(300)
+    pipe.compile_static_copies()
     sizes = spy_block_sizes(pipe.target, monkeypatch)
     pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=4), algorithm="none")
     del sizes[:]
@@ -101,7 +103,7 @@ def test_the_target_alone_steps_on_a_copy(bundle_dir, monkeypatch):
 
 def test_without_fixed_blocks_the_copies_serve_single_steps_and_full_blocks(bundle_dir, pipes):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=False)
-    assert pipe.wait_for_static_copies(300)
+    pipe.compile_static_copies()
     config = GenerationConfig(max_new_tokens=16, ignore_eos=True)
     for prompt in EXACTNESS_PROMPTS[:4]:
         base = pipes["same", False].generate(prompt, config, algorithm="none")
@@ -124,35 +126,101 @@ def test_copies_serve_only_once_checked(bundle_dir, monkeypatch):
     assert served_during_check == [set()] and session.static_sizes == {2, 3}
 
 
-def test_in_the_background_the_load_compiles_no_copy_and_requests_do_not_wait_for_them(bundle_dir, monkeypatch):
-    """With static_in_background, Engine() returns without a static copy; the copies compile in a thread of their own while requests decode
-    on the dynamic models (here held back until the requests are done), with the target alone's ids and bits
-    throughout; once ready, the copies serve."""
+def test_the_load_compiles_no_copy_and_the_first_call_of_a_size_compiles_its_own(bundle_dir, monkeypatch):
+    """Engine() compiles no static copy: it plans them. The first request that calls a planned size compiles that
+    copy in its own thread, runs it once and checks its bits, then runs on it; the first request already has the
+    target alone's ids and logprob bits, and so do the ones after it, which compile nothing."""
     plain = Pipeline(bundle_dir(*SAME_VOCAB), static_shapes=False)
     config = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True)
     expected = [plain.generate(prompt, config, algorithm="none") for prompt in EXACTNESS_PROMPTS[:3]]
-    gate, compiled_at_load = threading.Event(), []
+    compiled, here = [], threading.current_thread()  # (block size, compiling thread)
     compile_for_block = session_module.compile_for_block
-
-    def held_back(*args):
-        if threading.current_thread() is threading.main_thread():
-            compiled_at_load.append(args[-1])
-        else:
-            assert gate.wait(120)
-        return compile_for_block(*args)
-    monkeypatch.setattr(session_module, "compile_for_block", held_back)
-    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=True, static_in_background=True)
-    assert compiled_at_load == [] and pipe.target.static_sizes == frozenset()
-    for prompt, result in zip(EXACTNESS_PROMPTS, expected):
-        got = pipe.generate(prompt, config, algorithm="standard", lookup=False)
-        assert got.token_ids == result.token_ids and logprob_bits(got) == logprob_bits(result)
-    assert not pipe.wait_for_static_copies(0) and pipe.target.static_sizes == frozenset()
-    gate.set()
-    assert pipe.wait_for_static_copies(300)
-    assert DRAFT_TOKENS + 1 in pipe.target.static_sizes and pipe.draft.static_sizes == {1, DRAFT_BLOCK}
+    monkeypatch.setattr(session_module, "compile_for_block", lambda *args: compiled.append(
+        (args[-1], threading.current_thread())) or compile_for_block(*args))
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=True)
+    assert compiled == [] and pipe.target_model.static == {} and pipe.draft_model.static == {}
+    step = pipe.block_shapes(0, False)["target"]  # the target's cheapest single step, 2 or 3 tokens
+    assert pipe.target_model.planned == {step, DRAFT_TOKENS + 1} and pipe.draft_model.planned == {1, DRAFT_BLOCK}
     target_sizes = spy_block_sizes(pipe.target, monkeypatch)
-    for prompt, result in zip(EXACTNESS_PROMPTS, expected):  # the draft model drafts every round (lookup off)
+    # the draft model drafts its full length every round: a block of every planned size in the first request
+    for i, (prompt, result) in enumerate(zip(EXACTNESS_PROMPTS, expected)):
         del target_sizes[:]
-        got = pipe.generate(prompt, config, algorithm="standard", lookup=False)
+        got = pipe.generate(prompt, config, algorithm="standard", lookup=False, confidence=0.0)
         assert got.token_ids == result.token_ids and logprob_bits(got) == logprob_bits(result)
         assert set(target_sizes[1:]) <= pipe.target.static_sizes  # after the prompt, every call on a copy
+        if i == 0:  # the first request compiled the copies of the sizes it called, in its own thread
+            assert sorted(n for n, _ in compiled) == sorted({*pipe.target_model.static, *pipe.draft_model.static})
+            assert DRAFT_TOKENS + 1 in pipe.target_model.static and set(pipe.draft_model.static) == {1, DRAFT_BLOCK}
+            assert all(thread is here for _, thread in compiled)
+            del compiled[:]
+    assert compiled == []
+
+
+def test_a_request_compiles_only_the_planned_copies_it_calls_and_before_its_run(bundle_dir, monkeypatch):
+    """The target alone's first request compiles the target's single step only, before its run starts (its Stats
+    and its drafting guard never time a compile); the first drafting request compiles the fixed blocks; a request
+    with another draft length compiles nothing more."""
+    compiled, started = [], []  # (block size, runs started before it compiled)
+    compile_for_block = session_module.compile_for_block
+    monkeypatch.setattr(session_module, "compile_for_block",
+                        lambda *args: compiled.append((args[-1], len(started))) or compile_for_block(*args))
+    pipe = Pipeline(bundle_dir(*SAME_VOCAB), fixed_blocks=True)
+    step = pipe.block_shapes(0, False)["target"]
+    run = pipeline_module.generate
+    monkeypatch.setattr(pipeline_module, "generate", lambda *a, **k: started.append(1) or run(*a, **k))
+    config = GenerationConfig(max_new_tokens=8, ignore_eos=True)
+    pipe.generate("def f(", config, algorithm="none")
+    assert compiled == [(step, 0)] and set(pipe.target_model.static) == {step} and pipe.draft_model.static == {}
+    pipe.generate("def f(", config, algorithm="standard", num_assistant_tokens=DRAFT_TOKENS)
+    assert sorted(compiled) == sorted([(step, 0), (DRAFT_TOKENS + 1, 1), (1, 1), (DRAFT_BLOCK, 1)])
+    assert pipe.target_model.planned == pipe.draft_model.planned == frozenset()
+    pipe.generate("def f(", config, algorithm="standard", num_assistant_tokens=3)
+    assert len(compiled) == 4
+
+
+def test_a_planned_copy_that_changes_the_bits_is_tried_once(bundle_dir, monkeypatch):
+    """A target's copy that fails the bit check is dropped with every copy before it, and nothing more is
+    compiled for that model: later calls of the size run on the dynamic model without trying again."""
+    session = open_session(load_target_xml(bundle_dir))
+    model = session.model
+    model.add_static([3])
+    compiled = []
+    compile_static = model._compile_static
+    model._compile_static = lambda n: compiled.append(n) or compile_static(n)
+    model.plan_static([2, 3, 4])
+    assert model.planned == {2, 4}  # 3 has its copy already
+    monkeypatch.setattr(session_module, "passes_block_invariance", lambda s: False)
+    model.compile_planned([2, 3])
+    assert compiled == [2] and model.static == {} and model.planned == frozenset()
+    model.compile_planned()
+    assert compiled == [2] and session.feed([5, 6, 7, 8]).shape[0] == 4
+
+
+def test_a_request_does_not_wait_for_a_copy_another_one_compiles(bundle_dir):
+    """Two requests start at once: the first compiles the copy, the second goes on without it (its calls of that
+    size on the dynamic model, with the same bits) until the copy serves."""
+    xml = load_target_xml(bundle_dir)
+    plain, session = open_session(xml), open_session(xml)
+    model = session.model
+    entered, gate = threading.Event(), threading.Event()
+    compile_static = model._compile_static
+
+    def held_back(n):  # the first thread's compile, held until the second has asked
+        entered.set()
+        assert gate.wait(120)
+        return compile_static(n)
+    model._compile_static = held_back
+    model.plan_static([2])
+    first = threading.Thread(target=model.compile_planned, args=([2],))
+    first.start()
+    try:
+        assert entered.wait(120)
+        model.compile_planned([2])  # returns at once
+        assert model.static == {} and model.planned == frozenset()
+        for tokens in ([1, 2, 3], [4, 5]):
+            assert np.array_equal(session.feed(tokens), plain.feed(tokens))
+    finally:
+        gate.set()
+        first.join(120)
+    assert set(model.static) == {2}
+    assert np.array_equal(session.feed([6, 7]), plain.feed([6, 7])) and session._static[2] is not None

@@ -108,7 +108,7 @@ def run_clients_benchmark(bundle: Union[str, Path], clients: Sequence[int] = (1,
     t = time.perf_counter()
     engine = Engine(b, config=dataclasses.replace(engine_config or EngineConfig(), batching=True))
     sessions = [engine.session() for _ in range(max(clients))]
-    engine.wait_for_static_copies()  # timed as a server runs once its copies serve, not while they compile
+    engine.compile_static_copies()  # timed as a server runs once its copies serve, not while they compile
     # the engine may turn batching off (a target that is not bit-exact batched): it says so in batching_note
     batching_note = engine.batching_note
     say(f"loaded our Engine(batching=True) and {len(sessions)} sessions in {time.perf_counter() - t:.1f} s: "

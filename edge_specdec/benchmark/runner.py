@@ -96,11 +96,11 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, engine, say: Ca
     pipe = Pipeline(bundle, config=engine)
     say(f"loaded our Pipeline in {time.perf_counter() - t:.1f} s: {pipe.placement.describe()}; target "
         f"{pipe.target.rollback_method} KV, {pipe.target.precision} precision")
-    pipe.wait_for_static_copies()  # timed as a server runs once its copies serve, not while they compile
+    pipe.compile_static_copies()  # timed as a server runs once its copies serve, not while they compile
     both = None
     if any(s.concurrent for s in specs):
         both = Pipeline(bundle, config=dataclasses.replace(engine, concurrent=True))
-        both.wait_for_static_copies()
+        both.compile_static_copies()
         say("loaded a second Pipeline with concurrent drafting")
     setups, skipped = [], []
     for spec in specs:
@@ -110,7 +110,7 @@ def build_setups(bundle, specs: list[Spec], max_new_tokens: int, engine, say: Ca
         other_bundle, label = other
         t = time.perf_counter()
         theirs = Pipeline(other_bundle, config=engine)
-        theirs.wait_for_static_copies()
+        theirs.compile_static_copies()
         say(f"loaded {label}'s Pipeline ({other_bundle.path}) in {time.perf_counter() - t:.1f} s")
         setups += [Setup(other_draft_spec(spec, label, other_bundle.path), ours_runner(theirs, spec, max_new_tokens))
                    for spec in specs if spec.engine == "ours" and not spec.concurrent

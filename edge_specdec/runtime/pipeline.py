@@ -8,7 +8,7 @@
         print(piece, end="", flush=True)
 
 An `Engine` holds what is loaded once: the bundle, the placement, the compiled models with their static copies
-(compiled in the background once it has loaded), the tokenizers, the vocabulary map and its measurement cache. A
+(each compiled by the first request that calls its size), the tokenizers, the vocabulary map and its measurement cache. A
 `DecodingSession` (`engine.session()`) holds one request's KV caches and infer requests, nothing else: N sessions
 decode in N threads with the weights held once.
 A `Pipeline` is an Engine with one session of its own, whose calls run one at a time (a lock; a second thread
@@ -18,7 +18,6 @@ of prompts.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import dataclasses
 import os
 import queue
@@ -103,7 +102,7 @@ class Engine:
         self._block_shapes: dict[tuple[int, bool], dict[str, int]] = {}  # see block_shapes
         self._static = {role: weight_bytes(model) < STATIC_MAX_BYTES if config.static_shapes is None
                         else config.static_shapes for role, model in self._bundle_models()}
-        static_sizes = self._static_sizes()  # measured at load; compiled in the background once loaded
+        static_sizes = self._static_sizes()  # measured at load; each copy compiled by the first request that calls it
         if config.warm_up:
             self._warm_up()
         self.tokenizer = PromptTokenizer(self.bundle.target.tokenizer_xml, self.core)
@@ -118,7 +117,7 @@ class Engine:
         self.scheduler, self.pools, self.batching_note = None, {}, ""
         if config.batching:
             self._start_batching(config.batch_wait)
-        self._compile_static_copies(static_sizes)
+        self._plan_static_copies(static_sizes)
 
     def _bundle_models(self) -> list[tuple[str, Any]]:
         """The bundle's models by role: the target, and the draft if it has one."""
@@ -365,52 +364,40 @@ class Engine:
         if not any(self._static.values()):
             return {}
         k = REGISTRY[self.resolve_algorithm("auto")].draft_tokens  # the default algorithm's draft length
+        return self._copy_sizes(k, self.draft_model is not None)
+
+    def _copy_sizes(self, k: int, drafting: bool) -> dict[str, set[int]]:
+        """The block sizes a request with draft length k (0: the target alone) calls most, per model that takes
+        static shapes: each model's single step (a run with a draft may run the target alone for a while, see
+        DraftingGuard) and, with k, its fixed block."""
         sizes: dict[str, set[int]] = {"target": set(), "draft": set()}
-        for kk, drafting in ((0, False), (k, self.draft_model is not None)):
-            for role, least in self.block_shapes(kk, drafting).items():
+        for kk, drafts in ((0, False), (k, drafting)) if k else ((0, False),):
+            for role, least in self.block_shapes(kk, drafts).items():
                 model = getattr(self, f"{role}_model")
-                if not self._static[role] or model.rollback_method != "paged" or (role == "draft" and not drafting):
+                if not self._static[role] or model.rollback_method != "paged" or (role == "draft" and not drafts):
                     continue
                 step = max(1 if role == "draft" else least, 2 if model.block_invariant else 1)
-                sizes[role] |= {step, k + 1 if role == "target" else DRAFT_BLOCK} if kk else {step}
+                sizes[role] |= {step, kk + 1 if role == "target" else DRAFT_BLOCK} if kk else {step}
         return {role: found for role, found in sizes.items() if found}
 
-    def _compile_static_copies(self, sizes: dict[str, set[int]]) -> None:
-        """Compile the static copies (see _static_sizes) during the load, or with EngineConfig.static_in_background
-        start compiling them in a thread of their own, after the load: a paged
-        model's compile is paid in every process (OpenVINO cannot import its blob from the cache), and a copy pays
-        back its compile over many requests, so no load and no request waits for one. Requests decode on the
-        dynamic models meanwhile, and a copy serves once it has run and, on the target, passed the check for its
-        bits (CompiledLM.add_static); `wait_for_static_copies` waits for them all."""
-        self._static_done = threading.Event()
-        if not sizes:
-            self._static_done.set()
-            return
-        if not self.config.static_in_background:  # during the load (the default; see EngineConfig)
-            self._add_static_copies(sizes, threading.Event())
-            return
-        stop = threading.Event()
-        thread = threading.Thread(target=self._add_static_copies, args=(sizes, stop), name="static-copies",
-                                  daemon=True)
-        _COMPILING[thread] = stop
-        thread.start()
+    def _plan_static_copies(self, sizes: dict[str, set[int]]) -> None:
+        """Plan the static copies (see _static_sizes) instead of compiling them during the load: a paged model's
+        compile is paid in every process (OpenVINO cannot import its blob from the cache), and it is most of what
+        a load would cost. The first request that calls a planned size compiles its copy (`compile_static_for`),
+        in the request's own thread, before its run starts; the copy runs once and, on the target, passes the check
+        for its bits (CompiledLM.add_static) before it serves. No thread compiles on its own, so no compile
+        outlives the engine's requests; `compile_static_copies` compiles them all at once."""
+        for role, found in sizes.items():
+            model = getattr(self, f"{role}_model")
+            model.plan_static(found, invariant=self._static_copies_exact if role == "target" else None)
 
-    def _add_static_copies(self, sizes: dict[str, set[int]], stop: threading.Event) -> None:
-        """Compile the copies one at a time, each serving as soon as it is ready: the target's first (every request
-        runs it), its single step before its block, so that a compile takes one core from the requests, not all
-        of them, and the copy every request uses comes first. A target's copies that fail the bit check are all
-        dropped, and no more are compiled for it."""
-        try:
-            for role in ("target", "draft"):
-                model = getattr(self, f"{role}_model")
-                for n in sorted(sizes.get(role, ())):
-                    model.add_static({n}, invariant=self._static_copies_exact if role == "target" else None,
-                                     stop=stop)
-                    if n not in model.static:  # dropped, or stopped
-                        break
-        finally:
-            self._static_done.set()
-            _COMPILING.pop(threading.current_thread(), None)
+    def compile_static_for(self, k: int, drafting: bool) -> None:
+        """Compile the planned static copies that a request with draft length k (0: the target alone) calls and
+        that no request compiled yet, now, before its run: a compile inside the run would count in the times
+        its drafting guard compares (a round of seconds), and in its Stats."""
+        if any(model is not None and model.planned for model in (self.target_model, self.draft_model)):
+            for role, found in self._copy_sizes(k, drafting).items():
+                getattr(self, f"{role}_model").compile_planned(found)
 
     def _static_copies_exact(self, session: ModelSession) -> bool:
         """Whether the target gives its dynamic model's bits with the static copies of a scratch session, measured
@@ -422,22 +409,13 @@ class Engine:
             self.measurements.put(name, known)
         return known is True
 
-    def wait_for_static_copies(self, timeout: Optional[float] = None) -> bool:
-        """Wait until the static copies compiled after the load serve (or were found not to give the target's
-        bits and dropped); False if timeout seconds passed first."""
-        return self._static_done.wait(timeout)
-
-
-# static copies compiling in the background (Engine._compile_static_copies) -> the event that stops them; at exit
-# each stops after the compile under way, so that the interpreter does not shut down under it
-_COMPILING: dict[threading.Thread, threading.Event] = {}
-
-
-@atexit.register
-def _stop_compiling() -> None:
-    for thread, stop in list(_COMPILING.items()):
-        stop.set()
-        thread.join()
+    def compile_static_copies(self) -> None:
+        """Compile now, in the calling thread, the static copies that no call has needed yet (the target's first,
+        its single step before its block), so that the calls after this one never wait for a compile: for timing
+        a server that has run for a while."""
+        for model in (self.target_model, self.draft_model):
+            if model is not None:
+                model.compile_planned()
 
 
 def bundle_defaults(bundle: Bundle) -> GenerationConfig:
@@ -508,6 +486,7 @@ class DecodingSession:
         entry = REGISTRY[engine.resolve_algorithm(speculative.algorithm, config)]
         k, confidence = speculative.draft_tokens(entry), speculative.confidence_stop()
         self._set_block_shapes(k if entry.speculates else 0, entry.needs_draft)
+        engine.compile_static_for(k if entry.speculates else 0, entry.needs_draft)  # the first such request only
         rng = np.random.default_rng(config.seed)
         # a seeded sampled run must repeat: it reads no pool (earlier requests) and no clock (see sources.py)
         seeded = config.seed is not None and not config.greedy

@@ -47,7 +47,9 @@ Static shapes (`CompiledLM.add_static`): a paged model can also have copies comp
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
 shape change, and static kernels. Each copy holds its own repacked weights, so the engine gives them only to
 small models. A block-invariant model checks that every copy gives the bits of the dynamic model, and drops them
-all if one does not.
+all if one does not. A paged model's compile cannot come from OpenVINO's cache, so the engine does not compile
+the copies at load: it plans the sizes (`CompiledLM.plan_static`), and the first request that calls a planned
+size compiles its copy (`CompiledLM.compile_planned`), in its own thread, before it starts decoding.
 """
 from __future__ import annotations
 
@@ -109,7 +111,11 @@ class CompiledLM:
         self._compile_static = compile_static  # n -> the model compiled for blocks of n tokens (paged only)
         self.session_type = session_type  # the ModelSession class of its sessions (None: by the rollback method)
         self.static: dict[int, ov.CompiledModel] = {}
+        # block sizes whose copy is compiled when first asked for (plan_static), and the bit check for them
+        self.planned: frozenset = frozenset()
+        self._planned_invariant: Optional[Callable[["ModelSession"], bool]] = None
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
+        self._plan_lock = threading.Lock()  # who compiles which planned size (held only to take one)
         self.kv_cache = ""  # the KV cache's element type asked for (open_model; "" where the device keeps its own)
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
 
@@ -130,22 +136,19 @@ class CompiledLM:
             return PagedSession(self, pool)
         return MaskedSession(self)
 
-    def add_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None,
-                   stop: Optional[threading.Event] = None) -> None:
-        """Compile a copy of the model for each block size in `sizes` (see "Static shapes" above). The copies serve
-        only once they are ready, all at once: each has run once on a scratch session (OpenVINO prepares a compiled
-        model on its first inference), and a block-invariant model keeps them only if they give the dynamic
-        model's bits: invariant(session), when given, answers that for a scratch session that runs them (an answer
-        an earlier process stored, or a probe), else the copies are checked here. Until then sessions run those
-        blocks on the dynamic model, so this may run in a thread of its own while they decode. stop: once set,
-        no further copy is compiled and none of this call's is kept."""
+    def add_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None) -> None:
+        """Compile a copy of the model for each block size in `sizes` (see "Static shapes" above), now, in the
+        calling thread. The copies serve only once they are ready, all at once: each has run once on a scratch
+        session (OpenVINO prepares a compiled model on its first inference), and a block-invariant model keeps them
+        only if they give the dynamic model's bits: invariant(session), when given, answers that for a scratch
+        session that runs them (an answer an earlier process stored, or a probe), else the copies are checked
+        here. Until then other sessions run those blocks on the dynamic model. Copies that give other bits are
+        dropped with all of the model's copies (the earlier ones too), and the model plans no more."""
         if self._compile_static is None:
             return
         with self._lock:
             staged = {}
             for n in sorted(set(sizes) - set(self.static)):
-                if stop is not None and stop.is_set():
-                    return
                 try:
                     staged[n] = self._compile_static(n)
                 except RuntimeError:  # token inputs that do not take a static shape: stay dynamic
@@ -161,9 +164,26 @@ class CompiledLM:
                 scratch.reset()
                 exact = invariant(scratch) if invariant is not None else passes_block_invariance(scratch)
                 if not exact:
-                    self.static = {}
+                    self.static, self.planned = {}, frozenset()
                     return
             self.static = trial.static  # one assignment: a session's next call sees all of them or none
+
+    def plan_static(self, sizes, invariant: Optional[Callable[["ModelSession"], bool]] = None) -> None:
+        """Compile a copy for each of these block sizes only when asked to (`compile_planned`), with add_static's
+        check (invariant) for a block-invariant model."""
+        if self._compile_static is not None:
+            self.planned, self._planned_invariant = frozenset(sizes) - set(self.static), invariant
+
+    def compile_planned(self, sizes=None) -> None:
+        """Compile now, in the calling thread, the planned copies among `sizes` (None: all of them), smallest first.
+        Each size is tried once, whatever comes of it: a thread that asks while another compiles it goes on without
+        it, its calls of that size on the dynamic model until the copy serves."""
+        for n in sorted(self.planned if sizes is None else frozenset(sizes) & self.planned):
+            with self._plan_lock:
+                if n not in self.planned:  # taken by another thread, or the plan dropped
+                    continue
+                self.planned = self.planned - {n}
+            self.add_static({n}, invariant=self._planned_invariant)
 
 
 def kv_bytes_per_token(compiled: ov.CompiledModel) -> float:

@@ -71,13 +71,10 @@ class EngineConfig:
     # widen the short blocks of speculation to one size per model, so the device keeps one shape (None: where
     # probes.fixed_block_pays measures that it wins; see Engine.block_shapes)
     fixed_blocks: Optional[bool] = None
-    # compile copies for the block sizes a model runs most (None: for models under STATIC_MAX_BYTES; `run` turns
-    # them off: they pay back their compile over many requests, not over one run)
+    # copies for the block sizes a model runs most, each compiled when a request first calls its size, not at load
+    # (None: for models under STATIC_MAX_BYTES; `run` turns them off: they pay back their compile over many
+    # requests, not over one run)
     static_shapes: Optional[bool] = None
-    # compile those copies in a thread of its own once the engine has loaded, instead of during the load: a faster
-    # load, with requests on the dynamic models until the copies serve. Off by default: a compile still running
-    # when its engine's files change or the process tears down has ended processes (SIGBUS, abort)
-    static_in_background: bool = False
     batching: bool = False                # sessions verify their blocks together in one call (batching.py)
     batch_wait: float = MAX_WAIT          # seconds a batched call waits for the other sessions' calls
     # with batching, a session drafts its full length only while at most this many sessions generate (None: always)
@@ -100,8 +97,7 @@ class EngineConfig:
         for name in ("target_device", "draft_device"):
             _check(isinstance(getattr(self, name), str) and getattr(self, name).strip() != "", name,
                    "a device name: CPU, GPU, GPU.N, NPU or AUTO", getattr(self, name))
-        for name in ("allow_fallback", "verify_checksums", "batching", "prefix_reuse", "warm_up",
-                     "static_in_background"):
+        for name in ("allow_fallback", "verify_checksums", "batching", "prefix_reuse", "warm_up"):
             _check(isinstance(getattr(self, name), bool), name, "True or False", getattr(self, name))
         for name in ("concurrent", "fixed_blocks", "static_shapes"):
             _check(getattr(self, name) is None or isinstance(getattr(self, name), bool), name,

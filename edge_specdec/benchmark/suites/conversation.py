@@ -131,6 +131,8 @@ def main(args: argparse.Namespace) -> int:
     # gives free drafts, the conversation's history among it)
     reuse, whole = Engine(args.bundle, draft_pool_tokens=0), Engine(args.bundle, prefix_reuse=False,
                                                                   draft_pool_tokens=0)
+    for engine in (reuse, whole):  # timed as a server runs once its copies serve, not while they compile
+        engine.compile_static_copies()
     if reuse.chat_template is None:
         raise EdgeSpecdecError(f"{args.bundle}: the target has no chat template, and the conversation suite "
                                f"measures chats; try the general suite.")

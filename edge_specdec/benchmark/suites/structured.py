@@ -113,6 +113,7 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     check_out(out)
     engine = Engine(args.bundle, draft_pool_tokens=0)  # no draft pool: no run copies an earlier run's answer
+    engine.compile_static_copies()  # timed as a server runs once its copies serve, not while they compile
     if engine.chat_template is None:
         raise EdgeSpecdecError(f"{args.bundle}: the target has no chat template, which the structured tasks are "
                                f"written for; try the general suite.")
