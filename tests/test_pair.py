@@ -1,0 +1,141 @@
+"""`edge-specdec pair`: the simulated rounds are the real loop's, the ranking and its ties, the cheap look at two
+tokenizer.json files, the refusal line of an unusable candidate, the report's JSON shape, the export of the best."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from edge_specdec.pairing import NO_DRAFT, FREE_DRAFTS, PairSettings, find_pair
+from edge_specdec.pairing.candidates import admission, classify, look, read_vocabulary, relate
+from edge_specdec.pairing.rank import Prediction, rank, within_noise
+from edge_specdec.pairing.replay import greedy_answers, replay
+from edge_specdec.runtime import Engine, SpeculativeConfig
+from support import OTHER_VOCAB, SAME_VOCAB, run_cli
+
+PROMPTS = ["def fib(n):\n    if n < 2:\n        return n\n", "a b a b a b a b", "The quick brown fox"]
+
+
+def calls_of(session):
+    """Spy on a session's target: (sequence length, tokens proposed) of every call."""
+    seen, real = [], session.target.sync
+
+    def sync(sequence, extra=()):
+        seen.append((len(sequence), len(extra)))
+        return real(sequence, extra)
+    session.target.sync = sync
+    return seen
+
+
+@pytest.mark.parametrize("pair", [SAME_VOCAB, OTHER_VOCAB], ids=["same-vocabulary", "other-vocabulary"])
+def test_simulated_rounds_are_those_of_a_real_greedy_run(bundle_dir, pair):
+    engine = Engine(bundle_dir(*pair), concurrent=False, static_shapes=False)
+    answers = greedy_answers(engine, PROMPTS, 24)
+    simulated = replay(engine, answers, SpeculativeConfig(algorithm="auto"))
+    session = engine.session()
+    for answer, sim in zip(answers, simulated):
+        calls = calls_of(session)
+        real = session.generate(answer.prompt, answer.config, SpeculativeConfig(clock=False, pool_scope=None))
+        assert real.token_ids == answer.tokens == sim.result.token_ids
+        assert [(c.sequence_length, c.proposed) for c in sim.calls] == calls
+        for name in ("rounds", "draft_tokens_proposed", "draft_tokens_accepted", "suffix_tokens_proposed",
+                     "suffix_tokens_accepted"):
+            assert getattr(sim.result.stats, name) == getattr(real.stats, name), name
+        assert sim.result.extra["algorithm"] == real.extra["algorithm"]
+    assert sum(r.result.stats.draft_tokens_proposed for r in simulated) > 0  # the draft model drafted
+
+
+def test_a_replayed_round_is_priced_by_the_loop_and_the_target_call():
+    from edge_specdec.pairing.replay import Call, Replayed
+    from edge_specdec.runtime.generate import Result, Stats
+
+    run = Replayed(Result("", [1] * 7, Stats(new_tokens=7)), [Call(3, 2, None), Call(5, 4, 0.5), Call(9, 0, 0.25)],
+                   prompt_length=3)
+    # after the first round (2 tokens): two calls, 5 tokens; t(5) = 5, t(1) = 1
+    assert run.seconds_per_token(lambda n: float(n)) == pytest.approx((0.5 + 5 + 0.25 + 1) / 5)
+    assert run.target_sizes() == {5, 1}
+
+
+def prediction(*speedups):
+    return Prediction(list(speedups), 1, 0, 0, 0, 0, 1)
+
+
+def test_ranking_marks_candidates_within_the_noise_as_a_tie():
+    ranked = rank({"slow": prediction(1.0, 1.0, 1.0, 1.0), "a": prediction(1.50, 1.60, 1.40, 1.55),
+                   "b": prediction(1.52, 1.58, 1.41, 1.50), "none": prediction(None)})
+    assert [(r["name"], r["place"], r["tie"]) for r in ranked] == [
+        ("b", 1, True), ("a", 1, True), ("slow", 3, False), ("none", None, False)] or \
+        [(r["name"], r["place"], r["tie"]) for r in ranked] == [
+        ("a", 1, True), ("b", 1, True), ("slow", 3, False), ("none", None, False)]
+    assert not within_noise([2.0, 2.1, 1.9, 2.0], [1.0, 1.0, 1.0, 1.0])
+    assert within_noise([1.05, 1.0], [1.0, 1.0])  # two prompts: the 10 % band
+
+
+def test_the_cheap_look_reads_two_tokenizer_json_files(model_dir):
+    target = classify(str(model_dir("qwen2-bytelevel")), "target")[0]
+    same = classify(str(model_dir("qwen2-bytelevel-small")), "draft")[0]
+    other = classify(str(model_dir("llama-metaspace")), "draft")[0]
+    t = read_vocabulary(target)
+    assert relate(t, read_vocabulary(same), "def f():")["relation"] == "identical"
+    v = relate(t, read_vocabulary(other), "def fib(n): return n")
+    assert v["relation"] == "heterogeneous"
+    assert 0 < v["shared_share"] < 1 and 0 < v["text_share"] <= 1 and 0 < v["draft_share"] <= 1
+    c = look(target, t, other, "def fib(n): return n")
+    assert c.auto["greedy"] == "slem" and c.auto["sampled"] in ("tli", "slem") and c.weights_bytes > 0
+
+
+def test_an_unusable_candidate_gets_one_line_with_the_reason_and_the_fix(model_dir, tmp_path):
+    folder = tmp_path / "odd"
+    shutil.copytree(model_dir("qwen2-bytelevel-small"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "no-such-architecture"
+    (folder / "config.json").write_text(json.dumps(config))
+    line = admission(classify(str(folder), "draft")[0])
+    assert "no-such-architecture" in line and "\n" not in line
+    assert "supported architecture" in line
+
+
+@pytest.mark.slow
+def test_pair_ranks_simulates_and_exports_the_best(model_dir, bundle_dir, tmp_path):
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    for name in ("qwen2-bytelevel-small", "llama-metaspace", "gpt2-prefixspace"):
+        shutil.copytree(model_dir(name), drafts / name)
+    out = tmp_path / "best"
+    result = run_cli("pair", str(bundle_dir(*SAME_VOCAB)), str(drafts), "--top", "1", "--prompts",
+                     str(_prompts(tmp_path)), "--max-new-tokens", "16", "--export", str(out), "--json",
+                     "--target-device", "CPU", "--draft-device", "CPU", timeout=900)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    names = [row["name"] for row in report["candidates"]]
+    assert {NO_DRAFT, FREE_DRAFTS, "qwen2-bytelevel-small", "llama-metaspace", "gpt2-prefixspace"} <= set(names)
+    rows = {row["name"]: row for row in report["candidates"]}
+    assert rows[NO_DRAFT]["prediction"]["speedup"] == pytest.approx(1.0)
+    simulated = [row for row in report["candidates"] if row["simulated"]]
+    assert len(simulated) == 3  # no draft, free drafts, the best draft by the cheap look (identical vocabulary)
+    assert rows["qwen2-bytelevel-small"]["simulated"] and rows["qwen2-bytelevel-small"]["algorithm"]["greedy"] == \
+        "standard"
+    assert rows["llama-metaspace"]["why_not_simulated"]
+    assert report["best"] in {row["name"] for row in simulated}
+    assert (out / "manifest.json").is_file() and report["exported"] == str(out)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".best.")]  # no work folder left
+    assert "simulating" in result.stderr  # progress on stderr
+
+
+def _prompts(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("\n".join(p.replace("\n", "\\n") for p in PROMPTS))
+    return path
+
+
+def test_pair_settings_refuse_what_they_cannot_do():
+    with pytest.raises(Exception, match="task"):
+        PairSettings(task="poetry")
+    with pytest.raises(Exception, match="max_new_tokens"):
+        PairSettings(max_new_tokens=1)
+
+
+def test_find_pair_refuses_an_unknown_source(tmp_path):
+    with pytest.raises(Exception, match="no such file or folder"):
+        find_pair(str(tmp_path / "nothing"), [])
