@@ -139,3 +139,41 @@ def test_pair_settings_refuse_what_they_cannot_do():
 def test_find_pair_refuses_an_unknown_source(tmp_path):
     with pytest.raises(Exception, match="no such file or folder"):
         find_pair(str(tmp_path / "nothing"), [])
+
+
+def test_the_look_reports_every_candidate_and_refuses_a_broken_ir_in_one_line(model_dir, bundle_dir, tmp_path):
+    from edge_specdec.cli.pair import describe
+
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    shutil.copytree(model_dir("llama-metaspace"), drafts / "llama")
+    shutil.copytree(bundle_dir(*OTHER_VOCAB) / "draft", drafts / "ir-without-config")
+    (drafts / "ir-without-config" / "config.json").unlink()
+    (drafts / "notes.txt").write_text("not a model")
+    report = find_pair(str(model_dir("qwen2-bytelevel")), [str(drafts), str(bundle_dir(*SAME_VOCAB))],
+                       PairSettings(look_only=True, top=1))
+    json.dumps(report)  # JSON-ready
+    assert set(report) >= {"target", "prompts", "task", "max_new_tokens", "candidates", "costs", "best", "sampled"}
+    rows = {row["name"]: row for row in report["candidates"]}
+    assert set(rows) == {NO_DRAFT, FREE_DRAFTS, "llama", "ir-without-config", SAME_VOCAB_BUNDLE(bundle_dir)}
+    for row in rows.values():
+        assert set(row) >= {"name", "source", "kind", "relation", "vocabulary", "algorithm", "weights_bytes",
+                            "admitted", "refused", "simulated", "place", "tie"}
+        assert not row["simulated"]
+    broken = rows["ir-without-config"]
+    assert not broken["admitted"] and "config.json" in broken["refused"] and "\n" not in broken["refused"]
+    assert rows[SAME_VOCAB_BUNDLE(bundle_dir)]["relation"] == "identical"
+    assert rows[SAME_VOCAB_BUNDLE(bundle_dir)]["cheap_place"] == 1  # the identical vocabulary first
+    assert rows["llama"]["algorithm"]["greedy"] == "slem" and rows["llama"]["cheap_place"] is None
+    text = describe(report)
+    assert "not usable: --draft" in text and "nothing converted" in text
+
+
+def SAME_VOCAB_BUNDLE(bundle_dir):
+    return bundle_dir(*SAME_VOCAB).name
+
+
+def test_clock_free_drafting_has_no_guard():
+    with pytest.raises(Exception, match="clock"):
+        SpeculativeConfig(clock=False, guard=True)
+    assert not SpeculativeConfig(clock=False).clock

@@ -47,7 +47,7 @@ def _cmd_pair(args: argparse.Namespace) -> int:
     settings = PairSettings(top=args.top, task=args.task,
                             prompts=read_prompts(args.prompts) if args.prompts else None,
                             max_new_tokens=args.max_new_tokens, export=Path(args.export) if args.export else None,
-                            export_candidate=args.export_candidate, force=args.force,
+                            export_candidate=args.export_candidate, force=args.force, look_only=args.look,
                             engine={f: getattr(config, f) for f in config.__dataclass_fields__})
     report = find_pair(args.target, args.drafts, settings, say=say)
     print(json.dumps(report, indent=1) if args.json else describe(report))
@@ -79,9 +79,14 @@ def describe(report: dict) -> str:
         if row["tie"]:
             lines.append(f"{'':9}tie: within the measured noise of its neighbour")
     best = report["best"]
-    lines += ["", f"best: {best}" + (" (tied: see =)" if any(r["tie"] and r["place"] == 1
-                                                            for r in report["candidates"]) else "")]
-    lines.append(f"sampling: {report['sampled']}")
+    if best is not None:
+        lines += ["", f"best: {best}" + (" (tied: see =)" if any(r["tie"] and r["place"] == 1
+                                                                for r in report["candidates"]) else "")]
+        lines.append(f"sampling: {report['sampled']}")
+    if report["look_only"]:
+        drafts = ", ".join(report["simulated_drafts"]) or "none (--top 0)"
+        lines += ["", f"the cheap look alone (--look): nothing converted or run. Without --look the drafts "
+                      f"simulated would be: {drafts}; with no draft and free drafts only beside them."]
     if report.get("exported"):
         lines.append(f"exported: {report['exported']}")
     return "\n".join(lines)
@@ -111,6 +116,9 @@ def add_parser(sub) -> None:
     p.add_argument("--prompts", metavar="FILE",
                    help="your prompts instead: one per line (\\n for a newline inside one), or a JSON list")
     p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="tokens per answer (default 64)")
+    p.add_argument("--look", action="store_true",
+                   help="the cheap look alone: vocabularies, auto's algorithms, weights and admission, nothing "
+                        "converted or run (seconds, even for large models)")
     p.add_argument("--export", metavar="OUT", help="write the best candidate's bundle to OUT")
     p.add_argument("--export-candidate", metavar="NAME", help="with --export: this candidate's bundle instead")
     p.add_argument("--force", action="store_true", help="with --export: replace a bundle already at OUT")

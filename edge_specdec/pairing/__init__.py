@@ -42,7 +42,8 @@ class PairSettings:
     """What `pair` simulates and keeps. top: drafts exported and simulated (the best by the cheap look);
     task: the kind of the built-in prompts; prompts: your own instead (texts); max_new_tokens: the length of each
     answer; export: a folder to write the best candidate's bundle to; export_candidate: that candidate's name
-    instead of the best; force: replace a bundle already there; engine: the EngineConfig fields the models run
+    instead of the best; force: replace a bundle already there; look_only: the cheap look alone (nothing converted,
+    nothing run); engine: the EngineConfig fields the models run
     with (devices, precision, threads, ...)."""
     top: int = 2
     task: str = "code"
@@ -51,6 +52,7 @@ class PairSettings:
     export: Optional[Path] = None
     export_candidate: Optional[str] = None
     force: bool = False
+    look_only: bool = False
     engine: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -60,6 +62,8 @@ class PairSettings:
             raise EdgeSpecdecError(f"task must be one of {', '.join(TASKS)}, not {self.task!r}.")
         if self.prompts is not None and not [p for p in self.prompts if p.strip()]:
             raise EdgeSpecdecError("the prompts file holds no prompt: write one prompt per line (or a JSON list).")
+        if self.look_only and self.export is not None:
+            raise EdgeSpecdecError("--look converts nothing, so there is no bundle to --export: drop one of them.")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 2:
             raise EdgeSpecdecError(f"max_new_tokens must be at least 2 (a first round, then the rounds priced), "
                                    f"not {self.max_new_tokens!r}.")
@@ -103,6 +107,16 @@ def find_pair(target: str, drafts: list[str], settings: Optional[PairSettings] =
     looked = [look(target_source, target_vocab, s, text, say) for s in sources]
     chosen = cheap_rank(looked)[:settings.top]
     candidates = [Candidate(NO_DRAFT, None, "none"), Candidate(FREE_DRAFTS, None, "suffix")] + looked
+    if settings.export_candidate is not None:  # named before anything is converted: checked now
+        named = next((c for c in candidates if c.name == settings.export_candidate), None)
+        if named is None or named.refused:
+            raise EdgeSpecdecError(f"--export-candidate {settings.export_candidate!r}: " + (
+                f"not usable: {named.refused}" if named else
+                f"no such candidate; choose one of {', '.join(repr(c.name) for c in candidates)}."))
+        if named.has_draft and named not in chosen:
+            chosen.append(named)
+    if settings.look_only:
+        return _report(target_source, candidates, chosen, {}, [], {}, settings, prompts)
     work = _work_folder(settings.export)
     try:
         base = _target_bundle(target_source, work, say)
@@ -266,8 +280,9 @@ def _report(target: Source, candidates: list[Candidate], chosen: list[Candidate]
                "weights_bytes": c.weights_bytes, "weights_note": c.weights_note,
                "admitted": not c.refused, "refused": c.refused or None,
                "simulated": p is not None,
-               "why_not_simulated": None if p is not None or c.refused else
+               "why_not_simulated": None if p is not None or c.refused or settings.look_only else
                f"below the best {settings.top} by the cheap look (--top to simulate more)",
+               "cheap_place": chosen.index(c) + 1 if c in chosen else None,
                "place": places.get(c.name, {}).get("place"), "tie": places.get(c.name, {}).get("tie", False)}
         if p is not None:
             row["prediction"] = {"speedup": p.speedup, "per_prompt": p.speedups, "rounds": p.rounds,
@@ -276,10 +291,12 @@ def _report(target: Source, candidates: list[Candidate], chosen: list[Candidate]
                                  "free_proposed": p.free_proposed, "free_accepted": p.free_accepted,
                                  "new_tokens": p.new_tokens}
         rows.append(row)
-    rows.sort(key=lambda r: (r["place"] is None, r["place"] or 0, not r["admitted"]))
+    rows.sort(key=lambda r: (r["place"] is None, r["place"] or 0, not r["admitted"],
+                             r["source"] is not None and r["cheap_place"] is None, r["cheap_place"] or 0))
     return {"target": target.given, "prompts": len(prompts), "task": settings.task if settings.prompts is None
             else "file", "max_new_tokens": settings.max_new_tokens, "candidates": rows, "costs": costs,
-            "best": ranking[0]["name"] if ranking else None,
+            "best": ranking[0]["name"] if ranking else None, "look_only": settings.look_only,
+            "simulated_drafts": [c.name for c in chosen],
             "sampled": "not simulated: the table gives auto's sampled algorithm; the prediction is greedy's"}
 
 
