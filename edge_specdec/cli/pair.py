@@ -36,6 +36,7 @@ How it decides:
 Limits: the prediction is greedy's (the sampled column names auto's algorithm, e.g. tli, without a figure);
 rounds are priced one after the other (drafting while the target verifies, on two devices, is not modeled);
 the drafting guard is left out (in a real run it falls back to the target alone where drafting loses).
+More: edge-specdec docs pairing
 """
 
 
