@@ -219,12 +219,18 @@ def _draft_bundle(c: Candidate, base: Path, work: Path, say: Callable[[str], Non
     try:
         with _stdout_to_stderr():
             c.bundle = export_bundle(str(base / "target"), c.source.export_source, work / _safe(c.name),
-                                     progress=say)
+                                     generation_defaults=_generation_defaults(base), progress=say)
     except (ExportError, EdgeSpecdecError) as exc:
         c.refused = one_line(str(exc))
         return
     c.weights_bytes = (c.bundle / "draft" / "openvino_model.bin").stat().st_size
     c.weights_note = "its exported weights"
+
+
+def _generation_defaults(bundle: Path) -> dict[str, Any]:
+    """The defaults a bundle records (the demo's repetition penalty): a candidate's bundle keeps its target's."""
+    manifest = json.loads((bundle / MANIFEST_FILE).read_text(encoding="utf-8"))
+    return dict(manifest.get("generation_defaults") or {})
 
 
 def _simulate(base: Path, candidates: list[Candidate], prompts: list[str], settings: PairSettings,
