@@ -177,3 +177,12 @@ def test_clock_free_drafting_has_no_guard():
     with pytest.raises(Exception, match="clock"):
         SpeculativeConfig(clock=False, guard=True)
     assert not SpeculativeConfig(clock=False).clock
+
+
+def test_the_timings_own_noise_makes_a_tie_too():
+    from edge_specdec.pairing.rank import timing_noise
+
+    a, b = [1.30, 1.31, 1.29, 1.30], [1.25, 1.26, 1.24, 1.25]  # 4 % apart, the ratios' own spread tiny
+    assert not within_noise(a, b)
+    assert within_noise(a, b, floor=timing_noise({1: [1.0, 0.9, 1.1, 1.0, 0.9, 1.1]}))
+    assert timing_noise({1: [1.0] * 6}) == 0.0

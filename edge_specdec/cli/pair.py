@@ -32,7 +32,7 @@ How it decides:
 4. each round is priced: the loop's own seconds between target calls (the draft, lookups, re-tokenization)
    plus the target's measured cost of a call of that many tokens, against the target alone priced the same
    way. Candidates within the noise of each other (the spread of their per-prompt ratios, as `run --compare`
-   judges it) are marked "tie".
+   judges it, or the noise of the target's timed calls) are marked "tie".
 Limits: the prediction is greedy's (the sampled column names auto's algorithm, e.g. tli, without a figure);
 rounds are priced one after the other (drafting while the target verifies, on two devices, is not modeled);
 the drafting guard is left out (in a real run it falls back to the target alone where drafting loses).

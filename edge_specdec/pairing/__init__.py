@@ -125,7 +125,7 @@ def find_pair(target: str, drafts: list[str], settings: Optional[PairSettings] =
         simulated = candidates[:2] + [c for c in chosen if c.bundle is not None]
         predictions, costs = _simulate(base, simulated, prompts, settings, say, core)
         from .rank import rank
-        ranking = rank(predictions)
+        ranking = rank(predictions, costs["timing_noise"])
         report = _report(target_source, candidates, chosen, predictions, ranking, costs, settings, prompts)
         if settings.export is not None:
             name = settings.export_candidate or ranking[0]["name"]
@@ -238,7 +238,7 @@ def _simulate(base: Path, candidates: list[Candidate], prompts: list[str], setti
     """The greedy answers on the base bundle, every candidate replayed against them, the target's call costs,
     and each candidate's prediction."""
     from ..runtime import Engine, EngineConfig, SpeculativeConfig
-    from .rank import cost_function, predict, target_costs
+    from .rank import cost_function, predict, target_costs, timing_noise
     from .replay import greedy_answers, replay
 
     config = EngineConfig(**{**settings.engine, "concurrent": False, "static_shapes": False})
@@ -264,7 +264,7 @@ def _simulate(base: Path, candidates: list[Candidate], prompts: list[str], setti
     t = cost_function(samples)
     alone = runs[NO_DRAFT]
     predictions = {name: predict(alone, rs, t) for name, rs in runs.items()}
-    costs = {"target_call_ms": {n: 1000 * t(n) for n in sorted(sizes)},
+    costs = {"target_call_ms": {n: 1000 * t(n) for n in sorted(sizes)}, "timing_noise": timing_noise(samples),
              "loop_ms_per_round": {name: 1000 * _mean_gap(rs) for name, rs in runs.items()}}
     return predictions, costs
 

@@ -5,7 +5,7 @@ t(n), and the loop's own seconds between calls; the target alone's runs are pric
 candidate's predicted speedup on a prompt is the target alone's seconds per output token over the candidate's.
 Candidates rank by the mean over prompts; two whose paired per-prompt ratios put them within the noise band that
 `run --compare` uses (verdict.noise_band: half the spread between the quartiles, or 10 % with fewer than three
-prompts) are a tie.
+prompts), or within the noise of the target's call costs measured now (timing_noise), are a tie.
 """
 from __future__ import annotations
 
@@ -30,6 +30,14 @@ def target_costs(session, sizes: set[int], reps: int = 3) -> dict[int, list[floa
             for n in times:
                 times[n] += [timed(n) for _ in range(4)][2:]
     return times
+
+
+def timing_noise(samples: dict[int, list[float]]) -> float:
+    """The relative noise of the target's call costs measured now: half the distance between the quartiles of a
+    size's samples over their median, the median over the sizes."""
+    spreads = [(np.quantile(s, 0.75) - np.quantile(s, 0.25)) / 2 / np.median(s)
+               for s in samples.values() if len(s) > 1]
+    return float(np.median(spreads)) if spreads else 0.0
 
 
 def cost_function(samples: dict[int, list[float]]) -> Callable[[int], float]:
@@ -85,23 +93,24 @@ def simulate_default(engine, prompts: list, max_new_tokens: int) -> dict:
             "free_tokens_accepted": p.free_accepted, "max_new_tokens": max_new_tokens}
 
 
-def within_noise(a: list[Optional[float]], b: list[Optional[float]]) -> bool:
+def within_noise(a: list[Optional[float]], b: list[Optional[float]], floor: float = 0.0) -> bool:
     """Whether two candidates' per-prompt speedups are a tie: their median paired ratio is within the noise band
-    of those ratios (verdict.noise_band)."""
+    of those ratios (verdict.noise_band), or within `floor` (the timings' own noise, timing_noise)."""
     ratios = [x / y for x, y in zip(a, b) if x and y]
     if not ratios:
         return True
-    return abs(statistics.median(ratios) - 1.0) <= noise_band(ratios)
+    return abs(statistics.median(ratios) - 1.0) <= max(noise_band(ratios), floor)
 
 
-def rank(predictions: dict[str, Prediction]) -> list[dict]:
+def rank(predictions: dict[str, Prediction], floor: float = 0.0) -> list[dict]:
     """The candidates best first, each with its place: a candidate within the noise of the one above it shares
-    its place ("tie"). Candidates without a prediction come last, unranked."""
+    its place ("tie"; floor: the timings' own noise, see within_noise). Candidates without a prediction come
+    last, unranked."""
     known = sorted((name for name, p in predictions.items() if p.speedup is not None),
                    key=lambda name: -predictions[name].speedup)
     out, place = [], 0
     for i, name in enumerate(known):
-        tie = i > 0 and within_noise(predictions[known[i - 1]].speedups, predictions[name].speedups)
+        tie = i > 0 and within_noise(predictions[known[i - 1]].speedups, predictions[name].speedups, floor)
         place = place if tie else i + 1
         out.append({"name": name, "place": place, "tie": tie})
     for i, entry in enumerate(out[:-1]):  # the one above a tie is part of it too
