@@ -186,3 +186,10 @@ def test_the_timings_own_noise_makes_a_tie_too():
     assert not within_noise(a, b)
     assert within_noise(a, b, floor=timing_noise({1: [1.0, 0.9, 1.1, 1.0, 0.9, 1.1]}))
     assert timing_noise({1: [1.0] * 6}) == 0.0
+
+
+def test_a_draft_larger_than_its_target_is_refused_by_the_look(model_dir):
+    target = classify(str(model_dir("qwen2-bytelevel-small")), "target")[0]
+    larger = classify(str(model_dir("qwen2-bytelevel")), "draft")[0]
+    c = look(target, read_vocabulary(target), larger, "def f():")
+    assert c.refused.startswith("the draft (") and "larger than the target" in c.refused

@@ -252,9 +252,12 @@ def _simulate(base: Path, candidates: list[Candidate], prompts: list[str], setti
     for c in candidates:
         if c.has_draft:
             say(f"simulating {c.name} ({c.auto.get('greedy', 'auto')}) on the answers")
-            candidate_engine = Engine(c.bundle, config, core=engine.core)
-            runs[c.name] = replay(candidate_engine, answers, SpeculativeConfig(algorithm="auto"))
-            del candidate_engine
+            try:
+                candidate_engine = Engine(c.bundle, config, core=engine.core)
+                runs[c.name] = replay(candidate_engine, answers, SpeculativeConfig(algorithm="auto"))
+            except EdgeSpecdecError as exc:  # a bundle that does not load here (a device, a file): its line
+                c.refused = one_line(str(exc))
+            candidate_engine = None  # its compiled models go before the next candidate's load
         else:
             say(f"simulating {c.name} on the answers")
             runs[c.name] = replay(engine, answers, SpeculativeConfig(algorithm=c.algorithm))

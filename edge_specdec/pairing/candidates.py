@@ -277,9 +277,21 @@ def look(target: Source, target_vocab: Vocabulary, source: Source, text: str,
     candidate.relation, candidate.vocabulary = vocabulary["relation"], vocabulary
     candidate.auto = {mode: auto_algorithm(candidate.relation, mode == "greedy", vocabulary["draft_share"])
                       for mode in ("greedy", "sampled")}
-    candidate.refused = admission(source)
+    candidate.refused = admission(source) or larger_than_target(source, target)
     say(f"  {source.name}: {describe_look(candidate)}")
     return candidate
+
+
+def larger_than_target(draft: Source, target: Source) -> str:
+    """The export's refusal of a draft with more parameters than its target, read from the safetensors headers
+    of two Hugging Face folders ("" when it is smaller, or when either count is not known without converting)."""
+    if draft.kind != "hf" or target.kind != "hf":
+        return ""
+    d, t = count_parameters(draft.path), count_parameters(target.path)
+    if d <= t:
+        return ""
+    return (f"the draft ({d / 1e6:.1f}M parameters) is larger than the target ({t / 1e6:.1f}M): a draft must be the "
+            "smaller, faster model; choose a smaller one")
 
 
 def describe_look(c: Candidate) -> str:
