@@ -193,3 +193,24 @@ def test_a_draft_larger_than_its_target_is_refused_by_the_look(model_dir):
     larger = classify(str(model_dir("qwen2-bytelevel")), "draft")[0]
     c = look(target, read_vocabulary(target), larger, "def f():")
     assert c.refused.startswith("the draft (") and "larger than the target" in c.refused
+
+
+@pytest.mark.slow
+def test_a_named_candidate_is_exported_from_a_hugging_face_target(model_dir, tmp_path):
+    lines = []
+    out = tmp_path / "chosen"
+    report = find_pair(str(model_dir("qwen2-bytelevel")),
+                       [str(model_dir("qwen2-bytelevel-small")), str(model_dir("llama-metaspace"))],
+                       PairSettings(top=1, prompts=tuple(PROMPTS), max_new_tokens=12, export=out,
+                                    export_candidate="model-llama-metaspace",
+                                    engine={"target_device": "CPU", "draft_device": "CPU"}),
+                       say=lines.append)
+    rows = {row["name"]: row for row in report["candidates"]}
+    # the named draft is simulated beside the best by the look, though it is below --top
+    assert rows["model-llama-metaspace"]["simulated"] and rows["model-qwen2-bytelevel-small"]["simulated"]
+    assert rows["model-llama-metaspace"]["algorithm"] == {"greedy": "slem", "sampled": "tli"} or \
+        rows["model-llama-metaspace"]["algorithm"]["greedy"] == "slem"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["vocabulary"]["relation"] == "heterogeneous" and report["exported"] == str(out)
+    assert any("exporting the target" in line for line in lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chosen"]  # nothing else left beside it
