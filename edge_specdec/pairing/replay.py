@@ -155,7 +155,7 @@ def replay(engine: Engine, answers: list[Answer], speculative: SpeculativeConfig
     out = []
     for answer in answers:
         stand_in.load(answer)
-        result = session.generate(answer.prompt, answer.config, speculative)
+        result = session.generate(answer.prompt, answer.config, **dataclasses.asdict(speculative))
         if result.token_ids != answer.tokens:
             raise EdgeSpecdecError("the replayed run did not write the target's answer: the simulation is broken "
                                    "(please report this with the prompt).")
