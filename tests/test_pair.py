@@ -214,3 +214,17 @@ def test_a_named_candidate_is_exported_from_a_hugging_face_target(model_dir, tmp
     assert manifest["vocabulary"]["relation"] == "heterogeneous" and report["exported"] == str(out)
     assert any("exporting the target" in line for line in lines)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chosen"]  # nothing else left beside it
+
+
+def test_the_look_reads_a_gguf_header_as_its_tokenizer_json(tokenizer_dir, tmp_path):
+    from edge_specdec.pairing.candidates import Source, gguf_vocabulary
+    from edge_specdec.export.token_bytes import token_table
+    from support import write_vocab_gguf
+
+    folder = tokenizer_dir("bytelevel")
+    from_gguf = gguf_vocabulary(write_vocab_gguf(folder, tmp_path / "v.gguf", "gpt-2"))
+    table = token_table(folder)
+    assert from_gguf.pieces == table.pieces and from_gguf.style == "bytelevel"
+    source = classify(str(tmp_path / "v.gguf"), "draft")[0]
+    assert isinstance(source, Source) and source.kind == "gguf"
+    assert relate(read_vocabulary(source), from_gguf, "x")["relation"] == "identical"
