@@ -1,5 +1,6 @@
 """A GGUF file's tokenizer rebuilt from its own fields (edge_specdec/export/gguf_tokenizer.py), on a vocabulary-only
-GGUF written from the suite's byte-level tokenizer (support.write_vocab_gguf); the opt-in zoo tier checks twelve real families."""
+GGUF written from the suite's byte-level tokenizer (support.write_vocab_gguf); the opt-in zoo tier checks twelve
+real families."""
 from __future__ import annotations
 
 import pytest
