@@ -273,6 +273,7 @@ def look(target: Source, target_vocab: Vocabulary, source: Source, text: str,
         vocabulary = relate(target_vocab, read_vocabulary(source), text)
     except EdgeSpecdecError as exc:
         candidate.refused = one_line(str(exc))
+        say(f"  {source.name}: {describe_look(candidate)}")
         return candidate
     candidate.relation, candidate.vocabulary = vocabulary["relation"], vocabulary
     candidate.auto = {mode: auto_algorithm(candidate.relation, mode == "greedy", vocabulary["draft_share"])
