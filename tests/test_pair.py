@@ -228,3 +228,12 @@ def test_the_look_reads_a_gguf_header_as_its_tokenizer_json(tokenizer_dir, tmp_p
     source = classify(str(tmp_path / "v.gguf"), "draft")[0]
     assert isinstance(source, Source) and source.kind == "gguf"
     assert relate(read_vocabulary(source), from_gguf, "x")["relation"] == "identical"
+
+
+def test_an_export_folder_that_holds_other_files_is_refused_before_anything_runs(bundle_dir, tmp_path):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="not an edge-specdec bundle"):
+        find_pair(str(bundle_dir(*SAME_VOCAB)), [], PairSettings(export=out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]

@@ -117,6 +117,9 @@ def find_pair(target: str, drafts: list[str], settings: Optional[PairSettings] =
             chosen.append(named)
     if settings.look_only:
         return _report(target_source, candidates, chosen, {}, [], {}, settings, prompts)
+    if settings.export is not None:  # an OUT that cannot be written fails now, not after the simulation
+        from ..export import _check_output
+        _check_output(Path(settings.export).expanduser().absolute(), settings.force)
     work = _work_folder(settings.export)
     try:
         base = _target_bundle(target_source, work, say)
