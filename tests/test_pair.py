@@ -113,10 +113,12 @@ def test_pair_ranks_simulates_and_exports_the_best(model_dir, bundle_dir, tmp_pa
     rows = {row["name"]: row for row in report["candidates"]}
     assert rows[NO_DRAFT]["prediction"]["speedup"] == pytest.approx(1.0)
     simulated = [row for row in report["candidates"] if row["simulated"]]
-    assert len(simulated) == 3  # no draft, free drafts, the best draft by the cheap look (identical vocabulary)
-    assert rows["qwen2-bytelevel-small"]["simulated"] and rows["qwen2-bytelevel-small"]["algorithm"]["greedy"] == \
-        "standard"
-    assert rows["llama-metaspace"]["why_not_simulated"]
+    # no draft, free drafts, and the best draft by the cheap look: one of the identical vocabulary (the one in
+    # the folder, or the target bundle's own)
+    assert len(simulated) == 3
+    best_look = next(row for row in simulated if row["source"])
+    assert best_look["relation"] == "identical" and best_look["algorithm"]["greedy"] == "standard"
+    assert rows["llama-metaspace"]["why_not_simulated"] and rows["gpt2-prefixspace"]["why_not_simulated"]
     assert report["best"] in {row["name"] for row in simulated}
     assert (out / "manifest.json").is_file() and report["exported"] == str(out)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".best.")]  # no work folder left
@@ -237,3 +239,21 @@ def test_an_export_folder_that_holds_other_files_is_refused_before_anything_runs
     with pytest.raises(Exception, match="not an edge-specdec bundle"):
         find_pair(str(bundle_dir(*SAME_VOCAB)), [], PairSettings(export=out))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_chat_prompts_are_rendered_with_the_targets_template(monkeypatch):
+    from edge_specdec.demo import DEMO_BUNDLE
+    from edge_specdec.pairing import replay as replay_module
+
+    seen = []
+    real = replay_module.greedy_answers
+
+    def spy(engine, prompts, max_new_tokens, say=lambda _: None):
+        seen.extend(prompts)
+        return real(engine, prompts, max_new_tokens, say)
+    monkeypatch.setattr(replay_module, "greedy_answers", spy)
+    report = find_pair(str(DEMO_BUNDLE), [], PairSettings(task="chat", top=0, max_new_tokens=6))
+    assert report["task"] == "chat" and len(seen) == report["prompts"] == 6
+    assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in seen)  # token ids, rendered
+    assert {row["name"] for row in report["candidates"] if row["simulated"]} == {NO_DRAFT, FREE_DRAFTS}
+    assert [row["name"] for row in report["candidates"] if row["source"]] == ["demo_bundle"]  # its own draft

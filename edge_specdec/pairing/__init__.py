@@ -94,8 +94,10 @@ def find_pair(target: str, drafts: list[str], settings: Optional[PairSettings] =
     settings = settings or PairSettings()
     catalog = _catalog()
     target_source = classify(target, "target", catalog)[0]
-    sources = [s for s in _unique([s for given in drafts for s in classify(given, "draft", catalog)])
-               if not _same_model(s, target_source)]  # a scanned folder may hold the target too
+    given = [s for d in drafts for s in classify(d, "draft", catalog)]
+    if target_source.kind == "bundle" and (target_source.path.parent / "draft").is_dir():  # its own draft too
+        given.insert(0, Source(target, "bundle", target_source.path.parent / "draft", target_source.name))
+    sources = [s for s in _unique(given) if not _same_model(s, target_source)]  # a scanned folder may hold it
     refused = admission(target_source, "target")
     if refused:
         raise EdgeSpecdecError(f"the target {target} cannot be used: {refused}")
