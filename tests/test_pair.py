@@ -28,10 +28,17 @@ def calls_of(session):
     return seen
 
 
-@pytest.mark.parametrize("pair", [SAME_VOCAB, OTHER_VOCAB], ids=["same-vocabulary", "other-vocabulary"])
+@pytest.mark.parametrize("pair", [SAME_VOCAB, OTHER_VOCAB, "demo"], ids=["same-vocabulary", "other-vocabulary",
+                                                                          "demo-answers-ending-in-eos"])
 def test_simulated_rounds_are_those_of_a_real_greedy_run(bundle_dir, pair):
-    engine = Engine(bundle_dir(*pair), concurrent=False, static_shapes=False)
-    answers = greedy_answers(engine, PROMPTS, 24)
+    from edge_specdec.demo import DEMO_BUNDLE
+    from edge_specdec.pairing import PairSettings
+
+    # the demo answers one of the built-in code prompts with its EOS alone, which a proposal runs over
+    bundle, prompts = ((DEMO_BUNDLE, PairSettings(task="code").prompt_list()) if pair == "demo"
+                       else (bundle_dir(*pair), PROMPTS))
+    engine = Engine(bundle, concurrent=False, static_shapes=False)
+    answers = greedy_answers(engine, prompts, 24 if pair != "demo" else 32)
     simulated = replay(engine, answers, SpeculativeConfig(algorithm="auto"))
     session = engine.session()
     for answer, sim in zip(answers, simulated):

@@ -79,6 +79,8 @@ def describe(report: dict) -> str:
             lines.append(f"{'':9}not simulated: {row['why_not_simulated']}")
         if row["tie"]:
             lines.append(f"{'':9}tie: within the measured noise of its neighbour")
+        if p and p["speedup"] and p["speedup"] < 1 and row["source"]:
+            lines.append(f"{'':9}slower than the target alone: `run`'s drafting guard would run the target alone")
     best = report["best"]
     if best is not None:
         lines += ["", f"best: {best}" + (" (tied: see =)" if any(r["tie"] and r["place"] == 1

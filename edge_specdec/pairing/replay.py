@@ -109,7 +109,9 @@ class ReplayTarget:
         del self.tokens[length:]
 
     def sync(self, sequence: list[int], extra=()) -> np.ndarray:
-        """The rows from sequence[-1] on: row i puts all its mass on the answer's token after sequence + extra[:i]."""
+        """The rows from sequence[-1] on: row i puts all its mass on the answer's token after sequence + extra[:i]
+        (past the answer's end, which only a proposal that runs over its EOS reaches, on a token other than the
+        proposal's: the output stops at the EOS either way)."""
         called = time.perf_counter()
         if sequence != self.expected[:len(sequence)]:
             raise EdgeSpecdecError("the replayed run left the target's answer: the simulation's verification is "
@@ -119,10 +121,10 @@ class ReplayTarget:
         rows = np.full((len(extra) + 1, self.vocab_size), -np.inf, dtype=np.float32)
         for i in range(len(extra) + 1):
             position = len(sequence) + i
-            if position >= len(self.expected):
-                raise EdgeSpecdecError("the replayed run went past the target's answer: its max_new_tokens must "
-                                       "be the answer's.")
-            rows[i, self.expected[position]] = 0.0
+            if position < len(self.expected):
+                rows[i, self.expected[position]] = 0.0
+            else:  # past the answer's end (its EOS): the output has ended; no proposed token is kept there
+                rows[i, (extra[i] + 1) % self.vocab_size if i < len(extra) else 0] = 0.0
         self.calls.append(Call(len(sequence), len(extra),
                                None if self._returned is None else called - self._returned))
         self._returned = time.perf_counter()
