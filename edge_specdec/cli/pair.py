@@ -28,7 +28,8 @@ How it decides:
 2. the best --top drafts by that look are exported beside the target (the target is converted once);
 3. the target's greedy answers to the prompts are computed once; each candidate then drafts against them in
    the runtime's own decode loop (its confidence stop, draft length, free drafts first, re-tokenizer), with a
-   stand-in target that replays the answers, so its rounds and accepted tokens are those `run` would get;
+   stand-in target that replays the answers, so its rounds and accepted tokens are those a greedy `run` gets
+   (with its drafting decisions taken without the clock, which a stand-in target would bias);
 4. each round is priced: the loop's own seconds between target calls (the draft, lookups, re-tokenization)
    plus the target's measured cost of a call of that many tokens, against the target alone priced the same
    way. Candidates within the noise of each other (the spread of their per-prompt ratios, as `run --compare`
