@@ -60,8 +60,9 @@ def describe(report: dict) -> str:
     """The report as a table and a verdict, for the terminal."""
     lines = [f"target {report['target']}: {report['prompts']} {report['task']} prompts, "
              f"{report['max_new_tokens']} tokens each (greedy)", ""]
-    header = f"{'':4} {'candidate':28} {'predicted':>10} {'acceptance':>10} {'weights':>9}  auto greedy/sampled"
-    lines.append(header)
+    width = max([len("candidate")] + [len(row["name"]) for row in report["candidates"]])
+    lines.append(f"{'':4} {'candidate':{width}} {'predicted':>10} {'acceptance':>10} {'weights':>9}  "
+                 "auto greedy/sampled")
     for row in report["candidates"]:
         p = row.get("prediction")
         place = ("=" if row["tie"] else "") + str(row["place"]) if row["place"] else "-"
@@ -69,7 +70,7 @@ def describe(report: dict) -> str:
         acceptance = f"{p['acceptance']:.2f}" if p and p["acceptance"] is not None else "-"
         size = size_text(row["weights_bytes"]) if row["weights_bytes"] else "-"
         algo = f"{row['algorithm'].get('greedy', '-')}/{row['algorithm'].get('sampled', '-')}"
-        lines.append(f"{place:4} {row['name'][:28]:28} {speed:>10} {acceptance:>10} {size:>9}  {algo}")
+        lines.append(f"{place:4} {row['name']:{width}} {speed:>10} {acceptance:>10} {size:>9}  {algo}")
         if row["relation"] == "heterogeneous" and row["vocabulary"]:
             v = row["vocabulary"]
             lines.append(f"{'':9}another vocabulary: {v['shared_share']:.0%} of the strings spelled the same, "

@@ -25,6 +25,9 @@ KINDS = {"hf": "Hugging Face folder", "gguf": "GGUF file", "ir": "OpenVINO IR fo
          "hub": "hub id"}
 # bytes per parameter of the weights export writes by default (int4 target, int8 draft; int4 groups add scales)
 DEFAULT_BYTES_PER_PARAMETER = {"target": 0.56, "draft": 1.0}
+# a draft with at least this share of the target's parameters costs about as much per step as the target: it
+# cannot pay, and the export refuses one that is larger
+NOT_SMALLER = 0.8
 _GGUF_CONTROL, _GGUF_USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values (gguf_tokenizer.py names them too)
 _GGUF_STYLES = {"gpt2": "bytelevel", "llama": "metaspace", "gemma4": "metaspace"}
 
@@ -76,7 +79,7 @@ def classify(given: str, role: str, catalog: Optional[dict[str, dict[str, Any]]]
     found in it (drafts only). EdgeSpecdecError names what it is not and what to pass instead."""
     path = Path(given).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return [Source(given, "gguf", path, path.stem)]
+        return [Source(given, "gguf", path, path.name)]
     if path.is_dir():
         found = _source_in_folder(given, path, role)
         if found is not None:
@@ -117,7 +120,7 @@ def _source_in_folder(given: str, path: Path, role: str) -> Optional[Source]:
 def _scanned(child: Path, role: str) -> list[Source]:
     """A scanned folder's entry as a candidate, if it is one (a bundle without a draft is not)."""
     if child.is_file() and child.suffix.lower() == ".gguf":
-        return [Source(str(child), "gguf", child, child.stem)]
+        return [Source(str(child), "gguf", child, child.name)]
     if not child.is_dir() or ((child / MANIFEST_FILE).is_file() and not (child / role).is_dir()):
         return []
     found = _source_in_folder(str(child), child, role)
@@ -283,16 +286,28 @@ def look(target: Source, target_vocab: Vocabulary, source: Source, text: str,
     return candidate
 
 
+def parameters(source: Source) -> Optional[int]:
+    """A source's parameters, read from safetensors headers or the GGUF tensor table (None: not known without
+    reading the model)."""
+    if source.kind == "hf":
+        return count_parameters(source.path)
+    if source.kind == "gguf":
+        try:
+            import gguf
+        except ImportError:
+            return None
+        return sum(int(t.n_elements) for t in gguf.GGUFReader(str(source.path)).tensors)
+    return None
+
+
 def larger_than_target(draft: Source, target: Source) -> str:
-    """The export's refusal of a draft with more parameters than its target, read from the safetensors headers
-    of two Hugging Face folders ("" when it is smaller, or when either count is not known without converting)."""
-    if draft.kind != "hf" or target.kind != "hf":
+    """Why a draft about as large as its target, or larger, cannot pay (the export refuses a larger one), read
+    from the parameter counts ("" when it is clearly smaller, or when a count is not known without converting)."""
+    d, t = parameters(draft), parameters(target)
+    if d is None or t is None or d < NOT_SMALLER * t:
         return ""
-    d, t = count_parameters(draft.path), count_parameters(target.path)
-    if d <= t:
-        return ""
-    return (f"the draft ({d / 1e6:.1f}M parameters) is larger than the target ({t / 1e6:.1f}M): a draft must be the "
-            "smaller, faster model; choose a smaller one")
+    return (f"the draft ({d / 1e6:.1f}M parameters) is not smaller than the target ({t / 1e6:.1f}M): a draft must "
+            "be a much smaller, faster model; choose a smaller one")
 
 
 def describe_look(c: Candidate) -> str:
