@@ -5,8 +5,10 @@ On the devices chosen (or AUTO's), for one bundle:
 2. greedy exactness: every algorithm the bundle serves, on a few prompts, gives the target alone's token ids and
    logprob bits;
 3. costs: the draft's step d, the target's step t(1) and its blocks t(n), measured on a scratch context;
-4. the prediction: what `run --compare` will measure, measured the way it measures it: the default run (`auto`
-   with its drafting guard, the bundle's default settings such as the demo's repetition penalty, 128 tokens)
+4. the prediction: the simulated rounds `edge-specdec pair` predicts with (the target's greedy answers replayed
+   to the default algorithm in the real decode loop, the rounds priced with the target's measured call costs;
+   pairing/replay.py); and what `run --compare` will measure, measured the way it measures it: the default run
+   (`auto` with its drafting guard, the bundle's default settings such as the demo's repetition penalty, 128 tokens)
    against the target alone, time per output token, on check's prompts after a warm-up run (everything the
    decode loop pays included), told as verdict.speedup_verdict tells it (no ratio where nothing was drafted,
    "no measurable difference" within the noise band). Beside it the ideal of the cost model: a round that
@@ -29,6 +31,8 @@ from typing import Callable, Optional, Union
 import numpy as np
 
 from .benchmark.verdict import speedup_verdict
+from .errors import EdgeSpecdecError
+from .pairing.rank import simulate_default
 from .runtime import Engine, GenerationConfig
 from .runtime.algorithms import AUTO, REGISTRY
 from .runtime.devices import compile_config, draft_candidates, list_devices, resolve_cache_dir
@@ -153,6 +157,14 @@ def predict(acceptance: float, draft_step: float, target: dict[int, float], k_ma
             "rates": {k: rate(k) for k in range(1, k_max + 1)}}
 
 
+def describe_simulated(simulated: dict) -> str:
+    """The prediction from simulated rounds, as `edge-specdec pair` makes it."""
+    speedup = simulated["speedup"]
+    figure = f"{speedup:.2f}x the target alone" if speedup is not None else "no figure (the runs were too short)"
+    return (f"simulated rounds (as `edge-specdec pair` predicts; greedy, {simulated['max_new_tokens']} tokens, the "
+            f"drafting guard left out): {simulated['algorithm']} {figure}")
+
+
 def describe_prediction(prediction: dict) -> str:
     """check's last line: the measured default run against the target alone (verdict.speedup_verdict: no ratio
     where it drafted nothing), and the cost model's ideal, a drafted token priced as the decode loop paid it."""
@@ -206,7 +218,13 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
             say(f"the default run against the target alone, as `run --compare` runs them ({len(prompts or PROMPTS)}"
                 f" prompts, {SPEED_TOKENS} tokens, the bundle's default settings):")
             measured = default_speedup(engine, prompts or PROMPTS)
-            prediction = {"algorithm": name, "acceptance": drafted[name]["acceptance"],
+            try:
+                simulated = simulate_default(engine, prompts or PROMPTS, SPEED_TOKENS)
+                say(describe_simulated(simulated))
+            except EdgeSpecdecError as exc:  # the exactness report above stands without it
+                simulated = {"error": str(exc)}
+                say(f"simulated rounds: not available ({exc})")
+            prediction = {"simulated": simulated, "algorithm": name, "acceptance": drafted[name]["acceptance"],
                           "draft_seconds_per_drafted_token": per_drafted,
                           "draft_length": ideal["draft_length"], "ideal_speedup": ideal["predicted_speedup"],
                           "rates": ideal["rates"], "predicted_speedup": measured["speedup"], "default_run": measured}

@@ -1,11 +1,12 @@
 """What several test modules share: the tiny bundles' specs, the prompts of the exactness checks, the sampling
-test, the command line in a subprocess, and spies on sessions and folders.
+test, the command line in a subprocess, spies on sessions and folders, and a vocabulary-only GGUF file.
 
 Fixtures are in conftest.py, hostile text in hostile_text.py, starting `edge-specdec serve` in serve_helpers.py.
 Test modules import from these, never from one another.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -152,3 +153,32 @@ def forced_logprobs(pipe, prompt_ids: list[int], tokens: list[int], config):
     rows = session.feed(prompt_ids + tokens, rows=len(tokens) + 1)[:-1]
     session.reset()
     return token_logprobs(penalize(rows, config, prompt_ids, tokens), tokens, config)
+
+
+# --- files written for tests -------------------------------------------------------------------------------------
+
+def write_vocab_gguf(tokenizer_dir: Path, path: Path, pre: str) -> Path:
+    """A GGUF with only the tokenizer fields of a byte-level BPE tokenizer folder, as llama.cpp's converter writes
+    them (normal tokens 1, control tokens 3)."""
+    import gguf
+
+    spec = json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    tokens = [None] * len(vocab)
+    for token, i in vocab.items():
+        tokens[i] = token
+    special = {t["id"] for t in spec["added_tokens"] if t["special"]}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if i in special else 1 for i in range(len(tokens))])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(min(special))
+    writer.add_eos_token_id(min(special))
+    writer.add_chat_template("{{ messages[0]['content'] }}")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path

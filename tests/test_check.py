@@ -28,6 +28,9 @@ def test_check_passes_and_reports_costs(bundle_dir, capsys):
     # the prediction is the default run's measured time per output token against the target alone's
     prediction = report["prediction"]
     assert prediction["algorithm"] == "slem" == prediction["default_run"]["algorithm"]
+    # beside it, the prediction of simulated rounds (edge-specdec pair's), on the same prompts
+    simulated = prediction["simulated"]
+    assert simulated["algorithm"] == "slem" and simulated["speedup"] > 0 and len(simulated["per_prompt"]) == 3
     assert prediction["predicted_speedup"] == prediction["default_run"]["speedup"] > 0
     assert prediction["default_run"]["max_new_tokens"] == 128
     assert prediction["ideal_speedup"] > 0
@@ -112,3 +115,4 @@ def test_run_check_says_what_it_does(bundle_dir):
     report = run_check(bundle_dir(*HETERO), max_new_tokens=6, prompts=["x = "], say=lines.append)
     assert report["ok"] and any(line.startswith("placement: target on CPU") for line in lines)
     assert any("prediction" in line or "drafting does not pay" in line for line in lines)
+

@@ -1,40 +1,12 @@
 """A GGUF file's tokenizer rebuilt from its own fields (edge_specdec/export/gguf_tokenizer.py), on a vocabulary-only
-GGUF written here from the suite's byte-level tokenizer; the opt-in zoo tier checks twelve real families."""
+GGUF written from the suite's byte-level tokenizer (support.write_vocab_gguf); the opt-in zoo tier checks twelve
+real families."""
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 
 from hostile_text import HOSTILE_STRINGS
-
-
-def write_vocab_gguf(tokenizer_dir: Path, path: Path, pre: str) -> Path:
-    """A GGUF with only the tokenizer fields of a byte-level BPE tokenizer folder, as llama.cpp's converter writes
-    them (normal tokens 1, control tokens 3)."""
-    import gguf
-
-    spec = json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
-    vocab = spec["model"]["vocab"]
-    tokens = [None] * len(vocab)
-    for token, i in vocab.items():
-        tokens[i] = token
-    special = {t["id"] for t in spec["added_tokens"] if t["special"]}
-    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
-    writer = gguf.GGUFWriter(str(path), "gpt2")
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if i in special else 1 for i in range(len(tokens))])
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(min(special))
-    writer.add_eos_token_id(min(special))
-    writer.add_chat_template("{{ messages[0]['content'] }}")
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.close()
-    return path
+from support import write_vocab_gguf
 
 
 def test_a_gpt2_gguf_tokenizes_as_its_tokenizer(tokenizer_dir, tmp_path):

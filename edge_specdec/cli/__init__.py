@@ -1,5 +1,5 @@
-"""The `edge-specdec` command line: one module per subcommand (export, align, pairs, info, run, chat, bench, serve,
-check, docs)."""
+"""The `edge-specdec` command line: one module per subcommand (export, align, pairs, pair, info, run, chat, bench,
+serve, check, docs)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 from .. import __version__
 from ..errors import EdgeSpecdecError
-from . import align, bench, chat, check, docs, export, info, pairs, run, serve
+from . import align, bench, chat, check, docs, export, info, pair, pairs, run, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
                "`edge-specdec COMMAND --help` for a command's options; `edge-specdec docs` for the documentation.")
     parser.add_argument("--version", action="version", version=f"edge-specdec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (export, align, pairs, bench, info, run, chat, serve, check, docs):
+    for command in (export, align, pairs, pair, bench, info, run, chat, serve, check, docs):
         command.add_parser(sub)
     return parser
 

@@ -20,7 +20,9 @@ drafting guard, the bundle's default settings, 128 tokens) against the target al
 (no ratio when no round drafted; "no measurable difference" within the spread of the prompts' ratios); beside
 it, the ideal the measured costs allow (a round of k drafted tokens costs k*d + t(k+1) and yields
 (1 - a^(k+1)) / (1 - a) tokens, d being what a drafted token cost in the decode loop), and the draft length that
-reaches it.
+reaches it; and the prediction `edge-specdec pair` makes, from simulated rounds (the target's greedy answers
+replayed to the default algorithm in the real decode loop, each round priced with the target's measured call
+costs; `edge-specdec docs pairing`).
 Exit status: 0 when everything is exact, 1 when a check fails or a device is absent.
 """
 

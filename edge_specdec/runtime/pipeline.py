@@ -490,12 +490,13 @@ class DecodingSession:
         rng = np.random.default_rng(config.seed)
         # a seeded sampled run must repeat: it reads no pool (earlier requests) and no clock (see sources.py)
         seeded = config.seed is not None and not config.greedy
+        clocked = speculative.clock and not seeded
         context = self._draft_context(prompt, prompt_ids, config, rng, confidence,
                                       None if seeded else speculative.pool_scope,
                                       speculative.window_tokens(draft_room(self.draft)) if self.draft else None)
         drafter = entry.drafter and entry.drafter(context)
         if entry.needs_draft and speculative.lookup:
-            drafter = FreeFirst(drafter, context.free_drafter(), clock=not seeded)
+            drafter = FreeFirst(drafter, context.free_drafter(), clock=clocked)
         length = self._draft_length(entry, speculative, k, config)
         # a seeded sampled run drafts one round at a time: drafting ahead draws from the run's random numbers in
         # another order, so its text would depend on the placement
@@ -530,16 +531,17 @@ class DecodingSession:
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
                       config: GenerationConfig) -> DraftLength:
         """How many tokens each round drafts: k, by the policy, under the batching cap and the drafting guard
-        (guard None: on for `auto`, unless the run is seeded sampling)."""
+        (guard None: on for `auto`, unless the run is seeded sampling or reads no clock)."""
         seeded = config.seed is not None and not config.greedy
+        clocked = speculative.clock and not seeded  # False: no decision here reads the clock
         guard, policy = speculative.guard, speculative.draft_policy
         if guard is None:  # the default algorithm never runs slower than the target alone (see DraftingGuard)
-            guard = speculative.algorithm == AUTO and not seeded and entry.needs_draft
+            guard = speculative.algorithm == AUTO and clocked and entry.needs_draft
         elif guard and seeded:
             raise EdgeSpecdecError("guard=True would make a seeded sampled run depend on the clock, so that it "
                                    "would not reproduce: leave it off for seeded runs.")
-        return DraftLength(k, policy, prices=self.engine.weight_prices(entry.name) if seeded and policy == "cost"
-                           else None, cap=None if seeded else self._draft_cap,
+        prices = self.engine.weight_prices(entry.name) if not clocked and policy == "cost" else None
+        return DraftLength(k, policy, prices=prices, cap=None if seeded else self._draft_cap,
                            guard=DraftingGuard(prior=self.engine.guard_prior(guard_key(entry, config)))
                            if guard else None)
 

@@ -159,6 +159,10 @@ class SpeculativeConfig:
     # compiled for: pipeline.draft_room); 0: no window (the draft reads the whole sequence, and stops drafting once
     # it outgrows the draft's context)
     draft_window: Optional[int] = None
+    # False: no drafting decision reads the clock, so the rounds depend on the request alone: free copies are
+    # paused by their acceptance (as in a seeded sampled run), the cost policy prices rounds by the weights'
+    # sizes, and there is no guard (`edge-specdec pair` replays runs this way, with a target that costs nothing)
+    clock: bool = True
 
     def __post_init__(self):
         _check(self.algorithm in ALGORITHMS, "algorithm", f"one of {', '.join(ALGORITHMS)}", self.algorithm)
@@ -177,6 +181,9 @@ class SpeculativeConfig:
                                              and (self.draft_window == 0 or self.draft_window >= MIN_WINDOW)),
                "draft_window", f"0 (no window), at least {MIN_WINDOW} tokens, or None (the default window)",
                self.draft_window)
+        _check(isinstance(self.clock, bool), "clock", "True or False", self.clock)
+        _check(self.clock or not self.guard, "guard", "False or None when clock is False (the guard measures the "
+               "clock)", self.guard)
 
     def draft_tokens(self, algorithm: Algorithm) -> int:
         """The most tokens a round drafts with this algorithm: num_assistant_tokens, else the algorithm's own."""
