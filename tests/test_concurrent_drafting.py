@@ -18,9 +18,11 @@ def concurrent_pipes(bundle_dir):
             for pair in (SAME_VOCAB, OTHER_VOCAB)}
 
 
-@pytest.mark.parametrize("pair,algorithm,k", [(SAME_VOCAB, "standard", 3), (SAME_VOCAB, "standard", 1),
-                                              (OTHER_VOCAB, "slem", 3), (OTHER_VOCAB, "tli", 2),
-                                              (OTHER_VOCAB, "slrs", 4)])
+@pytest.mark.parametrize("pair,algorithm,k", [(SAME_VOCAB, "standard", 3),
+                                              pytest.param(SAME_VOCAB, "standard", 1, marks=pytest.mark.slow),
+                                              (OTHER_VOCAB, "slem", 3),
+                                              pytest.param(OTHER_VOCAB, "tli", 2, marks=pytest.mark.slow),
+                                              pytest.param(OTHER_VOCAB, "slrs", 4, marks=pytest.mark.slow)])
 def test_concurrent_mode_is_token_identical_to_sequential(concurrent_pipes, pair, algorithm, k):
     sequential, concurrent = concurrent_pipes[pair]
     assert concurrent.concurrent and not sequential.concurrent
