@@ -45,7 +45,7 @@ _sharing = [False]  # whether the running test shares them (see _share_measureme
 @pytest.fixture(scope="session", autouse=True)
 def _measure_each_plan_once():
     """With the measurement cache off (as in these tests), every Engine probes its target's block invariance and
-    times its block sizes again, which is most of an Engine's load on the tiny models. This keeps those
+    times its block sizes again, though another engine of the same bundle and settings did already. This keeps those
     measurements in this process under the measurement cache's own key (MeasurementCache.digest: the bundle's
     files, OpenVINO, the machine, the placement and the settings), so that an engine of the same key made by a
     later test reads them as if from the cache: measured once per worker and key, as a cache file would be.

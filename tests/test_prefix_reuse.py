@@ -135,9 +135,8 @@ def test_a_target_that_is_not_block_invariant_starts_over_and_says_so(engines):
     assert again.stats.prompt_tokens_reused == 0 and "not block-invariant" in again.extra["prefix_reuse"]
 
 
-@pytest.mark.parametrize("algorithm", [pytest.param("slem", marks=pytest.mark.slow),
-                                       pytest.param("tli", marks=pytest.mark.slow),
-                                       pytest.param("slrs", marks=pytest.mark.slow), "auto"])
+@pytest.mark.slow  # the only test of the fast tier's that would export the GPT-2-tokenizer draft's bundle
+@pytest.mark.parametrize("algorithm", ["slem", "tli", "slrs", "auto"])
 def test_a_prompt_of_special_tokens_only_gives_the_target_alones_tokens(bundle_dir, engines, algorithm):
     """A draft tokenizer that adds no BOS sees no tokens at all in such a prompt: the draft sits out the rounds
     until the output gives it text."""

@@ -91,8 +91,9 @@ def test_a_lone_token_takes_another_kernel_path(bundle_dir):
     assert not is_block_invariant(session)
 
 
-GREEDY_RUNS = [("standard", 1, "fixed"), ("standard", 3, "fixed"), ("standard", 6, "fixed"), ("standard", 2, "schedule"),
-               ("standard", 3, "cost"), ("prompt-lookup", 4, "fixed"), ("prompt-lookup", 2, "schedule")]
+GREEDY_RUNS = [("standard", 1, "fixed"), ("standard", 3, "fixed"), ("standard", 6, "fixed"),
+               ("standard", 2, "schedule"), ("standard", 3, "cost"), ("prompt-lookup", 4, "fixed"),
+               ("prompt-lookup", 2, "schedule")]
 
 
 # every run on the paged (exact) sessions; on masked ones, one in the fast tier and the others in the slow one
