@@ -48,7 +48,7 @@ def test_concurrent_sampling_keeps_the_target_distribution(concurrent_pipes):
     assert homogeneity_pvalue(base, conc) > ALPHA
 
 
-@pytest.mark.parametrize("algorithm", ["standard", "slem"])
+@pytest.mark.parametrize("algorithm", ["standard", pytest.param("slem", marks=pytest.mark.slow)])
 def test_a_seed_gives_the_same_text_with_concurrent_drafting_on_and_off(bundle_dir, algorithm):
     """Concurrent drafting is the default when the draft and the target sit on different devices: a seeded
     sampled run must write the same text on any placement, so it drafts one round at a time."""
