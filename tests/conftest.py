@@ -34,6 +34,59 @@ def _offline():
     os.environ.setdefault("EDGE_SPECDEC_CACHE_DIR", "off")  # tests that use the compiled-model cache say so
 
 
+# What an engine measures of its models (measurements.py) that the tests may share: the exactness probes' verdicts
+# and the block-size choices. Not the drafting guard's verdicts (a run's history, which tests start without) nor the
+# draft device's timings.
+SHARED_MEASUREMENTS = r"target/(invariant|batch_invariant|static_invariant/.*)|(target|draft)/(fixed_block/\d+|step)"
+_shared_plans: dict[str, dict] = {}  # MeasurementCache.digest -> the shared measurements of that key
+_sharing = [False]  # whether the running test shares them (see _share_measurements)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _measure_each_plan_once():
+    """With the measurement cache off (as in these tests), every Engine probes its target's block invariance and
+    times its block sizes again, though another engine of the same bundle and settings did already. This keeps those
+    measurements in this process under the measurement cache's own key (MeasurementCache.digest: the bundle's
+    files, OpenVINO, the machine, the placement and the settings), so that an engine of the same key made by a
+    later test reads them as if from the cache: measured once per worker and key, as a cache file would be.
+
+    A test that uses monkeypatch neither reads nor adds to them: it may patch a probe or the models, so its engines
+    measure for themselves, as every engine did before (see _share_measurements). Engines with a cache folder
+    (the tests of the cache itself) keep using their own files."""
+    import re
+
+    from edge_specdec.runtime.measurements import MeasurementCache
+
+    real_init, real_save = MeasurementCache.__init__, MeasurementCache.save
+
+    def init(self, cache_dir, key):
+        real_init(self, cache_dir, key)
+        self.shared = cache_dir is None and _sharing[0]
+        if self.shared:
+            self.values.update(_shared_plans.get(self.digest, {}))
+
+    def save(self):
+        if getattr(self, "shared", False) and _sharing[0]:  # not what an engine measures under a later test's patches
+            plan = _shared_plans.setdefault(self.digest, {})
+            plan.update((name, value) for name, value in self.values.items()
+                        if re.fullmatch(SHARED_MEASUREMENTS, name))
+        real_save(self)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(MeasurementCache, "__init__", init)
+    mp.setattr(MeasurementCache, "save", save)
+    yield
+    mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def _share_measurements(request):
+    """The running test shares the measured plans of _measure_each_plan_once unless it uses monkeypatch."""
+    _sharing[0] = "monkeypatch" not in request.fixturenames
+    yield
+    _sharing[0] = False
+
+
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("tiny")

@@ -38,6 +38,7 @@ def load_target_xml(bundle_dir) -> Path:
 
 SAMPLING = {"temperature": 0.3, "top_k": 40, "top_p": 0.95}
 N_SAMPLES = 600
+QUICK_SAMPLES = 200  # the fast tier's one distribution test (test_runtime.py); the slow tier draws N_SAMPLES
 ALPHA = 1e-3  # false-alarm rate of each distribution test
 
 

@@ -111,8 +111,12 @@ def run_clients(engine, jobs, join_running: bool = False, **options):
     return results
 
 
-@pytest.mark.parametrize("pair,algorithm", [(SAME, "none"), (SAME, "standard"), (SAME, "prompt-lookup"),
-                                            (HETERO, "slem"), (HETERO, "tli")])
+# a draft of each kind in the exactness core, the other algorithms in the slow tier
+@pytest.mark.parametrize("pair,algorithm", [pytest.param(SAME, "none", marks=pytest.mark.slow),
+                                            pytest.param(SAME, "standard", marks=pytest.mark.core),
+                                            pytest.param(SAME, "prompt-lookup", marks=pytest.mark.slow),
+                                            pytest.param(HETERO, "slem", marks=pytest.mark.core),
+                                            pytest.param(HETERO, "tli", marks=pytest.mark.slow)])
 def test_concurrent_batched_generations_equal_sequential_ones(bundle_dir, pair, algorithm):
     """Clients with different prompts and budgets, started one after another (each joining a running batch) and
     finishing at different times (leaving it): each output, logprob bits included, equals an unbatched run."""

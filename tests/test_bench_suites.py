@@ -146,6 +146,7 @@ def test_long_prompts_refuse_lengths_past_the_context(capsys, tmp_path):
     assert "go past the target's context of 1024 tokens" in err and not out.exists()
 
 
+@pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)
 def test_general_suite_is_the_default_and_runs_on_the_demo(capsys, tmp_path):
     out = tmp_path / "general"
     assert main(["bench", "--categories", "math", "--setups", "ours-none", "ours-slem-k3", "--max-new-tokens", "4",
@@ -157,6 +158,7 @@ def test_general_suite_is_the_default_and_runs_on_the_demo(capsys, tmp_path):
     assert report["command"].startswith("edge-specdec bench --categories math")  # as typed, then spelled out
 
 
+@pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)
 def test_clients_suite_on_the_demo(capsys, tmp_path):
     out = tmp_path / "clients"
     assert main(["bench", "clients", "--clients", "1", "2", "--setups", "ours-spec", "--categories",
@@ -228,6 +230,7 @@ def test_conversation_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monke
     assert service[2].apply_chat_template is False and "Rule 12" in service[1]  # the rendered system prompt
 
 
+@pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)
 def test_structured_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
     from edge_specdec.benchmark.structured_tasks import PERSON
 
@@ -312,6 +315,7 @@ def test_suite_report_from_known_runs(tmp_path):
         assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)
 def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_cold_pool(capsys, tmp_path):
     from edge_specdec.benchmark.suites.workloads import WORKLOADS
 

@@ -18,9 +18,11 @@ def concurrent_pipes(bundle_dir):
             for pair in (SAME_VOCAB, OTHER_VOCAB)}
 
 
-@pytest.mark.parametrize("pair,algorithm,k", [(SAME_VOCAB, "standard", 3), (SAME_VOCAB, "standard", 1),
-                                              (OTHER_VOCAB, "slem", 3), (OTHER_VOCAB, "tli", 2),
-                                              (OTHER_VOCAB, "slrs", 4)])
+@pytest.mark.parametrize("pair,algorithm,k", [(SAME_VOCAB, "standard", 3),
+                                              pytest.param(SAME_VOCAB, "standard", 1, marks=pytest.mark.slow),
+                                              (OTHER_VOCAB, "slem", 3),
+                                              pytest.param(OTHER_VOCAB, "tli", 2, marks=pytest.mark.slow),
+                                              pytest.param(OTHER_VOCAB, "slrs", 4, marks=pytest.mark.slow)])
 def test_concurrent_mode_is_token_identical_to_sequential(concurrent_pipes, pair, algorithm, k):
     sequential, concurrent = concurrent_pipes[pair]
     assert concurrent.concurrent and not sequential.concurrent
@@ -46,7 +48,7 @@ def test_concurrent_sampling_keeps_the_target_distribution(concurrent_pipes):
     assert homogeneity_pvalue(base, conc) > ALPHA
 
 
-@pytest.mark.parametrize("algorithm", ["standard", "slem"])
+@pytest.mark.parametrize("algorithm", ["standard", pytest.param("slem", marks=pytest.mark.slow)])
 def test_a_seed_gives_the_same_text_with_concurrent_drafting_on_and_off(bundle_dir, algorithm):
     """Concurrent drafting is the default when the draft and the target sit on different devices: a seeded
     sampled run must write the same text on any placement, so it drafts one round at a time."""

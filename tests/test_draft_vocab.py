@@ -87,6 +87,7 @@ def test_heterogeneous_greedy_stays_lossless(cut_hetero, algorithm):
         assert cut_hetero.generate(prompt, config, algorithm=algorithm).token_ids == base.token_ids, prompt
 
 
+@pytest.mark.slow  # a distribution test each (the fast tier keeps test_runtime.py's)
 @pytest.mark.parametrize("which,algorithm", [("cut_pipe", "standard"), ("cut_hetero", "tli")])
 def test_sampling_stays_lossless(request, which, algorithm):
     """Rejection sampling against a draft that gives every cut id probability 0 (chi-square, 0.1%)."""

@@ -12,12 +12,13 @@ from scipy import stats
 
 import edge_specdec.runtime.generate as gen
 from edge_specdec.runtime import GenerationConfig, Pipeline
+from edge_specdec.runtime.algorithms import REGISTRY
 from edge_specdec.runtime.drafters import Proposal
 from edge_specdec.runtime.sampling import distribution, penalize, sample, token_logprobs
 from edge_specdec.runtime.session import ModelSession
 from edge_specdec.runtime.verify import verify
 from hostile_text import HOSTILE_STRINGS
-from support import OTHER_VOCAB, SAME_VOCAB, forced_logprobs, pipeline_cache
+from support import EXACTNESS_PROMPTS, OTHER_VOCAB, SAME_VOCAB, bits, forced_logprobs, pipeline_cache
 
 PADDED = ("qwen2-bytelevel", "qwen2-bytelevel-padded", "int8", "int8")
 SAME_RUNS = [("standard", {}), ("standard", {"num_assistant_tokens": 3, "confidence": 0.0, "lookup": False}),
@@ -137,8 +138,14 @@ PATHS = [
 ]
 
 
-@pytest.mark.parametrize("pair,options", PATHS, ids=[f"{p[1]}-{'-'.join(f'{k}={v}' for k, v in o.items())}"
-                                                     for p, o in PATHS])
+# the fast tier: each option on the same-vocabulary pair (static copies and fixed blocks on, as by default on the
+# tiny models), and the other pair on the default engine
+FAST_PATHS = [path for path in PATHS if path[0] == SAME_VOCAB and path not in (PATHS[3], PATHS[5])] + [PATHS[7]]
+
+
+@pytest.mark.parametrize("pair,options", [pytest.param(p, o, marks=() if (p, o) in FAST_PATHS else pytest.mark.slow,
+                                                       id=f"{p[1]}-{'-'.join(f'{k}={v}' for k, v in o.items())}")
+                                          for p, o in PATHS])
 def test_every_path_is_exact_at_tie_points(pipes, pair, options):
     """One-token and hostile prompts, each at a penalty that ties its first token: every algorithm gives the
     target alone's token ids and logprob bits (a masked session says it is not exact instead)."""
@@ -316,6 +323,25 @@ def test_priced_cost_policy_follows_the_acceptance_not_the_clock(pipes, monkeypa
 
 
 # --- logprobs ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.core
+@pytest.mark.parametrize("algorithm", [name for name in REGISTRY if name != "none"])
+def test_every_algorithm_writes_the_target_alones_greedy_ids_and_logprob_bits(pipes, algorithm):
+    """Each algorithm of the registry, on the smallest pair it serves (the same-vocabulary draft for those that
+    need one, else the other-vocabulary draft), writes the target alone's token ids and logprob bits, the
+    alternatives' too, on every exactness prompt; and it drafted, so the check is not of the target alone. No
+    draft pool: a run would copy the target alone's answer to the same prompt from it and leave the drafter idle."""
+    pair = OTHER_VOCAB if "heterogeneous" in REGISTRY[algorithm].relations else SAME_VOCAB
+    pipe = pipes(pair, precision="dq")
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True, top_logprobs=2)
+    drafted = 0
+    for prompt in EXACTNESS_PROMPTS:
+        alone = pipe.generate(prompt, config, algorithm="none", pool_scope=None)
+        run = pipe.generate(prompt, config, algorithm=algorithm, confidence=0.0, pool_scope=None)
+        assert run.token_ids == alone.token_ids and bits(run.logprobs) == bits(alone.logprobs), prompt
+        drafted += run.stats.draft_tokens_proposed + run.stats.suffix_tokens_proposed  # a model's, or copies
+    assert drafted > 0, "no round drafted: the check compared the target alone with itself"
+
 
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli"), (OTHER_VOCAB, "slem")])
 def test_sampled_runs_compute_every_position_with_the_target_alones_bits(pipes, pair, algorithm):

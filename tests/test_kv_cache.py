@@ -19,7 +19,8 @@ def test_the_cpu_default_is_f16_and_takes_half_the_bytes_of_f32(bundle_dir):
     assert f16.kv_bytes_per_token * 2 == f32.kv_bytes_per_token > 0
 
 
-@pytest.mark.parametrize("pair", [SAME_VOCAB, ("gpt2-prefixspace-large", None)])
+# GPT-2's config names in the slow tier: the only test of the fast tier's that would export its bundle
+@pytest.mark.parametrize("pair", [SAME_VOCAB, pytest.param(("gpt2-prefixspace-large", None), marks=pytest.mark.slow)])
 def test_info_gives_the_kv_bytes_the_compiled_model_has(bundle_dir, pair):
     """info reads the KV bytes per token from config.json (no compile); the compiled cache's block shapes must
     agree, for Qwen's config names and for GPT-2's."""

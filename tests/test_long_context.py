@@ -96,7 +96,7 @@ def pipes(bundle_dir):
 
 
 @pytest.mark.parametrize("pair, algorithms", [(SAME_VOCAB, ["standard", "prompt-lookup"]),
-                                              (OTHER_VOCAB, ["slem", "tli"])])
+                                              pytest.param(OTHER_VOCAB, ["slem", "tli"], marks=pytest.mark.slow)])
 def test_long_prompts_are_exact(pipes, pair, algorithms):
     """A prompt of about 400 tokens (the tiny models' context is 512), 48 new tokens: every algorithm gives the
     target alone's ids and logprob bits, and so does a second run whose prompt extends the first (prefix reuse)."""

@@ -36,6 +36,7 @@ def rewrite(cache: MeasurementCache, change) -> None:
 
 # --- the file and its entries, without a model -----------------------------------------------------------------
 
+@pytest.mark.core
 @pytest.mark.parametrize("text", ["[]", "null", '"x"', "1", "", '{"version": 7', '{"entries": []}',
                                   '{"version": 7, "entries": {"target/step": 2}}', '{"target/step": 2}'])
 def test_a_file_that_is_not_a_cache_is_measured_again(tmp_path, capsys, text):
@@ -49,6 +50,7 @@ def test_a_file_that_is_not_a_cache_is_measured_again(tmp_path, capsys, text):
     assert MeasurementCache(tmp_path, {"bundle": "b"}).values == {"target/step": 3}  # the file healed
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name,value", [
     ("target/step", "x"), ("target/step", 1000), ("target/step", 0), ("target/step", True), ("target/step", 2.0),
     ("target/invariant", {"dq": "no"}), ("target/invariant", {"dq": 1}), ("target/invariant", []),
@@ -67,6 +69,7 @@ def test_an_entry_of_the_wrong_shape_type_or_range_is_dropped(tmp_path, capsys, 
     assert again.dropped == [name] and name in capsys.readouterr().err
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name,measured,flipped", [
     ("target/invariant", {"dq": False, "f32": True}, {"dq": True, "f32": True}),
     ("target/invariant", {"dq": True}, {"dq": False}),
@@ -82,6 +85,7 @@ def test_a_value_edited_on_disk_is_dropped(tmp_path, name, measured, flipped):
     assert name not in MeasurementCache(tmp_path, {"bundle": "b"}).values
 
 
+@pytest.mark.core
 def test_an_entry_copied_from_another_key_is_dropped(tmp_path):
     """The seal covers the key: a file renamed to another key's name (another machine's, say) reads as nothing."""
     mine, other = MeasurementCache(tmp_path, {"bundle": "b"}), MeasurementCache(tmp_path, {"bundle": "c"})
@@ -91,6 +95,7 @@ def test_an_entry_copied_from_another_key_is_dropped(tmp_path):
     assert again.values == {} and again.dropped == ["target/invariant"]
 
 
+@pytest.mark.core
 def test_a_bad_file_is_named_once_per_process(tmp_path, capsys):
     MeasurementCache(tmp_path, {"bundle": "b"}).put("target/step", 2)
     path = MeasurementCache(tmp_path, {"bundle": "b"}).path
@@ -101,6 +106,7 @@ def test_a_bad_file_is_named_once_per_process(tmp_path, capsys):
     assert capsys.readouterr().err.count("do not check out") == 1
 
 
+@pytest.mark.core
 def test_the_key_names_the_instruction_sets_and_the_cores(tmp_path, monkeypatch):
     """A VM's CPU name reads the same on AVX2, AVX-512 and AMX hosts: the flags and cores are in the key."""
     core = type("Core", (), {"get_property": lambda self, device, name: "Intel(R) Xeon(R) Processor"})()
@@ -114,11 +120,13 @@ def test_the_key_names_the_instruction_sets_and_the_cores(tmp_path, monkeypatch)
     assert len({avx2.path, amx.path, eight.path}) == 3
 
 
+@pytest.mark.core
 def test_kernel_flags_reads_this_cpu():
     flags = measurements.kernel_flags()
     assert flags and all(isinstance(flag, str) for flag in flags)
 
 
+@pytest.mark.core
 def test_a_failed_save_leaves_no_temp_file(tmp_path, monkeypatch):
     cache = MeasurementCache(tmp_path, {"bundle": "b"})
     cache.put("target/step", 2)
@@ -166,6 +174,7 @@ BAD_ENTRIES = {
 }
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("kind", BAD_ENTRIES)
 def test_an_engine_measures_a_bad_entry_again_and_writes_what_a_cache_off_engine_writes(
         bundle_dir, tmp_path, monkeypatch, capsys, cache_off, kind):
@@ -191,6 +200,16 @@ def test_an_engine_measures_a_bad_entry_again_and_writes_what_a_cache_off_engine
         assert steps and engine.measurements.values["target/step"] in (1, 2, 3)
 
 
+@pytest.mark.core
+def test_an_engine_in_a_test_that_patches_measures_for_itself(bundle_dir, monkeypatch):
+    """conftest.py shares cache-off engines' measurements within a test run, but not with a test that uses
+    monkeypatch: its engines run the probes, as a patched probe needs (and none of its verdicts are shared)."""
+    checks = spy_checks(monkeypatch)
+    Engine(bundle_dir(*SAME_VOCAB), cache_dir="off", static_shapes=False)
+    assert checks
+
+
+@pytest.mark.core
 def test_a_u8_cache_stays_not_exact_whatever_its_entry_says(bundle_dir, tmp_path, monkeypatch):
     """u8 fails the check; an entry that says it passes is not one this module wrote, and is measured again."""
     bundle = bundle_dir(*SAME_VOCAB)
@@ -205,6 +224,7 @@ def test_a_u8_cache_stays_not_exact_whatever_its_entry_says(bundle_dir, tmp_path
     assert not engine.session().generate("def f(x):", CONFIG, algorithm="standard").exact
 
 
+@pytest.mark.core
 def test_a_verdict_from_another_instruction_set_or_core_count_is_not_read(bundle_dir, tmp_path, monkeypatch):
     bundle = bundle_dir(*SAME_VOCAB)
     Engine(bundle, cache_dir=tmp_path, static_shapes=False)

@@ -38,9 +38,14 @@ def engines(bundle_dir):
     return pipeline_cache(bundle_dir, Engine)
 
 
-@pytest.mark.parametrize("pair,algorithm", ALGORITHMS)
-@pytest.mark.parametrize("options", [{"precision": "dq"}, {"precision": "f32", "static_shapes": False}],
-                         ids=["dq-static", "f32-dynamic"])
+# every algorithm on the default engine (the exactness core); on f32 without static copies, the same-vocabulary
+# draft in the fast tier and the others in the slow one
+@pytest.mark.parametrize("options,pair,algorithm",
+                         [pytest.param({"precision": "dq"}, *run, marks=pytest.mark.core, id=f"dq-static-{run[1]}")
+                          for run in ALGORITHMS]
+                         + [pytest.param({"precision": "f32", "static_shapes": False}, *run,
+                                         marks=() if run[1] == "standard" else pytest.mark.slow,
+                                         id=f"f32-dynamic-{run[1]}") for run in ALGORITHMS])
 def test_a_reused_prefix_writes_what_a_fresh_session_writes(engines, pair, algorithm, options):
     engine = engines(pair, **options)
     kept = engine.session()
@@ -89,6 +94,7 @@ def test_a_prompt_that_diverges_inside_a_multibyte_character(engines):
         assert again.token_ids == fresh.token_ids and bits(again) == bits(fresh), text
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("options", [{"batching": True}, {"concurrent": True}], ids=["batching", "concurrent"])
 def test_reuse_holds_on_batching_engines_and_with_concurrent_drafting(engines, options):
     engine = engines(OTHER_VOCAB, **options)
@@ -129,6 +135,7 @@ def test_a_target_that_is_not_block_invariant_starts_over_and_says_so(engines):
     assert again.stats.prompt_tokens_reused == 0 and "not block-invariant" in again.extra["prefix_reuse"]
 
 
+@pytest.mark.slow  # the only test of the fast tier's that would export the GPT-2-tokenizer draft's bundle
 @pytest.mark.parametrize("algorithm", ["slem", "tli", "slrs", "auto"])
 def test_a_prompt_of_special_tokens_only_gives_the_target_alones_tokens(bundle_dir, engines, algorithm):
     """A draft tokenizer that adds no BOS sees no tokens at all in such a prompt: the draft sits out the rounds

@@ -14,8 +14,8 @@ from edge_specdec.runtime.probes import is_block_invariant
 from edge_specdec.runtime.session import ContextOverflowError, open_session
 from edge_specdec.runtime.text import TextStream
 from edge_specdec.vocab_map import TokenBytes
-from support import (ALPHA, EXACTNESS_PROMPTS, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, first_tokens,
-                     homogeneity_pvalue, load_target_xml)
+from support import (ALPHA, EXACTNESS_PROMPTS, N_SAMPLES, OTHER_VOCAB, QUICK_SAMPLES, SAME_VOCAB, SAMPLING,
+                     first_tokens, homogeneity_pvalue, load_target_xml)
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +91,18 @@ def test_a_lone_token_takes_another_kernel_path(bundle_dir):
     assert not is_block_invariant(session)
 
 
-@pytest.mark.parametrize("algorithm,k,policy", [("standard", 1, "fixed"), ("standard", 3, "fixed"),
-                                                ("standard", 6, "fixed"), ("standard", 2, "schedule"),
-                                                ("standard", 3, "cost"), ("prompt-lookup", 4, "fixed"),
-                                                ("prompt-lookup", 2, "schedule")])
-@pytest.mark.parametrize("rollback", ["paged", "masked"])
+# each policy and each drafter (the fast tier's on paged sessions), then other draft lengths and policies
+FAST_GREEDY_RUNS = [("standard", 3, "fixed"), ("standard", 2, "schedule"), ("standard", 3, "cost"),
+                    ("prompt-lookup", 4, "fixed")]
+GREEDY_RUNS = FAST_GREEDY_RUNS + [("standard", 1, "fixed"), ("standard", 6, "fixed"), ("prompt-lookup", 2, "schedule")]
+
+
+# the fast tier: FAST_GREEDY_RUNS on the paged (exact) sessions and one run on masked ones; the slow tier the rest
+@pytest.mark.parametrize("rollback,algorithm,k,policy",
+                         [pytest.param("paged", *run, marks=() if run in FAST_GREEDY_RUNS else pytest.mark.slow)
+                          for run in GREEDY_RUNS]
+                         + [pytest.param("masked", *run, marks=() if run == GREEDY_RUNS[0] else pytest.mark.slow)
+                            for run in GREEDY_RUNS])
 def test_greedy_is_lossless(request, rollback, algorithm, k, policy):
     pipe = request.getfixturevalue("pipe" if rollback == "paged" else "masked_pipe")
     assert pipe.target.rollback_method == rollback and pipe.draft.rollback_method == rollback
@@ -110,16 +117,20 @@ def test_greedy_is_lossless(request, rollback, algorithm, k, policy):
     assert base.stats.target_passes == 24 and base.stats.draft_tokens_proposed == 0
 
 
-def test_sampling_is_lossless(pipe):
-    """The first two sampled tokens have the target's distribution (chi-square, false-alarm rate 0.1%)."""
-    base = first_tokens(pipe, "none", range(N_SAMPLES), SAMPLING)
-    spec = first_tokens(pipe, "standard", range(10_000, 10_000 + N_SAMPLES), SAMPLING)
-    lookup = first_tokens(pipe, "prompt-lookup", range(20_000, 20_000 + N_SAMPLES), SAMPLING)
+@pytest.mark.parametrize("count,algorithms", [
+    pytest.param(QUICK_SAMPLES, ["standard"], marks=pytest.mark.core, id="quick"),
+    pytest.param(N_SAMPLES, ["standard", "prompt-lookup"], marks=pytest.mark.slow, id="full")])
+def test_sampling_is_lossless(pipe, count, algorithms):
+    """The first two sampled tokens have the target's distribution (chi-square, false-alarm rate 0.1%): in the
+    fast tier one algorithm on fewer samples, in the slow tier both on N_SAMPLES."""
+    base = first_tokens(pipe, "none", range(count), SAMPLING)
     assert len(base) > 5, "the test distribution is too concentrated to tell anything"
-    assert homogeneity_pvalue(base, spec) > ALPHA
-    assert homogeneity_pvalue(base, lookup) > ALPHA
+    for i, algorithm in enumerate(algorithms, start=1):
+        spec = first_tokens(pipe, algorithm, range(10_000 * i, 10_000 * i + count), SAMPLING)
+        assert homogeneity_pvalue(base, spec) > ALPHA, algorithm
 
 
+@pytest.mark.slow
 def test_sampling_test_catches_a_broken_acceptance_rule(pipe, monkeypatch):
     """Accepting every drafted token (ignoring p/q) yields the draft's distribution, and the test sees it."""
     import edge_specdec.runtime.generate as gen
@@ -309,7 +320,8 @@ def test_confidence_bounds_the_draft_length(bundle_dir, algorithm):
     assert sure.token_ids == full.token_ids
 
 
-@pytest.mark.parametrize("algorithm", ["standard", "slem", "tli", "slrs"])
+@pytest.mark.parametrize("algorithm", ["standard", "slem", pytest.param("tli", marks=pytest.mark.slow),
+                                       pytest.param("slrs", marks=pytest.mark.slow)])
 def test_greedy_is_lossless_when_drafting_stops_anywhere(bundle_dir, algorithm, monkeypatch):
     """Drafts cut at random places (what the confidence stop does on real models) change nothing."""
     import edge_specdec.runtime.drafters as drafters
@@ -327,6 +339,7 @@ def test_greedy_is_lossless_when_drafting_stops_anywhere(bundle_dir, algorithm, 
     assert len(lengths) > 3, "the random stops did not vary the draft length"
 
 
+@pytest.mark.slow
 def test_sampling_is_lossless_with_the_confidence_stop(pipe):
     """The stop reads only the draft's own q, so the first three tokens keep the target's distribution."""
     base = first_tokens(pipe, "none", range(N_SAMPLES), SAMPLING, n_tokens=3)

@@ -67,7 +67,7 @@ def pipes(bundle_dir):
     return pipes
 
 
-@pytest.mark.parametrize("algorithm", ["standard", "slem"])
+@pytest.mark.parametrize("algorithm", ["standard", pytest.param("slem", marks=pytest.mark.slow)])
 def test_greedy_stays_lossless_with_static_shapes(pipes, algorithm, monkeypatch):
     vocab = "same" if algorithm == "standard" else "hetero"
     shaped, plain = pipes[vocab, True], pipes[vocab, False]

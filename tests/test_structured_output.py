@@ -59,7 +59,10 @@ CASES = ([(run, name) for run in RUNS for name in ("json_schema", "regex", "lark
          + [(RUNS[0], "gbnf"), (RUNS[3], "gbnf"), (RUNS[0], "json_object"), (RUNS[3], "json_object")])
 
 
-@pytest.mark.parametrize("pair,algorithm,options,name", [(*run, name) for run, name in CASES])
+# the fast tier: every algorithm under the schema, and a drafter of each kind under every form; the slow tier the rest
+@pytest.mark.parametrize("pair,algorithm,options,name",
+                         [pytest.param(*run, name, marks=() if name == "json_schema" or run in (RUNS[0], RUNS[3])
+                                       else pytest.mark.slow) for run, name in CASES])
 def test_every_algorithm_writes_the_constrained_target_alones_tokens_and_bits(pipes, pair, algorithm, options, name):
     pipe = pipes(pair, precision="dq")
     config = GenerationConfig(max_new_tokens=48, constraint=CONSTRAINTS[name], repetition_penalty=1.1,
@@ -125,6 +128,7 @@ def test_the_mask_check_fails_on_unmasked_rows(pipes):
     assert bits(result.logprobs) != bits(token_logprobs(rows, result.token_ids, config))
 
 
+@pytest.mark.slow  # a distribution test (the fast tier keeps test_runtime.py's)
 def test_sampled_first_tokens_follow_the_masked_distribution(pipes):
     """200 seeded runs each, the constrained target alone against SLEM and the same-vocabulary draft: one
     distribution of the first three tokens (chi-square homogeneity, false-alarm rate ALPHA), and every sample
@@ -475,6 +479,7 @@ def test_a_round_whose_spelling_is_out_of_step_drafts_freely_and_the_next_is_mas
     assert all(valid == n if in_step else no_q for n, valid, in_step, no_q in seen), seen
 
 
+@pytest.mark.slow  # the only test of the fast tier's that would export these targets' bundles
 @pytest.mark.parametrize("target", ["llama-metaspace-large", "gpt2-prefixspace-large"])
 def test_forced_text_on_a_target_whose_tokenizer_adds_a_space_in_front(pipes, target):
     """llguidance's mask at forced bytes allows only the first token of the grammar tokenizer's spelling of them:
