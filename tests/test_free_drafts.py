@@ -112,6 +112,19 @@ def test_a_copy_goes_first_the_model_drafts_otherwise_and_after_a_short_sure_cop
     assert drafter.propose([8, 8, 5, 7], 0).tokens == [] and len(model.calls) == 2
 
 
+def test_a_copy_ends_at_an_end_of_sequence_token_and_is_not_chained_past_it():
+    eos = 2
+    drafter = SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6], ends=(eos,))
+    assert drafter.copy([5, 6, 7, 8, eos, 9, 5, 6]).tokens == [7, 8, eos]  # the run stops there: nothing after it
+    assert SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6]).copy([5, 6, 7, 8, eos, 9, 5, 6]).tokens == [7, 8, eos, 9]
+    lone = SuffixDrafter([3, 4, eos, 9, 3, 4], ends=(eos,))
+    assert lone.copy([3, 4, eos, 9, 3, 4]).tokens == [eos]  # one token, but it ends the answer: worth its round
+    model = Recorder()
+    free_first = FreeFirst(model, SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6], ends=(eos,)))
+    proposal = free_first.propose([5, 6, 7, 8, eos, 9, 5, 6], 8)
+    assert proposal.tokens == [7, 8, eos] and model.calls == []  # the model is not asked to go on after the end
+
+
 def test_a_free_source_that_loses_is_paused_and_measured_again():
     model = Recorder()
     drafter = FreeFirst(model, SuffixDrafter(list(range(10, 30)) + [5]))

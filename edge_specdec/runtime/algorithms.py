@@ -64,8 +64,10 @@ class DraftContext:
     draft_window: Optional[int] = None
 
     def free_drafter(self) -> SuffixDrafter:
-        """The request's free drafts: its own text and the pool (suffix.py)."""
-        return SuffixDrafter(self.prompt_ids, self.pool, self.pool_scope)
+        """The request's free drafts: its own text and the pool (suffix.py); a copy ends at an end-of-sequence
+        token, where the run would stop (unless it ignores them)."""
+        ends = () if self.config.ignore_eos else tuple(self.config.eos_token_ids or ())
+        return SuffixDrafter(self.prompt_ids, self.pool, self.pool_scope, ends=ends)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ class FreeFirst(Drafter):
         if found is None or found.expected < MIN_EXPECTED:
             return self.model.propose(sequence, k) if k > 0 else Proposal()
         copy = as_proposal(found)
-        if 0 < len(copy.tokens) < k and found.expected >= SURE * len(copy.tokens):  # chained: the model goes on
+        if (0 < len(copy.tokens) < k and found.expected >= SURE * len(copy.tokens)
+                and not self.free.ends_answer(copy.tokens)):  # chained: the model goes on (unless the copy ends it)
             self.chained_rounds += 1
             rest = self.model.propose(sequence + copy.tokens, k - len(copy.tokens))
             q = None if rest.q is None else [None] * len(copy.tokens) + list(rest.q)

@@ -238,9 +238,11 @@ class SuffixDrafter(Drafter):
 
     free_tokens = FREE_TOKENS
 
-    def __init__(self, prompt_ids: list[int], pool: Optional[DraftPool] = None, scope: str = ""):
+    def __init__(self, prompt_ids: list[int], pool: Optional[DraftPool] = None, scope: str = "",
+                 ends: tuple[int, ...] = ()):
         self.own = TokenIndex(prompt_ids)
         self.pool, self.scope = pool, scope
+        self.ends = frozenset(ends)  # end-of-sequence tokens: a copy stops after one (the run would stop there)
         self.factor = 2.0
         self.anchor: Optional[Anchor] = None
         self.resumed = 0  # copies that resumed at an anchor
@@ -273,10 +275,11 @@ class SuffixDrafter(Drafter):
         if found is None:
             return None
         length = min(limit, max(MIN_FREE_TOKENS, int(self.factor * found.match)))
-        found.tokens = found.tokens[:length]
+        end = next((i + 1 for i, token in enumerate(found.tokens) if token in self.ends), len(found.tokens))
+        found.tokens = found.tokens[:min(length, end)]
         found.expected = min(found.expected, len(found.tokens))
-        if len(found.tokens) < MIN_FREE_TOKENS:
-            return None
+        if len(found.tokens) < MIN_FREE_TOKENS and not (found.tokens and found.tokens[-1] in self.ends):
+            return None  # (a copy that ends the answer is worth its round however short)
         if found.origin is not None:  # what verified() needs to know of it (the last few: concurrent mode)
             tokens, before, at_length = found.origin
             self.recent[(id(tokens), before, at_length)] = (found.match, found.match == RESUMED_MATCH)
@@ -311,6 +314,10 @@ class SuffixDrafter(Drafter):
         self.resumed += 1
         expected = sum(RESUME_SHARE ** (i + 1) for i in range(len(run)))
         return Copy(run, expected, RESUMED_MATCH, anchor.source, (tokens, at, len(sequence)))
+
+    def ends_answer(self, tokens: list[int]) -> bool:
+        """Does this copy end with an end-of-sequence token (nothing can follow it)?"""
+        return bool(tokens) and tokens[-1] in self.ends
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         found = self.copy(sequence, min(k, FREE_TOKENS) if k > 0 else FREE_TOKENS)
