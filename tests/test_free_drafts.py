@@ -131,10 +131,10 @@ def test_a_free_source_that_loses_is_paused_and_measured_again():
     sequence = list(range(10, 30)) + [5, 10, 11]  # a short match: (10, 11)
     for _ in range(3):  # model rounds: 3 tokens in 0.1 s
         drafter.verified(Proposal([7, 7]), 2, 0.1)
-    for _ in range(TRIAL_ROUNDS):  # copies the target rejects: 1 token in 0.1 s
+    for _ in range(TRIAL_ROUNDS):  # copies of which the target keeps the first token: 2 tokens in 0.1 s
         proposal = drafter.propose(sequence, 4)
         assert proposal.copied
-        drafter.verified(proposal, 0, 0.1)
+        drafter.verified(proposal, 1, 0.1)
     paused = [drafter.propose(sequence, 4).copied for _ in range(FIRST_PAUSE)]
     assert not any(paused) and drafter.stats()["free_paused_rounds"] == FIRST_PAUSE
     assert drafter.propose(sequence, 4).copied  # tried again after the pause
@@ -159,12 +159,14 @@ def test_before_any_model_round_the_copies_are_judged_by_what_the_target_kept():
 def test_a_paused_free_source_still_copies_a_long_match():
     drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]))
     short = list(range(10, 30)) + [5, 10, 11]
-    for _ in range(TRIAL_ROUNDS):
-        drafter.verified(drafter.propose(short, 4), 0, 0.1)
+    for _ in range(3):  # model rounds: 3 tokens in 0.1 s
+        drafter.verified(Proposal([7, 7]), 2, 0.1)
+    for _ in range(TRIAL_ROUNDS):  # copies: 2 tokens in 0.1 s
+        drafter.verified(drafter.propose(short, 4), 1, 0.1)
     assert not drafter.propose(short, 4).copied  # paused
     long_match = list(range(10, 30)) + [5] + list(range(10, 10 + STRONG_MATCH))
-    assert drafter.propose(long_match, 4).tokens == [10 + STRONG_MATCH, 11 + STRONG_MATCH, 12 + STRONG_MATCH,
-                                                     13 + STRONG_MATCH]
+    proposal = drafter.propose(long_match, 4)
+    assert proposal.copied >= 2 and proposal.tokens[:2] == [10 + STRONG_MATCH, 11 + STRONG_MATCH]
 
 
 # --- resuming a copy where the target parted from it (an edit) --------------------------------------------------
@@ -351,3 +353,16 @@ def test_the_server_shows_its_pool_and_scopes_it_by_key(bundle_dir):
     with serve_in_thread(ServerSettings(str(bundle_dir(*SAME_VOCAB)), slots=1, api_key="k1",
                                         engine=EngineConfig(draft_pool_tokens=0))) as running:
         assert metric(running.url, "draft_pool_limit_tokens") == 0
+
+
+def test_copies_of_a_match_length_that_keeps_missing_are_expected_to_keep_less():
+    drafter = SuffixDrafter(list(range(10, 30)) + [5])
+    short = list(range(10, 30)) + [5, 10, 11]  # a match of 2 tokens
+    first = drafter.copy(short).expected
+    for _ in range(3):
+        drafter.verified(as_proposal(drafter.copy(short)), 0, 0.1)  # the target kept none of them
+    assert drafter.copy(short).expected < 0.5 * first
+    long_match = list(range(10, 30)) + [5] + list(range(10, 22))  # a match of 12: its own record, still whole
+    assert drafter.copy(long_match).expected == pytest.approx(min(len(drafter.copy(long_match).tokens), 16))
+    free_first = FreeFirst(Recorder(), drafter)
+    assert not free_first.propose(short, 4).copied and free_first.propose(long_match, 4).copied

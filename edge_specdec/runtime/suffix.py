@@ -21,7 +21,13 @@ copied usually goes on a few tokens later. The drafter keeps its place in the so
 match exists, looks for the sequence's last token just after that place: found, the copy resumes behind it (the
 target inserted or dropped tokens); otherwise, for the first few tokens after the parting, it resumes as many source
 tokens on as the target has written since (the target replaced them), so an edit costs a round or two, not the
-rounds of matching two tokens again. An anchor whose copies the target keeps nothing of RESUME_TRIES times is dropped.
+rounds of matching two tokens again. An anchor whose copies the target keeps nothing of RESUME_TRIES times is
+dropped.
+
+What the target keeps of copies depends on how long their match was: two matching tokens are often chance, eight
+rarely. The drafter keeps a record per class of match length (how often the target kept a copy's first token,
+decayed) and scales a copy's expected tokens by it, so the caller stops taking the copies of a class that keeps
+missing while it still takes the others.
 
 A proposal depends only on the tokens the index holds, never on a verification's random draws, so it is lossless
 under sampling as every deterministic proposal is (verify.py: a token without q is kept with probability p(x)).
@@ -47,6 +53,8 @@ RESUME_SPAN = 24         # tokens the sequence may grow past the parting before 
 RESUME_REPLACED = 4      # at most this many tokens after the parting are taken as replacing as many source tokens
 RESUME_TRIES = 3         # resumed copies of one anchor the target may keep nothing of before it is dropped
 RESUMED_MATCH = 1        # the match length a resumed copy counts as (one token, near its anchor)
+MATCH_CLASSES = (1, 2, 4, 7)  # copies are judged apart by their match's length: 1, 2, 3-4, 5-7, 8 or more
+RECORD_DECAY = 0.9       # the weight of a class's earlier copies in its record, per copy
 RESUME_SHARE = 0.7       # the chance counted per step of a resumed copy (one occurrence, matched on one token)
 DRAFT_POOL_TOKENS = 65536  # the default bound of an engine's draft pool (tokens over all scopes)
 
@@ -247,6 +255,8 @@ class SuffixDrafter(Drafter):
         self.anchor: Optional[Anchor] = None
         self.resumed = 0  # copies that resumed at an anchor
         self.recent: "OrderedDict[tuple, tuple[int, bool]]" = OrderedDict()  # copy's place -> (match, resumed)
+        # per class of match length: decayed [copies whose first token the target kept, copies], from 1 of 1
+        self.records = {c: [1.0, 1.0] for c in range(len(MATCH_CLASSES) + 1)}
 
     def sync(self, sequence: list[int]) -> None:
         """Make the request's index hold exactly `sequence` (it grows by a round's tokens; a guessed sequence
@@ -277,7 +287,9 @@ class SuffixDrafter(Drafter):
         length = min(limit, max(MIN_FREE_TOKENS, int(self.factor * found.match)))
         end = next((i + 1 for i, token in enumerate(found.tokens) if token in self.ends), len(found.tokens))
         found.tokens = found.tokens[:min(length, end)]
-        found.expected = min(found.expected, len(found.tokens))
+        kept, tried = self.records[match_class(found.match)]
+        # scaled by how often copies matched this long were right, in this request
+        found.expected = min(found.expected, len(found.tokens)) * kept / tried
         if len(found.tokens) < MIN_FREE_TOKENS and not (found.tokens and found.tokens[-1] in self.ends):
             return None  # (a copy that ends the answer is worth its round however short)
         if found.origin is not None:  # what verified() needs to know of it (the last few: concurrent mode)
@@ -335,6 +347,9 @@ class SuffixDrafter(Drafter):
             return
         tokens, before, length = proposal.origin
         match, resumed = self.recent.get((id(tokens), before, length), (0, False))
+        if match:
+            record = self.records[match_class(match)]
+            record[0], record[1] = RECORD_DECAY * record[0] + (kept > 0), RECORD_DECAY * record[1] + 1
         anchor = self.anchor
         if resumed and not kept and anchor is not None:  # the resumed copy missed: the anchor stays, one try less
             anchor.tries += 1
@@ -346,6 +361,11 @@ class SuffixDrafter(Drafter):
 
     def stats(self) -> dict:
         return {"resumed_copies": self.resumed} if self.resumed else {}
+
+
+def match_class(match: int) -> int:
+    """The class of a match's length (see MATCH_CLASSES)."""
+    return next((i for i, top in enumerate(MATCH_CLASSES) if match <= top), len(MATCH_CLASSES))
 
 
 def as_proposal(found: Copy) -> Proposal:

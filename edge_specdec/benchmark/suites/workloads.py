@@ -102,8 +102,11 @@ METHOD = ("Each request is a chat in the target's template (its own prompts, or 
           "request. The draft pool is emptied before every run, so no run copies an answer an earlier run (another "
           "row, or the same row's earlier repeat) wrote; the warm-pool row (--warm-pool) runs instead with a pool "
           "that holds the target alone's answers to the other requests of its category (the service pattern: many "
-          "requests of one shape), and is labelled as such. A share is the part of the run's tokens that came from "
-          "that source and that the target kept.")
+          "requests of one shape), and is labelled as such. A conversation's earlier turns (a request with more "
+          "than one user message) are in the session's KV cache before its run is timed, as its previous turn left "
+          "them in a chat app or a tool loop, for every row alike: the timed run prefills only the last turn (the "
+          "draft model catches up on the conversation when it first drafts). A share is the part of the run's "
+          "tokens that came from that source and that the target kept.")
 
 
 def _prompt(engine, messages: list[dict]) -> list[int]:
