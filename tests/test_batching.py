@@ -75,7 +75,9 @@ def run_clients(engine, jobs, join_running: bool = False, **options):
     """jobs: (prompt, config, algorithm) per client thread, all started at once; with join_running, one after
     another, each once the one before has had its first model call computed, so that it joins a batch that is
     running however fast the machine (a clock-based stagger can outlast a tiny model's whole generation).
-    options go to generate()."""
+    options go to generate(). The engine's static copies are compiled first: a client that compiled one at its first
+    call would start late and run alone."""
+    engine.compile_static_copies()
     sessions = [engine.session() for _ in jobs]
     results: list = [None] * len(jobs)
     errors: list[BaseException] = []
