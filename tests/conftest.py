@@ -218,3 +218,17 @@ def bundle_dir(shared_dir, model_dir):
                                                                draft_weights=WeightSettings(draft_format)))
         return cache[key]
     return get
+
+
+@pytest.fixture(scope="module")
+def cache_off_pipes(bundle_dir):
+    """cache_off_pipes(pair): one Pipeline per pair of tiny models for the module, without the compiled-model cache."""
+    from edge_specdec.runtime import Pipeline
+
+    cache: dict = {}
+
+    def get(pair):
+        if pair not in cache:
+            cache[pair] = Pipeline(bundle_dir(*pair), cache_dir="off")
+        return cache[pair]
+    return get

@@ -24,17 +24,6 @@ WINDOW = 48  # far below the prompts here: the draft reads a window from the fir
 DRAFT_EVERY_ROUND = dict(lookup=False, guard=False, confidence=0.0)
 
 
-@pytest.fixture(scope="module")
-def pipes(bundle_dir):
-    cache: dict = {}
-
-    def get(pair) -> Pipeline:
-        if pair not in cache:
-            cache[pair] = Pipeline(bundle_dir(*pair), cache_dir="off")
-        return cache[pair]
-    return get
-
-
 def long_prompt(pipe: Pipeline, n: int) -> list[int]:
     ids = pipe.tokenizer.encode(LONG_TEXT * 8)[:n]
     assert len(ids) == n
@@ -83,8 +72,8 @@ def test_the_default_window_is_the_drafts_context_when_shorter():
 # --- greedy: the target alone's ids and logprob bits ----------------------------------------------------------------
 
 @pytest.mark.parametrize("pair, algorithms", [(SAME_VOCAB, ["standard"]), (OTHER_VOCAB, ["slem", "tli"])])
-def test_a_windowed_draft_gives_the_target_alones_output_and_slides(pipes, pair, algorithms):
-    pipe = pipes(pair)
+def test_a_windowed_draft_gives_the_target_alones_output_and_slides(cache_off_pipes, pair, algorithms):
+    pipe = cache_off_pipes(pair)
     ids = long_prompt(pipe, 300)
     config = GenerationConfig(max_new_tokens=64, temperature=0, logprobs=True, ignore_eos=True)
     alone = pipe.generate(ids, config, algorithm="none")
@@ -100,11 +89,11 @@ def test_a_windowed_draft_gives_the_target_alones_output_and_slides(pipes, pair,
 
 
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
-def test_a_windowed_draft_under_a_constraint_gives_the_constrained_target_alones_output(pipes, pair, algorithm):
+def test_a_windowed_draft_under_a_constraint_gives_the_constrained_target_alones_output(cache_off_pipes, pair, algorithm):
     """The grammar follows the whole output while the draft reads a window of it."""
     from edge_specdec.runtime.constraint import Constraint
 
-    pipe = pipes(pair)
+    pipe = cache_off_pipes(pair)
     ids = long_prompt(pipe, 300)
     config = GenerationConfig(max_new_tokens=48, temperature=0, logprobs=True,
                               constraint=Constraint.regex(r"(def [a-z_]{1,12}\(\):\n    return [0-9]{1,3}\n){1,8}"))
@@ -148,12 +137,12 @@ def test_by_default_a_prompt_longer_than_the_drafts_context_is_drafted_for(bundl
     assert session.draft.length <= 128
 
 
-def test_the_prefix_store_keeps_the_drafts_window(pipes):
+def test_the_prefix_store_keeps_the_drafts_window(cache_off_pipes):
     """The draft's cache holds its window, so a copy of it (what the server's prefix store keeps) holds the window:
     the prompt's head, then its last tokens; restored into another session, a run drafts on from it, exactly."""
     from edge_specdec.serve.prefix_store import import_cache
 
-    pipe = pipes(SAME_VOCAB)
+    pipe = cache_off_pipes(SAME_VOCAB)
     ids = long_prompt(pipe, 300)
     config = GenerationConfig(max_new_tokens=24, temperature=0, ignore_eos=True)
     first = pipe.session()
@@ -191,10 +180,10 @@ def first_two(pipe: Pipeline, ids: list[int], algorithm: str, seeds, window=None
 
 @pytest.mark.slow  # 2 x N_SAMPLES runs
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
-def test_sampling_through_a_window_draws_from_the_targets_distribution(pipes, pair, algorithm):
+def test_sampling_through_a_window_draws_from_the_targets_distribution(cache_off_pipes, pair, algorithm):
     """The first two tokens after a prompt of 160 tokens, drafted by a draft that reads 24 of them: the same
     distribution as the target alone's (a chi-square test, as tests/test_heterogeneous.py does)."""
-    pipe = pipes(pair)
+    pipe = cache_off_pipes(pair)
     ids = long_prompt(pipe, 160)
     drafted: list[int] = []
     base = Counter(first_two(pipe, ids, "none", range(N_SAMPLES)))
@@ -205,7 +194,7 @@ def test_sampling_through_a_window_draws_from_the_targets_distribution(pipes, pa
 
 
 @pytest.mark.slow
-def test_the_windowed_sampling_test_catches_a_broken_verifier(pipes, monkeypatch):
+def test_the_windowed_sampling_test_catches_a_broken_verifier(cache_off_pipes, monkeypatch):
     """Accepting every drafted token (ignoring p and q) yields the windowed draft's distribution, and the same test
     sees it: the test above can tell."""
     import edge_specdec.runtime.generate as gen
@@ -214,7 +203,7 @@ def test_the_windowed_sampling_test_catches_a_broken_verifier(pipes, monkeypatch
     def accept_everything(rows, proposal, config, rng, context, grammar=None, prompt_length=0):
         return len(proposal.tokens), sample(distribution(rows[-1], config), rng), rows
 
-    pipe = pipes(SAME_VOCAB)
+    pipe = cache_off_pipes(SAME_VOCAB)
     ids = long_prompt(pipe, 160)
     base = Counter(first_two(pipe, ids, "none", range(N_SAMPLES)))
     monkeypatch.setattr(gen, "verify", accept_everything)
@@ -223,8 +212,8 @@ def test_the_windowed_sampling_test_catches_a_broken_verifier(pipes, monkeypatch
 
 
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
-def test_sampled_windowed_runs_give_the_targets_logprobs_of_what_they_emit(pipes, pair, algorithm):
-    pipe = pipes(pair)
+def test_sampled_windowed_runs_give_the_targets_logprobs_of_what_they_emit(cache_off_pipes, pair, algorithm):
+    pipe = cache_off_pipes(pair)
     ids = long_prompt(pipe, 300)
     config = GenerationConfig(max_new_tokens=48, seed=3, logprobs=True, ignore_eos=True, **SAMPLED)
     run = pipe.generate(ids, config, algorithm=algorithm, draft_window=WINDOW, **DRAFT_EVERY_ROUND)

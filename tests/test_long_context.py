@@ -84,23 +84,12 @@ def test_open_model_checks_the_long_past_once_and_keeps_the_answer(bundle_dir, m
     assert pasts == [0, REAL_PAST, LONG_PAST]  # the answer came from `known` (the measurement cache), not measured again
 
 
-@pytest.fixture(scope="module")
-def pipes(bundle_dir):
-    cache: dict = {}
-
-    def get(pair) -> Pipeline:
-        if pair not in cache:
-            cache[pair] = Pipeline(bundle_dir(*pair), cache_dir="off")
-        return cache[pair]
-    return get
-
-
 @pytest.mark.parametrize("pair, algorithms", [(SAME_VOCAB, ["standard", "prompt-lookup"]),
                                               pytest.param(OTHER_VOCAB, ["slem", "tli"], marks=pytest.mark.slow)])
-def test_long_prompts_are_exact(pipes, pair, algorithms):
+def test_long_prompts_are_exact(cache_off_pipes, pair, algorithms):
     """A prompt of about 400 tokens (the tiny models' context is 512), 48 new tokens: every algorithm gives the
     target alone's ids and logprob bits, and so does a second run whose prompt extends the first (prefix reuse)."""
-    pipe = pipes(pair)
+    pipe = cache_off_pipes(pair)
     ids = pipe.tokenizer.encode(LONG_TEXT * 8)[:400]
     assert len(ids) == 400
     config = GenerationConfig(max_new_tokens=48, temperature=0, logprobs=True, ignore_eos=True)
