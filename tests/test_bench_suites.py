@@ -338,7 +338,8 @@ def test_a_conversation_cell_is_timed_with_its_earlier_turns_in_the_kv_cache():
 
     engine = Engine(DEMO_BUNDLE)
     cells = {c.key: c for c in load_cells(engine, None)}
-    assert earlier_turns(engine, WORKLOADS["chat"][0]) == []  # one turn: nothing earlier to keep
+    chat_ids = cells["chat/1"].value[2]
+    assert earlier_turns(engine, WORKLOADS["chat"][0], chat_ids) == []  # one turn: nothing earlier to keep
     category, index, ids, earlier = cells["tool_loop/1"].value
     assert earlier and ids[:len(earlier)] == earlier and len(earlier) < len(ids)
     run = runner(engine, 4, "auto")

@@ -5,10 +5,10 @@ round of a draft model's algorithm therefore asks the free source first, and `Fr
 copy is expected to keep at least MIN_EXPECTED of its tokens; the model drafts otherwise, and also after a short,
 sure copy, on from its end (chained), within the round's k. What each source earns is measured as the run goes (a
 decayed tokens per second of the rounds it served, against the other rounds'): a free source that keeps losing is
-paused (but for copies of long matches), for longer each time it loses again, and tried again after (llama.cpp switches its n-gram drafts off per
-sequence after empty drafts; this follows the same idea with rates). A seeded sampled run must repeat, so it never
-reads the clock: its free source is paused by its acceptance alone, which depends only on the request; so is any
-run's before the model has served a measured round.
+paused (but for copies of long matches), for longer each time it loses again, and tried again after (llama.cpp
+switches its n-gram drafts off per sequence after empty drafts; this follows the same idea with rates). A seeded
+sampled run must repeat, so it never reads the clock: its free source is paused by its acceptance alone, which
+depends only on the request; so is any run's before the model has served a measured round.
 """
 from __future__ import annotations
 

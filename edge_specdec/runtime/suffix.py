@@ -254,7 +254,7 @@ class SuffixDrafter(Drafter):
         self.factor = 2.0
         self.anchor: Optional[Anchor] = None
         self.resumed = 0  # copies that resumed at an anchor
-        self.recent: "OrderedDict[tuple, tuple[int, bool]]" = OrderedDict()  # copy's place -> (match, resumed)
+        self.recent: "OrderedDict[tuple, int]" = OrderedDict()  # a copy's place -> its match's length
         # per class of match length: decayed [copies whose first token the target kept, copies], from 1 of 1
         self.records = {c: [1.0, 1.0] for c in range(len(MATCH_CLASSES) + 1)}
 
@@ -294,14 +294,15 @@ class SuffixDrafter(Drafter):
             return None  # (a copy that ends the answer is worth its round however short)
         if found.origin is not None:  # what verified() needs to know of it (the last few: concurrent mode)
             tokens, before, at_length = found.origin
-            self.recent[(id(tokens), before, at_length)] = (found.match, found.match == RESUMED_MATCH)
+            self.recent[(id(tokens), before, at_length)] = found.match
             while len(self.recent) > 4:
                 self.recent.popitem(last=False)
         return found
 
     def resume(self, sequence: list[int]) -> Optional[Copy]:
         """A copy that resumes at the anchor (see the module's docstring): behind the sequence's last token where
-        it follows the anchor closely, or, right after the parting, one source token on. None: neither."""
+        it follows the anchor closely, or, for the first RESUME_REPLACED tokens after the parting, as many source
+        tokens on as the target has written since. None: neither."""
         anchor = self.anchor
         if anchor is None:
             return None
@@ -346,12 +347,12 @@ class SuffixDrafter(Drafter):
         if proposal.origin is None:
             return
         tokens, before, length = proposal.origin
-        match, resumed = self.recent.get((id(tokens), before, length), (0, False))
+        match = self.recent.get((id(tokens), before, length), 0)
         if match:
             record = self.records[match_class(match)]
             record[0], record[1] = RECORD_DECAY * record[0] + (kept > 0), RECORD_DECAY * record[1] + 1
         anchor = self.anchor
-        if resumed and not kept and anchor is not None:  # the resumed copy missed: the anchor stays, one try less
+        if match == RESUMED_MATCH and not kept and anchor is not None:  # a resumed copy missed: one try less
             anchor.tries += 1
             if anchor.tries >= RESUME_TRIES:
                 self.anchor = None

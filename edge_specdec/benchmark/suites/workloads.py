@@ -115,13 +115,13 @@ def _prompt(engine, messages: list[dict]) -> list[int]:
     return engine.tokenizer.encode("\n\n".join(m["content"] for m in messages))
 
 
-def earlier_turns(engine, messages: list[dict]) -> list[int]:
+def earlier_turns(engine, messages: list[dict], ids: list[int]) -> list[int]:
     """The tokens a conversation's previous turn left in the KV cache: the prompt of the messages before its last
-    user message, as far as it is a prefix of the whole request's (empty for a single-turn request)."""
+    user message, as far as it is a prefix of the whole request's prompt `ids` (empty for a single-turn request)."""
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     if last_user == 0 or not any(m["role"] == "user" for m in messages[:last_user]):
         return []
-    earlier, ids = _prompt(engine, messages[:last_user]), _prompt(engine, messages)
+    earlier = _prompt(engine, messages[:last_user])
     common = next((i for i, (a, b) in enumerate(zip(earlier, ids)) if a != b), min(len(earlier), len(ids)))
     return ids[:common]
 
@@ -206,8 +206,12 @@ def load_cells(engine, prompts_file) -> list[Cell]:
                      for category, items in read_prompt_file(Path(prompts_file)).items()}
     else:
         workloads = WORKLOADS
-    return [Cell(f"{category}/{i + 1}", (category, i, _prompt(engine, messages), earlier_turns(engine, messages)))
-            for category, requests in workloads.items() for i, messages in enumerate(requests)]
+    cells = []
+    for category, requests in workloads.items():
+        for i, messages in enumerate(requests):
+            ids = _prompt(engine, messages)
+            cells.append(Cell(f"{category}/{i + 1}", (category, i, ids, earlier_turns(engine, messages, ids))))
+    return cells
 
 
 def main(args: argparse.Namespace) -> int:
