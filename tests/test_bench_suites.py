@@ -139,6 +139,19 @@ def test_long_prompts_refuse_a_draft_window_no_run_could_take(capsys, tmp_path):
     assert "draft_window must be 0" in capsys.readouterr().err and not out.exists()
 
 
+def test_workloads_refuse_an_unknown_category_before_the_engine_loads(capsys, tmp_path, monkeypatch):
+    import edge_specdec.runtime
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the engine was opened")
+    monkeypatch.setattr(edge_specdec.runtime, "Engine", no_engine)
+    out = tmp_path / "out"
+    assert main(["bench", "workloads", "--categories", "revise", "poems", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "--categories: no request of poems; the categories are code_edit, quote, revise" in err
+    assert not out.exists()
+
+
 def test_long_prompts_refuse_lengths_past_the_context(capsys, tmp_path):
     out = tmp_path / "out"
     assert main(["bench", "long-prompts", "--lengths", "4096", "--out", str(out)]) == 1
@@ -319,11 +332,14 @@ def test_suite_report_from_known_runs(tmp_path):
 def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_cold_pool(capsys, tmp_path):
     from edge_specdec.benchmark.suites.workloads import WORKLOADS
 
-    report = run_suite(capsys, tmp_path, "workloads", "--max-new-tokens", "12", "--warm-pool")
+    report = run_suite(capsys, tmp_path, "workloads", "--max-new-tokens", "12", "--warm-pool", "--ceiling")
     rows = rows_of(report)
-    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-no-free", "ours-auto-warm-pool"]
+    assert list(rows) == ["ours-none", "ours-auto", "ours-auto-no-free", "ours-auto-warm-pool", "ours-ceiling"]
     assert report["cells"] == [f"{c}/{i + 1}" for c, requests in WORKLOADS.items() for i in range(len(requests))]
-    for name in ("ours-auto", "ours-auto-no-free", "ours-auto-warm-pool"):
+    # the ceiling copies the request's own answer from the pool: nearly every token, in few passes
+    assert rows["ours-ceiling"]["figures"]["pool_share"] >= 0.8
+    assert rows["ours-ceiling"]["figures"]["tokens_per_pass"] > rows["ours-auto"]["figures"]["tokens_per_pass"]
+    for name in ("ours-auto", "ours-auto-no-free", "ours-auto-warm-pool", "ours-ceiling"):
         assert rows[name]["identical"] is True, name  # every row writes the target alone's tokens
     assert rows["ours-auto-no-free"]["figures"]["suffix_share"] == rows["ours-auto-no-free"]["figures"]["pool_share"] == 0
     assert rows["ours-auto"]["figures"]["pool_share"] == 0  # cold: nothing from earlier runs

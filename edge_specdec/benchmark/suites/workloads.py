@@ -102,7 +102,9 @@ METHOD = ("Each request is a chat in the target's template (its own prompts, or 
           "request. The draft pool is emptied before every run, so no run copies an answer an earlier run (another "
           "row, or the same row's earlier repeat) wrote; the warm-pool row (--warm-pool) runs instead with a pool "
           "that holds the target alone's answers to the other requests of its category (the service pattern: many "
-          "requests of one shape), and is labelled as such. A conversation's earlier turns (a request with more "
+          "requests of one shape), and is labelled as such; the ceiling row (--ceiling) is not a real setup: its pool holds "
+          "the target alone's answer to the very request, so it shows the most copying can give on this machine (the "
+          "last turn's prefill and one block per copied run). A conversation's earlier turns (a request with more "
           "than one user message) are in the session's KV cache before its run is timed, as its previous turn left "
           "them in a chat app or a tool loop, for every row alike: the timed run prefills only the last turn (the "
           "draft model catches up on the conversation when it first drafts). A share is the part of the run's "
@@ -126,9 +128,11 @@ def earlier_turns(engine, messages: list[dict], ids: list[int]) -> list[int]:
     return ids[:common]
 
 
-def runner(engine, max_new_tokens: int, algorithm: str, lookup: bool = True, warm: dict = None):
+def runner(engine, max_new_tokens: int, algorithm: str, lookup: bool = True, warm: dict = None,
+           known: bool = False):
     """A row's run: the cell's request on a session of the engine whose KV cache holds the conversation's earlier
-    turns; the pool emptied first (cold), or holding the other requests' answers of its category (warm)."""
+    turns; the pool emptied first (cold), or holding the other requests' answers of its category (warm), or
+    holding this request's own answer (`known`, with `warm` the answers: the ceiling of free drafts)."""
     from ...runtime import GenerationConfig
 
     session = engine.session()
@@ -142,7 +146,7 @@ def runner(engine, max_new_tokens: int, algorithm: str, lookup: bool = True, war
         engine.forget()
         if warm is not None:
             for other, answer in warm[category].items():
-                if other != index:
+                if (other == index) == known:
                     engine.draft_pool.add(answer)
         start = time.perf_counter()
         result = session.generate(ids, config, algorithm=algorithm, lookup=lookup,
@@ -197,15 +201,20 @@ def category_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_cells(engine, prompts_file) -> list[Cell]:
-    """The requests: ours, or a user's file (prompt_file.read_prompt_file: one user message per prompt)."""
-    if prompts_file:
-        from ..prompt_file import read_prompt_file
+def read_workloads(prompts_file) -> dict[str, list[list[dict]]]:
+    """The requests by category: ours, or a user's file (prompt_file.read_prompt_file: one user message per
+    prompt)."""
+    if not prompts_file:
+        return WORKLOADS
+    from ..prompt_file import read_prompt_file
 
-        workloads = {category: [[{"role": "user", "content": item["text"]}] for item in items]
-                     for category, items in read_prompt_file(Path(prompts_file)).items()}
-    else:
-        workloads = WORKLOADS
+    return {category: [[{"role": "user", "content": item["text"]}] for item in items]
+            for category, items in read_prompt_file(Path(prompts_file)).items()}
+
+
+def load_cells(engine, prompts_file) -> list[Cell]:
+    """The requests as cells: each one's prompt ids and those of its earlier turns."""
+    workloads = read_workloads(prompts_file)
     cells = []
     for category, requests in workloads.items():
         for i, messages in enumerate(requests):
@@ -221,13 +230,17 @@ def main(args: argparse.Namespace) -> int:
 
     if args.max_new_tokens < 1 or args.repeats < 1:
         raise EdgeSpecdecError("--max-new-tokens and --repeats must be at least 1.")
+    unknown = sorted(set(args.categories or ()) - set(read_workloads(args.prompts)))
+    if unknown:  # before the engine loads
+        raise EdgeSpecdecError(f"--categories: no request of {', '.join(unknown)}; the categories are "
+                               f"{', '.join(read_workloads(args.prompts))}.")
     out = Path(args.out) if args.out else None
     check_out(out)
     engine = Engine(args.bundle)
     engine.compile_static_copies()  # timed as a server runs once its copies serve, not while they compile
     if engine.draft_pool is None:
         raise EdgeSpecdecError("the engine keeps no draft pool: the workloads suite measures it.")
-    cells = load_cells(engine, args.prompts)
+    cells = [c for c in load_cells(engine, args.prompts) if not args.categories or c.value[0] in args.categories]
     auto = engine.resolve_algorithm("auto")
     rows = [SuiteRow("ours-none", "ours, the target alone", runner(engine, args.max_new_tokens, "none")),
             SuiteRow("ours-auto", f"ours, the default ({auto}, free drafts first), the draft pool cold",
@@ -235,15 +248,21 @@ def main(args: argparse.Namespace) -> int:
     if engine.draft_model is not None:
         rows.append(SuiteRow("ours-auto-no-free", f"ours, {auto} with the draft model every round (no free drafts)",
                              runner(engine, args.max_new_tokens, "auto", lookup=False), reference="ours-none"))
+    answers = warm_answers(engine, cells, args.max_new_tokens) if args.warm_pool or args.ceiling else None
     if args.warm_pool:
-        warm = warm_answers(engine, cells, args.max_new_tokens)
         rows.append(SuiteRow("ours-auto-warm-pool", "ours, the default with a WARM pool: the target alone's answers "
                              "to the other requests of the category", runner(engine, args.max_new_tokens, "auto",
-                                                                             warm=warm), reference="ours-none"))
+                                                                             warm=answers), reference="ours-none"))
+    if args.ceiling:
+        rows.append(SuiteRow("ours-ceiling", "NOT a real setup: the default with the target alone's answer to this "
+                             "very request in the pool, copied whole; what no drafter beats here",
+                             runner(engine, args.max_new_tokens, "auto", warm=answers, known=True),
+                             reference="ours-none"))
     suite = Suite("workloads", engine.bundle, rows, cells, FIGURES, headline="tokens_per_s", baseline="ours-none",
                   method=METHOD, repeats=args.repeats, warm_ups=cells[:1],
                   settings={"requests": len(cells), "max_new_tokens": args.max_new_tokens,
-                            "prompts": args.prompts or "built in", "warm_pool": args.warm_pool},
+                            "prompts": args.prompts or "built in", "warm_pool": args.warm_pool,
+                            "ceiling": args.ceiling},
                   extra_markdown=category_table)
     return finish(run_suite(suite, out, args.command_line))
 
@@ -258,3 +277,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="your own requests instead (the general suite's --prompts formats; each one user message)")
     p.add_argument("--warm-pool", action="store_true",
                    help="add a row whose draft pool holds the other requests' answers (many requests of one shape)")
+    p.add_argument("--ceiling", action="store_true",
+                   help="add a row whose draft pool holds the request's own answer (not a real setup: the most "
+                        "that copying can give on this machine, the prefill and one block per copied run)")
+    p.add_argument("--categories", nargs="+", metavar="CAT",
+                   help="run only these categories (default: all)")
