@@ -188,7 +188,10 @@ def copied_then_parted(kept: int, written: list[int]):
 def test_a_copy_resumes_after_the_tokens_the_target_replaced():
     drafter, sequence = copied_then_parted(1, [99])  # 53 replaced by 99
     assert drafter.stats() == {}
-    assert drafter.copy(sequence).tokens[:2] == [54, 55]
+    found = drafter.copy(sequence)
+    assert found.tokens[:2] == [54, 55]
+    assert drafter.stats() == {}  # counted once the target verified it, not when it was built (it may be dropped)
+    drafter.verified(as_proposal(found), 2, 0.1)
     assert drafter.stats() == {"resumed_copies": 1}  # in Result.extra, through FreeFirst's stats
     assert FreeFirst(Recorder(), drafter).stats()["resumed_copies"] == 1
     drafter, sequence = copied_then_parted(1, [99, 98])  # 53 and 54 replaced by two tokens

@@ -253,7 +253,7 @@ class SuffixDrafter(Drafter):
         self.ends = frozenset(ends)  # end-of-sequence tokens: a copy stops after one (the run would stop there)
         self.factor = 2.0
         self.anchor: Optional[Anchor] = None
-        self.resumed = 0  # copies that resumed at an anchor
+        self.resumed = 0  # copies resumed at an anchor that went to the target
         self.recent: "OrderedDict[tuple, int]" = OrderedDict()  # a copy's place -> its match's length
         # per class of match length: decayed [copies whose first token the target kept, copies], from 1 of 1
         self.records = {c: [1.0, 1.0] for c in range(len(MATCH_CLASSES) + 1)}
@@ -324,7 +324,6 @@ class SuffixDrafter(Drafter):
             run.append(token)
         if not run:
             return None
-        self.resumed += 1
         expected = sum(RESUME_SHARE ** (i + 1) for i in range(len(run)))
         return Copy(run, expected, RESUMED_MATCH, anchor.source, (tokens, at, len(sequence)))
 
@@ -352,6 +351,7 @@ class SuffixDrafter(Drafter):
             record = self.records[match_class(match)]
             record[0], record[1] = RECORD_DECAY * record[0] + (kept > 0), RECORD_DECAY * record[1] + 1
         anchor = self.anchor
+        self.resumed += match == RESUMED_MATCH
         if match == RESUMED_MATCH and not kept and anchor is not None:  # a resumed copy missed: one try less
             anchor.tries += 1
             if anchor.tries >= RESUME_TRIES:
