@@ -264,3 +264,40 @@ def test_chat_prompts_are_rendered_with_the_targets_template(monkeypatch):
     assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in seen)  # token ids, rendered
     assert {row["name"] for row in report["candidates"] if row["simulated"]} == {NO_DRAFT, FREE_DRAFTS}
     assert [row["name"] for row in report["candidates"] if row["source"]] == ["demo_bundle"]  # its own draft
+
+
+def accepted_per_round(stats) -> float:
+    """A run's tokens accepted per round: the draft model's and the free copies'."""
+    return (stats.draft_tokens_accepted + stats.suffix_tokens_accepted + stats.pool_tokens_accepted) / stats.rounds
+
+
+@pytest.mark.parametrize("confidence", [None, 0.0], ids=["confidence-stop", "full-rounds"])
+@pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")],
+                         ids=["same-vocabulary", "other-vocabulary"])
+def test_simulated_sampled_rounds_accept_as_real_sampled_runs_do(bundle_dir, pair, algorithm, confidence):
+    """The simulated acceptances per round (the target's sampled answers replayed, sampled.py) against real sampled
+    runs of the same prompts and settings, with the draft's default confidence stop and with full rounds of 8
+    drafted tokens: their means agree within four standard errors of their difference. (Drafting freely against
+    the replayed answer, without the acceptances' law, accepts nothing here.)"""
+    import dataclasses
+    import statistics
+
+    from edge_specdec.pairing.sampled import sampled_answers
+
+    engine = Engine(bundle_dir(*pair), concurrent=False, static_shapes=False)
+    session = engine.session()
+    speculative = SpeculativeConfig(algorithm="auto", confidence=confidence, num_assistant_tokens=8)
+    simulated, real = [], []
+    for repeat in range(12):
+        answers = sampled_answers(engine, PROMPTS, 16, temperature=1.0, seed=100 * repeat)
+        assert engine.resolve_algorithm("auto", answers[0].config) == algorithm
+        simulated += [accepted_per_round(r.result.stats) for r in replay(engine, answers, speculative)]
+        for answer in answers:  # a real run on another seed: the same law, another sample
+            config = dataclasses.replace(answer.config, seed=answer.config.seed + 50)
+            result = session.generate(answer.prompt, config, dataclasses.replace(speculative, clock=False,
+                                                                                  pool_scope=None))
+            real.append(accepted_per_round(result.stats))
+    assert statistics.fmean(real) > 0.2  # the real runs accept drafted tokens: there is something to predict
+    gap = abs(statistics.fmean(simulated) - statistics.fmean(real))
+    error = (statistics.variance(simulated) / len(simulated) + statistics.variance(real) / len(real)) ** 0.5
+    assert gap <= 4 * error, (statistics.fmean(simulated), statistics.fmean(real), error)
