@@ -282,14 +282,14 @@ def test_simulated_sampled_rounds_accept_as_real_sampled_runs_do(bundle_dir, pai
     import dataclasses
     import statistics
 
-    from edge_specdec.pairing.sampled import sampled_answers
+    from edge_specdec.pairing.sampled import Sampling, sampled_answers
 
     engine = Engine(bundle_dir(*pair), concurrent=False, static_shapes=False)
     session = engine.session()
     speculative = SpeculativeConfig(algorithm="auto", confidence=confidence, num_assistant_tokens=8)
     simulated, real = [], []
     for repeat in range(12):
-        answers = sampled_answers(engine, PROMPTS, 16, temperature=1.0, seed=100 * repeat)
+        answers = sampled_answers(engine, PROMPTS, 16, Sampling(temperature=1.0, seed=100 * repeat))
         assert engine.resolve_algorithm("auto", answers[0].config) == algorithm
         simulated += [accepted_per_round(r.result.stats) for r in replay(engine, answers, speculative)]
         for answer in answers:  # a real run on another seed: the same law, another sample
@@ -301,3 +301,32 @@ def test_simulated_sampled_rounds_accept_as_real_sampled_runs_do(bundle_dir, pai
     gap = abs(statistics.fmean(simulated) - statistics.fmean(real))
     error = (statistics.variance(simulated) / len(simulated) + statistics.variance(real) / len(real)) ** 0.5
     assert gap <= 4 * error, (statistics.fmean(simulated), statistics.fmean(real), error)
+
+
+def test_pair_predicts_sampled_decoding_with_autos_sampled_algorithm(bundle_dir):
+    from edge_specdec.cli.pair import SAMPLING_DEFAULTS, describe
+    from edge_specdec.pairing import Sampling
+
+    lines = []
+    report = find_pair(str(bundle_dir(*OTHER_VOCAB)), [], PairSettings(
+        top=1, prompts=tuple(PROMPTS), max_new_tokens=12, sampling=Sampling(temperature=0.7, seed=3),
+        engine={"target_device": "CPU", "draft_device": "CPU"}), say=lines.append)
+    assert report["sampling"] == {"temperature": 0.7, "top_p": 1.0, "seed": 3}
+    assert report["decoding"].startswith("sampled") and report["sampled"].startswith("simulated")
+    drafted = next(row for row in report["candidates"] if row["source"])
+    assert drafted["simulated"] and drafted["algorithm"]["sampled"] == "tli"
+    assert drafted["prediction"]["speedup"] > 0 and drafted["prediction"]["drafted"] > 0
+    assert any("sampled answers" in line for line in lines) and any("(tli)" in line for line in lines)
+    assert "temperature 0.7" in describe(report).splitlines()[0]
+    assert SAMPLING_DEFAULTS == (Sampling().temperature, Sampling().top_p, Sampling().seed)
+
+
+def test_sampling_settings_refuse_what_they_cannot_do():
+    from edge_specdec.pairing import Sampling
+
+    with pytest.raises(Exception, match="temperature"):
+        Sampling(temperature=0)
+    with pytest.raises(Exception, match="top_p"):
+        Sampling(top_p=1.5)
+    with pytest.raises(Exception, match="sampling"):
+        PairSettings(sampling={"temperature": 0.7})

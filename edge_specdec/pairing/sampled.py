@@ -28,22 +28,47 @@ accepted.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 import numpy as np
 
+from ..errors import EdgeSpecdecError
 from ..runtime import Engine
-from ..runtime.sampling import distribution, penalize, sample
+from ..runtime.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE, distribution, penalize, sample
 from .replay import Answer
 
 STEER_STREAM = 1  # the acceptances' random numbers: a stream of their own beside the run's (seeded by the answer)
 
 
-def sampled_answers(engine: Engine, prompts: list[Union[str, list[int]]], max_new_tokens: int, temperature: float,
-                    top_p: float = 1.0, seed: int = 0,
-                    say: Callable[[str], None] = lambda _: None) -> list[Answer]:
+@dataclass(frozen=True)
+class Sampling:
+    """The sampled decoding to predict: its temperature and top-p (the bundle's other defaults apply, as in `run`),
+    and the seed of the first prompt's answer (the next prompts take the next seeds)."""
+    temperature: float = 0.8
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        t = self.temperature
+        if not isinstance(t, (int, float)) or not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:
+            raise EdgeSpecdecError(f"the sampling temperature must be between {MIN_TEMPERATURE:g} and "
+                                   f"{MAX_TEMPERATURE:g} (greedy is the default without --sampling), not "
+                                   f"{self.temperature!r}.")
+        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+            raise EdgeSpecdecError(f"top_p must be above 0 and at most 1 (1: off), not {self.top_p!r}.")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise EdgeSpecdecError(f"the seed must be a whole number of at least 0, not {self.seed!r}.")
+
+    def describe(self) -> str:
+        return f"sampled (temperature {self.temperature:g}, top-p {self.top_p:g}, seeds from {self.seed})"
+
+
+def sampled_answers(engine: Engine, prompts: list[Union[str, list[int]]], max_new_tokens: int,
+                    sampling: Sampling, say: Callable[[str], None] = lambda _: None) -> list[Answer]:
     """The target alone's sampled answer to each prompt (seed + the prompt's index; the bundle's other defaults,
     as `run` decodes), with the target's probability of each token it wrote."""
+    temperature, top_p, seed = sampling.temperature, sampling.top_p, sampling.seed
     base = dataclasses.replace(engine.default_config, max_new_tokens=max_new_tokens, temperature=temperature,
                                top_p=top_p)
     if base.eos_token_ids is None:
