@@ -330,3 +330,34 @@ def test_sampling_settings_refuse_what_they_cannot_do():
         Sampling(top_p=1.5)
     with pytest.raises(Exception, match="sampling"):
         PairSettings(sampling={"temperature": 0.7})
+
+
+def test_pairs_result_becomes_a_catalog_entry_that_pairs_prints(capsys, monkeypatch):
+    import shlex
+    import sys
+
+    from edge_specdec.catalog import describe_pairs, entry_problem
+    from edge_specdec.cli import main
+    from edge_specdec.demo import DEMO_BUNDLE
+    from edge_specdec.pairing import catalog_entry
+
+    argv = ["pair", str(DEMO_BUNDLE), "--top", "1", "--max-new-tokens", "8", "--catalog-entry"]
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bin/edge-specdec", *argv])
+    assert main(argv) == 0
+    entries = json.loads(capsys.readouterr().out)
+    (name, entry), = entries.items()
+    assert name == "demo_bundle+demo_bundle" and entry_problem(entry) is None  # valid as the catalog reads it
+    assert entry["target"] == entry["draft"] == str(DEMO_BUNDLE)
+    assert (entry["target_weights"], entry["draft_weights"]) == ("int4", "int8")  # the demo's manifest
+    assert entry["devices"]["target"] == "CPU" and entry["algorithm"] in ("slem", "tli", "standard")
+    run, = entry["measured"]
+    assert run["command"] == shlex.join(["edge-specdec", *argv])  # the command line as it was typed
+    assert "predicted" in run["summary"] and "not a timed run" in run["summary"] and run["date"][:4].isdigit()
+    assert "cores" in run["machine"]
+    printed = describe_pairs(entries)
+    assert f"machine: {run['machine']}; date: {run['date']}" in printed and f"command: {run['command']}" in printed
+    with pytest.raises(Exception, match="without --look"):
+        catalog_entry({"look_only": True, "candidates": []}, command="x")
+    with pytest.raises(Exception, match="no draft model"):
+        catalog_entry({"machine": {}, "candidates": [{"name": NO_DRAFT, "source": None, "prediction": {}}]},
+                      command="x")

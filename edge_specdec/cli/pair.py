@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from .common import add_engine_options, say
@@ -59,8 +61,19 @@ def _cmd_pair(args: argparse.Namespace) -> int:
                             max_new_tokens=args.max_new_tokens, export=Path(args.export) if args.export else None,
                             export_candidate=args.export_candidate, force=args.force, look_only=args.look,
                             sampling=sampling, engine={f: getattr(config, f) for f in config.__dataclass_fields__})
+    if args.catalog_entry and args.look:
+        raise SystemExit("edge-specdec pair: --catalog-entry writes a simulated prediction, and --look simulates "
+                         "nothing: drop one of them.")
     report = find_pair(args.target, args.drafts, settings, say=say)
-    print(json.dumps(report, indent=1) if args.json else describe(report))
+    if not args.look:
+        report["command"] = shlex.join(["edge-specdec", "pair", *sys.argv[2:]]) if sys.argv[1:2] == ["pair"] \
+            else "edge-specdec pair " + shlex.join([args.target, *args.drafts])
+    if args.catalog_entry:
+        from ..pairing import catalog_entry
+
+        print(json.dumps(catalog_entry(report, args.export_candidate), indent=2))
+    else:
+        print(json.dumps(report, indent=1) if args.json else describe(report))
     return 0
 
 
@@ -162,6 +175,10 @@ def add_parser(sub) -> None:
     p.add_argument("--export-candidate", metavar="NAME", help="with --export: this candidate's bundle instead")
     p.add_argument("--force", action="store_true", help="with --export: replace a bundle already at OUT")
     add_sampling_options(p)
-    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object (with what a catalog "
+                                                       "entry needs: the machine, the date, the weights, the command)")
+    p.add_argument("--catalog-entry", action="store_true",
+                   help="print the best simulated draft (or --export-candidate's) as an entry for the pair catalog "
+                        "(edge_specdec/data/pairs.json): its prediction, machine, date and this command")
     add_engine_options(p)
     p.set_defaults(func=_cmd_pair)

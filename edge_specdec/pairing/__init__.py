@@ -34,6 +34,7 @@ from ..catalog import load_catalog
 from ..errors import EdgeSpecdecError
 from .candidates import (Candidate, Source, admission, cheap_rank, classify, look, manifest_files, one_line,
                          read_vocabulary)
+from .entry import catalog_entry
 from .sampled import Sampling
 
 PROMPTS_FILE = Path(__file__).resolve().parent.parent / "data" / "pair_prompts.json"
@@ -139,6 +140,7 @@ def find_pair(target: str, drafts: list[str], settings: Optional[PairSettings] =
         from .rank import rank
         ranking = rank(predictions, costs["timing_noise"])
         report = _report(target_source, candidates, chosen, predictions, ranking, costs, settings, prompts)
+        report.update(measured_here(base, candidates, report))
         if settings.export is not None:
             name = settings.export_candidate or ranking[0]["name"]
             report["exported"] = _export(name, candidates, base, settings, say)
@@ -269,6 +271,8 @@ def _simulate(base: Path, candidates: list[Candidate], prompts: list[str], setti
             say(f"simulating {c.name} ({c.auto.get(mode, 'auto')}) on the answers")
             try:
                 candidate_engine = Engine(c.bundle, config, core=engine.core)
+                c.placement = {"target": candidate_engine.placement.target,
+                               "draft": candidate_engine.placement.draft}
                 runs[c.name] = replay(candidate_engine, answers, SpeculativeConfig(algorithm="auto"))
             except EdgeSpecdecError as exc:  # a bundle that does not load here (a device, a file): its line
                 c.refused = one_line(str(exc))
@@ -326,6 +330,24 @@ def _report(target: Source, candidates: list[Candidate], chosen: list[Candidate]
             "sampled": ("not simulated: the table gives auto's sampled algorithm; the prediction is greedy's "
                         "(--sampling predicts sampled decoding)") if settings.sampling is None else
             "simulated: the prediction is sampled decoding's (auto's sampled algorithm)"}
+
+
+def measured_here(base: Path, candidates: list[Candidate], report: dict[str, Any]) -> dict[str, Any]:
+    """What a catalog entry needs beside the predictions (entry.py): the machine and the date of the simulation,
+    the target's weight format, and each simulated draft's weight format and placement (on its report row)."""
+    from ..benchmark.machine import machine_info
+
+    rows = {row["name"]: row for row in report["candidates"]}
+    for c in candidates:
+        if c.has_draft and c.bundle is not None and rows[c.name]["simulated"]:
+            rows[c.name]["draft_weights"] = _weights_format(c.bundle, "draft")
+            rows[c.name]["placement"] = c.placement
+    return {"machine": machine_info(), "target_weights": _weights_format(base, "target")}
+
+
+def _weights_format(bundle: Path, role: str) -> Optional[str]:
+    manifest = json.loads((bundle / MANIFEST_FILE).read_text(encoding="utf-8"))
+    return (manifest.get(role) or {}).get("weights", {}).get("format")
 
 
 def _export(name: str, candidates: list[Candidate], base: Path, settings: PairSettings,
