@@ -8,7 +8,8 @@ On the devices chosen (or AUTO's), for one bundle:
 4. the prediction: the simulated rounds `edge-specdec pair` predicts with (the target's greedy answers replayed
    to the default algorithm in the real decode loop, the rounds priced with the target's measured call costs;
    pairing/replay.py), and for sampled decoding too when asked or when the bundle's defaults sample (its sampled
-   answers, the draft's acceptances drawn given them: pairing/sampled.py); and what `run --compare` will measure, measured the way it measures it: the default run
+   answers, the draft's acceptances drawn given them: pairing/sampled.py); and what `run --compare` will
+   measure, measured the way it measures it: the default run
    (`auto` with its drafting guard, the bundle's default settings such as the demo's repetition penalty, 128 tokens)
    against the target alone, time per output token, on check's prompts after a warm-up run (everything the
    decode loop pays included), told as verdict.speedup_verdict tells it (no ratio where nothing was drafted,

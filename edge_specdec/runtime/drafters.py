@@ -154,8 +154,8 @@ def steered(steer: Optional[Callable[[list[int], list[int], np.ndarray], int]],
 
 
 def draft_steps(session: ModelSession, row: np.ndarray, k: int, config: GenerationConfig, rng: np.random.Generator,
-                confidence: float, shape=None, ends=None,
-                pick: Optional[Callable[[np.ndarray, list[int]], int]] = None) -> list[tuple[int, Optional[np.ndarray]]]:
+                confidence: float, shape=None, ends=None, pick: Optional[Callable[[np.ndarray, list[int]], int]] = None
+                ) -> list[tuple[int, Optional[np.ndarray]]]:
     """The drafting step every draft model shares: up to k tokens from `row` (the draft's logits at its cache's
     end), one at a time, each fed back to the session. A token is the top one (greedy) or a draw from q, the
     config's distribution; drafting stops after k tokens, after a token `ends(token)` says ends the draft, or when
