@@ -7,7 +7,9 @@ On the devices chosen (or AUTO's), for one bundle:
 3. costs: the draft's step d, the target's step t(1) and its blocks t(n), measured on a scratch context;
 4. the prediction: the simulated rounds `edge-specdec pair` predicts with (the target's greedy answers replayed
    to the default algorithm in the real decode loop, the rounds priced with the target's measured call costs;
-   pairing/replay.py); and what `run --compare` will measure, measured the way it measures it: the default run
+   pairing/replay.py), and for sampled decoding too when asked or when the bundle's defaults sample (its sampled
+   answers, the draft's acceptances drawn given them: pairing/sampled.py); and what `run --compare` will
+   measure, measured the way it measures it: the default run
    (`auto` with its drafting guard, the bundle's default settings such as the demo's repetition penalty, 128 tokens)
    against the target alone, time per output token, on check's prompts after a warm-up run (everything the
    decode loop pays included), told as verdict.speedup_verdict tells it (no ratio where nothing was drafted,
@@ -161,8 +163,19 @@ def describe_simulated(simulated: dict) -> str:
     """The prediction from simulated rounds, as `edge-specdec pair` makes it."""
     speedup = simulated["speedup"]
     figure = f"{speedup:.2f}x the target alone" if speedup is not None else "no figure (the runs were too short)"
-    return (f"simulated rounds (as `edge-specdec pair` predicts; greedy, {simulated['max_new_tokens']} tokens, the "
-            f"drafting guard left out): {simulated['algorithm']} {figure}")
+    return (f"simulated rounds (as `edge-specdec pair` predicts; {simulated.get('decoding', 'greedy')}, "
+            f"{simulated['max_new_tokens']} tokens, the drafting guard left out): {simulated['algorithm']} {figure}")
+
+
+def sampling_to_predict(engine: Engine, sampling=None):
+    """The sampled decoding check predicts too (a pairing.Sampling): the one asked for, else the bundle's own
+    defaults where they sample (their temperature and top-p), else None."""
+    from .pairing.sampled import Sampling
+
+    if sampling is not None:
+        return sampling
+    defaults = engine.default_config
+    return Sampling(defaults.temperature, defaults.top_p) if not defaults.greedy else None
 
 
 def describe_prediction(prediction: dict) -> str:
@@ -184,9 +197,10 @@ def describe_prediction(prediction: dict) -> str:
 
 def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *,
               prompts: Optional[list[str]] = None, max_new_tokens: int = 64,
-              say: Callable[[str], None] = lambda _: None, core=None, **settings) -> dict:
+              say: Callable[[str], None] = lambda _: None, core=None, sampling=None, **settings) -> dict:
     """The whole check of the Engine that `config` (or its fields as keyword arguments) opens on `core`; `ok` is
-    False when any exactness check failed."""
+    False when any exactness check failed. sampling (a pairing.Sampling): the simulated rounds predict this sampled
+    decoding too (`prediction.simulated_sampled`), as they do for a bundle whose defaults sample."""
     start = time.perf_counter()
     engine = Engine(bundle, config, core=core, **settings)
     engine.compile_static_copies()  # measured as a server runs once its copies serve, not while they compile
@@ -218,13 +232,11 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
             say(f"the default run against the target alone, as `run --compare` runs them ({len(prompts or PROMPTS)}"
                 f" prompts, {SPEED_TOKENS} tokens, the bundle's default settings):")
             measured = default_speedup(engine, prompts or PROMPTS)
-            try:
-                simulated = simulate_default(engine, prompts or PROMPTS, SPEED_TOKENS)
-                say(describe_simulated(simulated))
-            except EdgeSpecdecError as exc:  # the exactness report above stands without it
-                simulated = {"error": str(exc)}
-                say(f"simulated rounds: not available ({exc})")
-            prediction = {"simulated": simulated, "algorithm": name, "acceptance": drafted[name]["acceptance"],
+            simulated = simulated_or_error(engine, prompts or PROMPTS, None, say)
+            to_sample = sampling_to_predict(engine, sampling)
+            if to_sample is not None:
+                prediction["simulated_sampled"] = simulated_or_error(engine, prompts or PROMPTS, to_sample, say)
+            prediction |= {"simulated": simulated, "algorithm": name, "acceptance": drafted[name]["acceptance"],
                           "draft_seconds_per_drafted_token": per_drafted,
                           "draft_length": ideal["draft_length"], "ideal_speedup": ideal["predicted_speedup"],
                           "rates": ideal["rates"], "predicted_speedup": measured["speedup"], "default_run": measured}
@@ -245,6 +257,18 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
     return {"bundle": str(bundle), "placement": vars(engine.placement), "precision": target.precision,
             "kv_cache": target.kv_cache, "block_invariant": invariant, "exactness": exact, "costs": costs,
             "prediction": prediction, "memory": memory, "ok": ok, "seconds": time.perf_counter() - start}
+
+
+def simulated_or_error(engine: Engine, prompts: list[str], sampling, say: Callable[[str], None]) -> dict:
+    """simulate_default's prediction (greedy, or this sampled decoding), told; its error instead where it fails
+    (the exactness report stands without it)."""
+    try:
+        simulated = simulate_default(engine, prompts, SPEED_TOKENS, sampling)
+    except EdgeSpecdecError as exc:
+        say(f"simulated rounds: not available ({exc})")
+        return {"error": str(exc)}
+    say(describe_simulated(simulated))
+    return simulated
 
 
 def peak_rss_mib() -> float:

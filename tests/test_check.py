@@ -17,7 +17,8 @@ HETERO = ("qwen2-bytelevel", "llama-metaspace")
 def test_check_passes_and_reports_costs(bundle_dir, capsys):
     bundle_dir(*HETERO)
     capsys.readouterr()  # what building the bundle printed
-    assert main(["check", str(bundle_dir(*HETERO)), "--json", "--max-new-tokens", "12"]) == 0
+    assert main(["check", str(bundle_dir(*HETERO)), "--json", "--max-new-tokens", "12", "--sampling",
+                 "--temperature", "0.7"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["block_invariant"]
     assert set(report["exactness"]) == {"prompt-lookup", "suffix", "slem", "tli", "slrs"}
@@ -31,6 +32,10 @@ def test_check_passes_and_reports_costs(bundle_dir, capsys):
     # beside it, the prediction of simulated rounds (edge-specdec pair's), on the same prompts
     simulated = prediction["simulated"]
     assert simulated["algorithm"] == "slem" and simulated["speedup"] > 0 and len(simulated["per_prompt"]) == 3
+    # and for the sampled decoding asked for (--sampling): auto's sampled algorithm on sampled answers
+    sampled = prediction["simulated_sampled"]
+    assert sampled["decoding"].startswith("sampled (temperature 0.7") and sampled["algorithm"] in ("tli", "slem")
+    assert sampled["speedup"] > 0 and len(sampled["per_prompt"]) == 3 and simulated["decoding"] == "greedy"
     assert prediction["predicted_speedup"] == prediction["default_run"]["speedup"] > 0
     assert prediction["default_run"]["max_new_tokens"] == 128
     assert prediction["ideal_speedup"] > 0
@@ -116,3 +121,22 @@ def test_run_check_says_what_it_does(bundle_dir):
     assert report["ok"] and any(line.startswith("placement: target on CPU") for line in lines)
     assert any("prediction" in line or "drafting does not pay" in line for line in lines)
 
+
+
+def test_check_predicts_the_sampled_decoding_a_bundles_defaults_ask_for():
+    from types import SimpleNamespace
+
+    from edge_specdec.check import sampling_to_predict
+    from edge_specdec.pairing import Sampling
+    from edge_specdec.runtime import GenerationConfig
+
+    def engine(**defaults):
+        return SimpleNamespace(default_config=GenerationConfig(**defaults))
+    assert sampling_to_predict(engine()) is None  # greedy defaults: the greedy prediction alone
+    assert sampling_to_predict(engine(temperature=0.6, top_p=0.9)) == Sampling(0.6, 0.9)
+    assert sampling_to_predict(engine(), Sampling(1.0)) == Sampling(1.0)
+
+
+def test_sampling_settings_without_sampling_are_refused(capsys):
+    with pytest.raises(SystemExit, match="add --sampling"):
+        main(["check", "--temperature", "0.5"])

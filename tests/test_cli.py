@@ -69,6 +69,36 @@ def test_pairs_lists_the_shipped_catalog(capsys):
     for name, pair in pairs.items():
         assert name in out and pair["target"] in out and pair["draft"] in out
         assert pair["target_weights"] in ("int4", "int8", "fp16", "fp32") and pair["algorithm"]
+        for run in pair["measured"] or []:  # each measured run with its machine, date and command, printed
+            assert f"machine: {run['machine']}; date: {run['date']}" in out and f"command: {run['command']}" in out
+    assert any(pair["measured"] for pair in pairs.values())
+    unmeasured = [name for name, pair in pairs.items() if pair["measured"] is None]
+    assert out.count("not measured here: ") == len(unmeasured) > 0
+    # Intel's published FastDraft drafts are candidates for their targets, unmeasured here
+    fastdraft = {name: pair for name, pair in pairs.items() if "FastDraft" in pair["draft"]}
+    assert fastdraft and all(pair["draft"].startswith("OpenVINO/") and pair["measured"] is None
+                             and "unmeasured here" in pair["unmeasured"] for pair in fastdraft.values())
+
+
+def test_a_catalog_entry_without_its_machine_date_or_note_is_refused(tmp_path):
+    from edge_specdec.catalog import describe_pairs, load_catalog
+
+    run = {"summary": "1.2x", "machine": "2 cores", "date": "2026-12-05", "command": "edge-specdec bench b"}
+    entry = {"description": "d", "target": "t", "draft": "d", "target_weights": "int4", "draft_weights": "int8",
+             "devices": {"target": "CPU", "draft": "CPU"}, "algorithm": "standard", "num_assistant_tokens": 8}
+    path = tmp_path / "pairs.json"
+
+    def catalog_with(**fields):
+        path.write_text(json.dumps({"pairs": {"p": {**entry, **fields}}}))
+        return load_catalog(path)
+    assert describe_pairs(catalog_with(measured=[run])).count("command: edge-specdec bench b") == 1
+    assert "not measured here: none yet" in describe_pairs(catalog_with(measured=None, unmeasured="none yet"))
+    with pytest.raises(Exception, match="without its machine, date"):
+        catalog_with(measured=[{"summary": "1.2x", "command": "x"}])
+    with pytest.raises(Exception, match="no `unmeasured` note"):
+        catalog_with(measured=None)
+    with pytest.raises(Exception, match="has no measured"):
+        catalog_with()
 
 
 @pytest.mark.slow
@@ -79,7 +109,7 @@ def test_export_pair_takes_sources_and_weights_from_the_catalog(model_dir, tmp_p
     path.write_text(json.dumps({"pairs": {"tiny": {
         "description": "test", "target": str(model_dir("qwen2-bytelevel")), "draft": str(model_dir("llama-metaspace")),
         "target_weights": "int8", "draft_weights": "fp16", "devices": {"target": "CPU", "draft": "CPU"},
-        "algorithm": "slem", "num_assistant_tokens": 3, "measured": None}}}))
+        "algorithm": "slem", "num_assistant_tokens": 3, "measured": None, "unmeasured": "unmeasured here: a test"}}}))
     monkeypatch.setattr(catalog, "CATALOG", path)
     out = tmp_path / "bundle"
     assert main(["export", "--pair", "tiny", "--out", str(out), "--quiet", "--draft-weights", "fp32"]) == 0

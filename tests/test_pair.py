@@ -264,3 +264,100 @@ def test_chat_prompts_are_rendered_with_the_targets_template(monkeypatch):
     assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in seen)  # token ids, rendered
     assert {row["name"] for row in report["candidates"] if row["simulated"]} == {NO_DRAFT, FREE_DRAFTS}
     assert [row["name"] for row in report["candidates"] if row["source"]] == ["demo_bundle"]  # its own draft
+
+
+def accepted_per_round(stats) -> float:
+    """A run's tokens accepted per round: the draft model's and the free copies'."""
+    return (stats.draft_tokens_accepted + stats.suffix_tokens_accepted + stats.pool_tokens_accepted) / stats.rounds
+
+
+@pytest.mark.parametrize("confidence", [None, 0.0], ids=["confidence-stop", "full-rounds"])
+@pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")],
+                         ids=["same-vocabulary", "other-vocabulary"])
+def test_simulated_sampled_rounds_accept_as_real_sampled_runs_do(bundle_dir, pair, algorithm, confidence):
+    """The simulated acceptances per round (the target's sampled answers replayed, sampled.py) against real sampled
+    runs of the same prompts and settings, with the draft's default confidence stop and with full rounds of 8
+    drafted tokens: their means agree within four standard errors of their difference. (Drafting freely against
+    the replayed answer, without the acceptances' law, accepts nothing here.)"""
+    import dataclasses
+    import statistics
+
+    from edge_specdec.pairing.sampled import Sampling, sampled_answers
+
+    engine = Engine(bundle_dir(*pair), concurrent=False, static_shapes=False)
+    session = engine.session()
+    speculative = SpeculativeConfig(algorithm="auto", confidence=confidence, num_assistant_tokens=8)
+    simulated, real = [], []
+    for repeat in range(12):
+        answers = sampled_answers(engine, PROMPTS, 16, Sampling(temperature=1.0, seed=100 * repeat))
+        assert engine.resolve_algorithm("auto", answers[0].config) == algorithm
+        simulated += [accepted_per_round(r.result.stats) for r in replay(engine, answers, speculative)]
+        for answer in answers:  # a real run on another seed: the same law, another sample
+            config = dataclasses.replace(answer.config, seed=answer.config.seed + 50)
+            result = session.generate(answer.prompt, config, dataclasses.replace(speculative, clock=False,
+                                                                                  pool_scope=None))
+            real.append(accepted_per_round(result.stats))
+    assert statistics.fmean(real) > 0.2  # the real runs accept drafted tokens: there is something to predict
+    gap = abs(statistics.fmean(simulated) - statistics.fmean(real))
+    error = (statistics.variance(simulated) / len(simulated) + statistics.variance(real) / len(real)) ** 0.5
+    assert gap <= 4 * error, (statistics.fmean(simulated), statistics.fmean(real), error)
+
+
+def test_pair_predicts_sampled_decoding_with_autos_sampled_algorithm(bundle_dir):
+    from edge_specdec.cli.pair import SAMPLING_DEFAULTS, describe
+    from edge_specdec.pairing import Sampling
+
+    lines = []
+    report = find_pair(str(bundle_dir(*OTHER_VOCAB)), [], PairSettings(
+        top=1, prompts=tuple(PROMPTS), max_new_tokens=12, sampling=Sampling(temperature=0.7, seed=3),
+        engine={"target_device": "CPU", "draft_device": "CPU"}), say=lines.append)
+    assert report["sampling"] == {"temperature": 0.7, "top_p": 1.0, "seed": 3}
+    assert report["decoding"].startswith("sampled") and report["sampled"].startswith("simulated")
+    drafted = next(row for row in report["candidates"] if row["source"])
+    assert drafted["simulated"] and drafted["algorithm"]["sampled"] == "tli"
+    assert drafted["prediction"]["speedup"] > 0 and drafted["prediction"]["drafted"] > 0
+    assert any("sampled answers" in line for line in lines) and any("(tli)" in line for line in lines)
+    assert "temperature 0.7" in describe(report).splitlines()[0]
+    assert SAMPLING_DEFAULTS == (Sampling().temperature, Sampling().top_p, Sampling().seed)
+
+
+def test_sampling_settings_refuse_what_they_cannot_do():
+    from edge_specdec.pairing import Sampling
+
+    with pytest.raises(Exception, match="temperature"):
+        Sampling(temperature=0)
+    with pytest.raises(Exception, match="top_p"):
+        Sampling(top_p=1.5)
+    with pytest.raises(Exception, match="sampling"):
+        PairSettings(sampling={"temperature": 0.7})
+
+
+def test_pairs_result_becomes_a_catalog_entry_that_pairs_prints(capsys, monkeypatch):
+    import shlex
+    import sys
+
+    from edge_specdec.catalog import describe_pairs, entry_problem
+    from edge_specdec.cli import main
+    from edge_specdec.demo import DEMO_BUNDLE
+    from edge_specdec.pairing import catalog_entry
+
+    argv = ["pair", str(DEMO_BUNDLE), "--top", "1", "--max-new-tokens", "8", "--catalog-entry"]
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bin/edge-specdec", *argv])
+    assert main(argv) == 0
+    entries = json.loads(capsys.readouterr().out)
+    (name, entry), = entries.items()
+    assert name == "demo_bundle+demo_bundle" and entry_problem(entry) is None  # valid as the catalog reads it
+    assert entry["target"] == entry["draft"] == str(DEMO_BUNDLE)
+    assert (entry["target_weights"], entry["draft_weights"]) == ("int4", "int8")  # the demo's manifest
+    assert entry["devices"]["target"] == "CPU" and entry["algorithm"] in ("slem", "tli", "standard")
+    run, = entry["measured"]
+    assert run["command"] == shlex.join(["edge-specdec", *argv])  # the command line as it was typed
+    assert "predicted" in run["summary"] and "not a timed run" in run["summary"] and run["date"][:4].isdigit()
+    assert "cores" in run["machine"]
+    printed = describe_pairs(entries)
+    assert f"machine: {run['machine']}; date: {run['date']}" in printed and f"command: {run['command']}" in printed
+    with pytest.raises(Exception, match="without --look"):
+        catalog_entry({"look_only": True, "candidates": []}, command="x")
+    with pytest.raises(Exception, match="no draft model"):
+        catalog_entry({"machine": {}, "candidates": [{"name": NO_DRAFT, "source": None, "prediction": {}}]},
+                      command="x")

@@ -6,12 +6,14 @@ import json
 
 from ..demo import DEMO_BUNDLE
 from .common import add_engine_options, engine_config
+from .pair import add_sampling_options
 
 CHECK_EXAMPLES = """\
 examples:
   edge-specdec check                                   # the demo pair on this machine's devices (AUTO)
   edge-specdec check bundles/qwen --draft-device NPU --target-device CPU
   edge-specdec check bundles/qwen --draft-device GPU --json > check.json   # to report back
+  edge-specdec check bundles/qwen --sampling --temperature 0.7             # + the sampled prediction
 
 It proves, on the devices chosen: the target's block invariance (the basis of exactness), and for every
 algorithm the bundle serves that greedy runs give the target alone's token ids and logprob bits on a few
@@ -22,7 +24,9 @@ it, the ideal the measured costs allow (a round of k drafted tokens costs k*d + 
 (1 - a^(k+1)) / (1 - a) tokens, d being what a drafted token cost in the decode loop), and the draft length that
 reaches it; and the prediction `edge-specdec pair` makes, from simulated rounds (the target's greedy answers
 replayed to the default algorithm in the real decode loop, each round priced with the target's measured call
-costs; `edge-specdec docs pairing`).
+costs; `edge-specdec docs pairing`). With --sampling (or a bundle whose defaults sample) the same simulation
+predicts sampled decoding too (auto's sampled algorithm: the target's answers sampled once, seeded, the draft's
+acceptances drawn given them).
 Exit status: 0 when everything is exact, 1 when a check fails or a device is absent.
 """
 
@@ -34,9 +38,10 @@ def report_line(line: str) -> None:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from ..check import run_check
+    from .pair import sampling_of
 
     report = run_check(args.bundle or str(DEMO_BUNDLE), engine_config(args), max_new_tokens=args.max_new_tokens,
-                       say=(lambda _: None) if args.json else report_line)
+                       sampling=sampling_of(args, "check"), say=(lambda _: None) if args.json else report_line)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
@@ -56,5 +61,6 @@ def add_parser(sub) -> None:
     add_engine_options(p)
     p.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
                    help="tokens per exactness run (64: runs long enough to time the decode loop)")
+    add_sampling_options(p)
     p.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
     p.set_defaults(func=_cmd_check)

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from .common import add_engine_options, say
+
+SAMPLING_DEFAULTS = (0.8, 1.0, 0)  # --temperature, --top-p, --seed: pairing.Sampling's defaults
 
 PAIR_EXAMPLES = """\
 examples:
@@ -14,6 +18,8 @@ examples:
   edge-specdec pair ./qwen-1.5b ./drafts/ --top 3 --export bundles/best
   edge-specdec pair bundles/qwen ./smollm2.gguf --task chat --json > pair.json
   edge-specdec pair ./qwen-1.5b qwen-coder-1.5b+smollm2-135m     # a catalog pair's draft
+  edge-specdec pair ./qwen-1.5b ./smollm2-135m --sampling --temperature 0.7   # for sampled decoding
+  edge-specdec pair bundles/qwen ./qwen-0.5b --catalog-entry > entry.json      # the best, as a catalog entry
 
 TARGET and each DRAFT: a Hugging Face folder, a .gguf file, an OpenVINO IR folder, a bundle (its target; as a
 DRAFT its draft), a name from `edge-specdec pairs`, or a hub id; a folder that is none of these is scanned for
@@ -34,8 +40,11 @@ How it decides:
    plus the target's measured cost of a call of that many tokens, against the target alone priced the same
    way. Candidates within the noise of each other (the spread of their per-prompt ratios, as `run --compare`
    judges it, or the noise of the target's timed calls) are marked "tie".
-Limits: the prediction is greedy's (the sampled column names auto's algorithm, e.g. tli, without a figure);
-rounds are priced one after the other (drafting while the target verifies, on two devices, is not modeled);
+--sampling predicts sampled decoding instead (auto's sampled algorithm: tli for a draft of another vocabulary,
+standard for the same one): the target's answers are sampled once (seeded), and each drafted token's acceptance
+is drawn from its exact law given the answer (min(1, q/p) for a token drawn from the draft's q; a match for a
+copy or re-tokenized text), with the draft drafting along the answer in the real loop and the real verification.
+Limits: rounds are priced one after the other (drafting while the target verifies, on two devices, is not modeled);
 the drafting guard is left out (in a real run it falls back to the target alone where drafting loses).
 More: edge-specdec docs pairing
 """
@@ -46,20 +55,32 @@ def _cmd_pair(args: argparse.Namespace) -> int:
     from .common import engine_config
 
     config = engine_config(args)
+    sampling = sampling_of(args, "pair")
     settings = PairSettings(top=args.top, task=args.task,
                             prompts=read_prompts(args.prompts) if args.prompts else None,
                             max_new_tokens=args.max_new_tokens, export=Path(args.export) if args.export else None,
                             export_candidate=args.export_candidate, force=args.force, look_only=args.look,
-                            engine={f: getattr(config, f) for f in config.__dataclass_fields__})
+                            sampling=sampling, engine={f: getattr(config, f) for f in config.__dataclass_fields__})
+    if args.catalog_entry and args.look:
+        raise SystemExit("edge-specdec pair: --catalog-entry writes a simulated prediction, and --look simulates "
+                         "nothing: drop one of them.")
     report = find_pair(args.target, args.drafts, settings, say=say)
-    print(json.dumps(report, indent=1) if args.json else describe(report))
+    if not args.look:
+        report["command"] = shlex.join(["edge-specdec", "pair", *sys.argv[2:]]) if sys.argv[1:2] == ["pair"] \
+            else "edge-specdec pair " + shlex.join([args.target, *args.drafts])
+    if args.catalog_entry:
+        from ..pairing import catalog_entry
+
+        print(json.dumps(catalog_entry(report, args.export_candidate), indent=2))
+    else:
+        print(json.dumps(report, indent=1) if args.json else describe(report))
     return 0
 
 
 def describe(report: dict) -> str:
     """The report as a table and a verdict, for the terminal."""
     lines = [f"target {report['target']}: {report['prompts']} {report['task']} prompts, "
-             f"{report['max_new_tokens']} tokens each (greedy)", ""]
+             f"{report['max_new_tokens']} tokens each, {report['decoding']}", ""]
     width = max([len("candidate")] + [len(row["name"]) for row in report["candidates"]])
     lines.append(f"{'':4} {'candidate':{width}} {'predicted':>10} {'acceptance':>10} {'weights':>9}  "
                  "auto greedy/sampled")
@@ -104,6 +125,32 @@ def size_text(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
+def add_sampling_options(p) -> None:
+    """--sampling and its settings (pair's and check's)."""
+    p.add_argument("--sampling", action="store_true",
+                   help="predict sampled decoding (auto's sampled algorithm) from simulated rounds: the target's "
+                        "answers are sampled once, seeded, and the draft's acceptances drawn given them")
+    p.add_argument("--temperature", type=float, default=SAMPLING_DEFAULTS[0], metavar="T",
+                   help=f"with --sampling: the temperature (default {SAMPLING_DEFAULTS[0]:g})")
+    p.add_argument("--top-p", type=float, default=SAMPLING_DEFAULTS[1], metavar="P",
+                   help=f"with --sampling: nucleus sampling mass (default {SAMPLING_DEFAULTS[1]:g}, off)")
+    p.add_argument("--seed", type=int, default=SAMPLING_DEFAULTS[2], metavar="N",
+                   help="with --sampling: the first prompt's answer's seed; the next prompts take the next ones "
+                        f"(default {SAMPLING_DEFAULTS[2]})")
+
+
+def sampling_of(args: argparse.Namespace, command: str):
+    """The pairing.Sampling that --sampling asks for (None without it); its settings without it are refused."""
+    from ..pairing import Sampling
+
+    if args.sampling:
+        return Sampling(args.temperature, args.top_p, args.seed)
+    if (args.temperature, args.top_p, args.seed) != SAMPLING_DEFAULTS:
+        raise SystemExit(f"edge-specdec {command}: --temperature, --top-p and --seed set the sampled decoding that "
+                         "--sampling predicts: add --sampling.")
+    return None
+
+
 def add_parser(sub) -> None:
     """The `pair` subcommand."""
     p = sub.add_parser("pair", help="which draft fits a target: a ranking from simulated rounds",
@@ -127,6 +174,11 @@ def add_parser(sub) -> None:
     p.add_argument("--export", metavar="OUT", help="write the best candidate's bundle to OUT")
     p.add_argument("--export-candidate", metavar="NAME", help="with --export: this candidate's bundle instead")
     p.add_argument("--force", action="store_true", help="with --export: replace a bundle already at OUT")
-    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    add_sampling_options(p)
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object (with what a catalog "
+                                                       "entry needs: the machine, the date, the weights, the command)")
+    p.add_argument("--catalog-entry", action="store_true",
+                   help="print the best simulated draft (or --export-candidate's) as an entry for the pair catalog "
+                        "(edge_specdec/data/pairs.json): its prediction, machine, date and this command")
     add_engine_options(p)
     p.set_defaults(func=_cmd_pair)

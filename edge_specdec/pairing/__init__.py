@@ -2,19 +2,22 @@
 
     from edge_specdec.pairing import PairSettings, find_pair
     report = find_pair("qwen-1.5b/", ["drafts/"], PairSettings(top=2))
+    report = find_pair("qwen-1.5b/", ["drafts/"], PairSettings(sampling=Sampling(temperature=0.7)))
 
 Four steps:
 1. the cheap look (candidates.py): every draft's vocabulary relation and weights, read from tokenizer.json or
    the GGUF header, and whether the export admits it; nothing is converted;
 2. the best `top` of the admitted drafts by that look are exported into bundles beside the target (the target is
    exported once, then copied as the IR it became);
-3. the target's greedy answers to the prompts are computed once, and each candidate (the target alone, free
-   drafts only, each exported draft) is replayed against them through the runtime's own decode loop (replay.py);
+3. the target's greedy answers to the prompts (or, with `sampling`, its sampled answers and its probabilities of
+   their tokens: sampled.py) are computed once, and each candidate (the target alone, free drafts only, each
+   exported draft) is replayed against them through the runtime's own decode loop (replay.py);
 4. the rounds are priced with the target's measured call costs and the loop's own seconds, and ranked (rank.py).
 `export` then writes the best candidate's bundle (or the named one's).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -31,6 +34,8 @@ from ..catalog import load_catalog
 from ..errors import EdgeSpecdecError
 from .candidates import (Candidate, Source, admission, cheap_rank, classify, look, manifest_files, one_line,
                          read_vocabulary)
+from .entry import catalog_entry
+from .sampled import Sampling
 
 PROMPTS_FILE = Path(__file__).resolve().parent.parent / "data" / "pair_prompts.json"
 TASKS = ("code", "chat", "text")
@@ -43,8 +48,8 @@ class PairSettings:
     task: the kind of the built-in prompts; prompts: your own instead (texts); max_new_tokens: the length of each
     answer; export: a folder to write the best candidate's bundle to; export_candidate: that candidate's name
     instead of the best; force: replace a bundle already there; look_only: the cheap look alone (nothing converted,
-    nothing run); engine: the EngineConfig fields the models run
-    with (devices, precision, threads, ...)."""
+    nothing run); sampling: predict sampled decoding with these settings (sampled.Sampling; None: greedy);
+    engine: the EngineConfig fields the models run with (devices, precision, threads, ...)."""
     top: int = 2
     task: str = "code"
     prompts: Optional[tuple[str, ...]] = None
@@ -53,6 +58,7 @@ class PairSettings:
     export_candidate: Optional[str] = None
     force: bool = False
     look_only: bool = False
+    sampling: Optional[Sampling] = None
     engine: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -64,6 +70,8 @@ class PairSettings:
             raise EdgeSpecdecError("the prompts file holds no prompt: write one prompt per line (or a JSON list).")
         if self.look_only and self.export is not None:
             raise EdgeSpecdecError("--look converts nothing, so there is no bundle to --export: drop one of them.")
+        if self.sampling is not None and not isinstance(self.sampling, Sampling):
+            raise EdgeSpecdecError(f"sampling must be a pairing.Sampling or None (greedy), not {self.sampling!r}.")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 2:
             raise EdgeSpecdecError(f"max_new_tokens must be at least 2 (a first round, then the rounds priced), "
                                    f"not {self.max_new_tokens!r}.")
@@ -132,6 +140,7 @@ def find_pair(target: str, drafts: list[str], settings: Optional[PairSettings] =
         from .rank import rank
         ranking = rank(predictions, costs["timing_noise"])
         report = _report(target_source, candidates, chosen, predictions, ranking, costs, settings, prompts)
+        report.update(measured_here(base, candidates, report))
         if settings.export is not None:
             name = settings.export_candidate or ranking[0]["name"]
             report["exported"] = _export(name, candidates, base, settings, say)
@@ -240,25 +249,30 @@ def _generation_defaults(bundle: Path) -> dict[str, Any]:
 
 def _simulate(base: Path, candidates: list[Candidate], prompts: list[str], settings: PairSettings,
               say: Callable[[str], None], core) -> tuple[dict, dict]:
-    """The greedy answers on the base bundle, every candidate replayed against them, the target's call costs,
-    and each candidate's prediction."""
+    """The greedy (or sampled) answers on the base bundle, every candidate replayed against them, the target's call
+    costs, and each candidate's prediction."""
     from ..runtime import Engine, EngineConfig, SpeculativeConfig
     from .rank import cost_function, predict, target_costs, timing_noise
     from .replay import greedy_answers, replay
+    from .sampled import sampled_answers
 
     config = EngineConfig(**{**settings.engine, "concurrent": False, "static_shapes": False})
-    say(f"loading the target ({base.name}) and computing its greedy answers to {len(prompts)} prompts "
+    mode = "greedy" if settings.sampling is None else "sampled"
+    say(f"loading the target ({base.name}) and computing its {mode} answers to {len(prompts)} prompts "
         f"({settings.max_new_tokens} tokens each)")
     engine = Engine(base, config, core=core)
     if settings.task == "chat" and settings.prompts is None and engine.chat_template is not None:
         prompts = [engine.chat_prompt([{"role": "user", "content": p}]) for p in prompts]
-    answers = greedy_answers(engine, prompts, settings.max_new_tokens, say)
+    answers = (greedy_answers(engine, prompts, settings.max_new_tokens, say) if settings.sampling is None
+               else sampled_answers(engine, prompts, settings.max_new_tokens, settings.sampling, say))
     runs = {}
     for c in candidates:
         if c.has_draft:
-            say(f"simulating {c.name} ({c.auto.get('greedy', 'auto')}) on the answers")
+            say(f"simulating {c.name} ({c.auto.get(mode, 'auto')}) on the answers")
             try:
                 candidate_engine = Engine(c.bundle, config, core=engine.core)
+                c.placement = {"target": candidate_engine.placement.target,
+                               "draft": candidate_engine.placement.draft}
                 runs[c.name] = replay(candidate_engine, answers, SpeculativeConfig(algorithm="auto"))
             except EdgeSpecdecError as exc:  # a bundle that does not load here (a device, a file): its line
                 c.refused = one_line(str(exc))
@@ -311,7 +325,29 @@ def _report(target: Source, candidates: list[Candidate], chosen: list[Candidate]
             else "file", "max_new_tokens": settings.max_new_tokens, "candidates": rows, "costs": costs,
             "best": ranking[0]["name"] if ranking else None, "look_only": settings.look_only,
             "simulated_drafts": [c.name for c in chosen],
-            "sampled": "not simulated: the table gives auto's sampled algorithm; the prediction is greedy's"}
+            "decoding": "greedy" if settings.sampling is None else settings.sampling.describe(),
+            "sampling": None if settings.sampling is None else dataclasses.asdict(settings.sampling),
+            "sampled": ("not simulated: the table gives auto's sampled algorithm; the prediction is greedy's "
+                        "(--sampling predicts sampled decoding)") if settings.sampling is None else
+            "simulated: the prediction is sampled decoding's (auto's sampled algorithm)"}
+
+
+def measured_here(base: Path, candidates: list[Candidate], report: dict[str, Any]) -> dict[str, Any]:
+    """What a catalog entry needs beside the predictions (entry.py): the machine and the date of the simulation,
+    the target's weight format, and each simulated draft's weight format and placement (on its report row)."""
+    from ..benchmark.machine import machine_info
+
+    rows = {row["name"]: row for row in report["candidates"]}
+    for c in candidates:
+        if c.has_draft and c.bundle is not None and rows[c.name]["simulated"]:
+            rows[c.name]["draft_weights"] = _weights_format(c.bundle, "draft")
+            rows[c.name]["placement"] = c.placement
+    return {"machine": machine_info(), "target_weights": _weights_format(base, "target")}
+
+
+def _weights_format(bundle: Path, role: str) -> Optional[str]:
+    manifest = json.loads((bundle / MANIFEST_FILE).read_text(encoding="utf-8"))
+    return (manifest.get(role) or {}).get("weights", {}).get("format")
 
 
 def _export(name: str, candidates: list[Candidate], base: Path, settings: PairSettings,

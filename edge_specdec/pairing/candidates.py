@@ -68,6 +68,7 @@ class Candidate:
     weights_note: str = ""
     refused: str = ""                  # why the export would refuse it, and the fix, in one line ("" admitted)
     bundle: Optional[Path] = None      # its bundle, once exported
+    placement: Optional[dict[str, Any]] = None  # where its simulated engine put the models (target, draft)
 
     @property
     def has_draft(self) -> bool:

@@ -76,21 +76,25 @@ def predict(alone: list[Replayed], runs: list[Replayed], t: Callable[[int], floa
                       sum(s.new_tokens for s in stats))
 
 
-def simulate_default(engine, prompts: list, max_new_tokens: int) -> dict:
+def simulate_default(engine, prompts: list, max_new_tokens: int, sampling=None) -> dict:
     """What `pair` predicts for one loaded engine: its default algorithm (`auto`) and the target alone replayed
-    on the target's greedy answers to the prompts, the rounds priced with the target's call costs measured now.
-    Returns the prediction (mean over prompts), the per-prompt figures, the algorithm and the acceptance."""
+    on the target's greedy answers to the prompts (sampling, a sampled.Sampling: its sampled answers, sampled.py),
+    the rounds priced with the target's call costs measured now. Returns the prediction (mean over prompts), the
+    per-prompt figures, the algorithm, the acceptance and the decoding it predicts for."""
     from ..runtime import SpeculativeConfig
     from .replay import greedy_answers, replay
+    from .sampled import sampled_answers
 
-    answers = greedy_answers(engine, prompts, max_new_tokens)
+    answers = (greedy_answers(engine, prompts, max_new_tokens) if sampling is None
+               else sampled_answers(engine, prompts, max_new_tokens, sampling))
     alone = replay(engine, answers, SpeculativeConfig(algorithm="none"))
     runs = replay(engine, answers, SpeculativeConfig(algorithm="auto"))
     sizes = {1} | {n for r in alone + runs for n in r.target_sizes()}
     p = predict(alone, runs, cost_function(target_costs(engine.target_model.session(), sizes)))
     return {"speedup": p.speedup, "per_prompt": p.speedups, "algorithm": runs[0].result.extra.get("algorithm"),
             "acceptance": p.accepted / p.drafted if p.drafted else None,
-            "free_tokens_accepted": p.free_accepted, "max_new_tokens": max_new_tokens}
+            "free_tokens_accepted": p.free_accepted, "max_new_tokens": max_new_tokens,
+            "decoding": "greedy" if sampling is None else sampling.describe()}
 
 
 def within_noise(a: list[Optional[float]], b: list[Optional[float]], floor: float = 0.0) -> bool:

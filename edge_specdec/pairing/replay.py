@@ -26,11 +26,13 @@ from ..runtime.session import common_prefix
 
 @dataclass(frozen=True)
 class Answer:
-    """A prompt (text, or token ids of a rendered conversation) and the target's greedy tokens after it."""
+    """A prompt (text, or token ids of a rendered conversation) and the target's tokens after it: its greedy answer,
+    or a sampled one (sampled.py) with the target's probability of each of its tokens (target_probs)."""
     prompt: Union[str, list[int]]
     prompt_ids: list[int]
     tokens: list[int]
     config: GenerationConfig
+    target_probs: Optional[tuple[float, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,9 @@ def greedy_answers(engine: Engine, prompts: list[Union[str, list[int]]], max_new
 
 def replay(engine: Engine, answers: list[Answer], speculative: SpeculativeConfig) -> list[Replayed]:
     """Each answer replayed through the engine's decode loop with these speculative settings (clock-free; no draft
-    pool: each prompt runs as a first request would)."""
+    pool: each prompt runs as a first request would). A sampled answer's run drafts along it (sampled.py)."""
+    from .sampled import AlongAnswer
+
     speculative = dataclasses.replace(speculative, clock=False, guard=False, pool_scope=None)
     session = engine.session()
     stand_in = ReplayTarget(session.target.vocab_size, session.target.max_context)
@@ -157,6 +161,11 @@ def replay(engine: Engine, answers: list[Answer], speculative: SpeculativeConfig
     out = []
     for answer in answers:
         stand_in.load(answer)
+        session.draft_steer = None
+        if not answer.config.greedy:
+            algorithm = engine.resolve_algorithm(speculative.algorithm, answer.config)
+            session.draft_steer = AlongAnswer(answer, engine.vocab_map.draft_to_target if algorithm == "tli"
+                                              else None)
         result = session.generate(answer.prompt, answer.config, **dataclasses.asdict(speculative))
         if result.token_ids != answer.tokens:
             raise EdgeSpecdecError("the replayed run did not write the target's answer: the simulation is broken "

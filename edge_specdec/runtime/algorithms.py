@@ -62,6 +62,8 @@ class DraftContext:
     # the most tokens the draft model's cache holds: a longer sequence is read through a window of this many
     # (draft_window.py); None: the whole sequence, and a draft whose context it outgrows stops drafting
     draft_window: Optional[int] = None
+    # how a sampling draft model draws its tokens instead of the run's random numbers (Drafter.steer; None in runs)
+    steer: Optional[Callable[[list[int], list[int], np.ndarray], int]] = None
 
     def free_drafter(self) -> SuffixDrafter:
         """The request's free drafts: its own text and the pool (suffix.py); a copy ends at an end-of-sequence
@@ -91,8 +93,10 @@ class Algorithm:
 
 
 def _standard(c: DraftContext) -> Drafter:
-    return DraftModelDrafter(c.draft, c.config, c.rng, c.confidence, width=c.target_width,
-                             prompt_length=len(c.prompt_ids), window=window_of(c.draft_window))
+    drafter = DraftModelDrafter(c.draft, c.config, c.rng, c.confidence, width=c.target_width,
+                                prompt_length=len(c.prompt_ids), window=window_of(c.draft_window))
+    drafter.steer = c.steer
+    return drafter
 
 
 def _text_context(c: DraftContext) -> DraftTextContext:
@@ -110,7 +114,9 @@ def _text_drafter(kind) -> Callable[[DraftContext], Drafter]:
 
 
 def _tli(c: DraftContext) -> Drafter:
-    return TLIDrafter(_text_context(c), c.vocab_map, c.config, c.rng, c.confidence)
+    drafter = TLIDrafter(_text_context(c), c.vocab_map, c.config, c.rng, c.confidence)
+    drafter.steer = c.steer
+    return drafter
 
 
 def _draft_model(name: str, draft: str, summary: str, relations: tuple[str, ...], benchmark_for: tuple[str, ...],

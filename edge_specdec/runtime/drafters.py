@@ -67,6 +67,10 @@ class Drafter:
 
     # the most tokens a proposal may copy without a draft model (free drafts), whatever the round's k; 0: none
     free_tokens = 0
+    # steer(sequence, drafted, q) -> token: the token a sampling draft model draws from q after sequence + drafted
+    # (its own tokens so far this round), instead of a draw with the run's random numbers. Only `edge-specdec
+    # pair`'s simulation sets it, to draft along a stored answer of the target (pairing/sampled.py); None in runs
+    steer: Optional[Callable[[list[int], list[int], np.ndarray], int]] = None
 
     def propose(self, sequence: list[int], k: int) -> Proposal:
         """Up to k tokens to follow the sequence (k may be 0 in a round where the draft model must not run: a
@@ -135,21 +139,30 @@ class DraftModelDrafter(Drafter):
             else:
                 row = self.session.sync(self.window.view(sequence))[-1]
                 k = self.window.most(k, self.session.length)
-            steps = draft_steps(self.session, row, k, self.config, self.rng, self.confidence, shape)
+            steps = draft_steps(self.session, row, k, self.config, self.rng, self.confidence, shape,
+                                pick=steered(self.steer, sequence))
         return Proposal([t for t, _ in steps], None if self.config.greedy else [q for _, q in steps])
 
     def stats(self) -> dict:
         return self.window.stats() if self.window is not None else {}
 
 
+def steered(steer: Optional[Callable[[list[int], list[int], np.ndarray], int]],
+            sequence: list[int]) -> Optional[Callable[[np.ndarray, list[int]], int]]:
+    """A drafter's `steer` (see Drafter.steer) as draft_steps' pick for a proposal after sequence; None without."""
+    return None if steer is None else (lambda q, drafted: steer(sequence, drafted, q))
+
+
 def draft_steps(session: ModelSession, row: np.ndarray, k: int, config: GenerationConfig, rng: np.random.Generator,
-                confidence: float, shape=None, ends=None) -> list[tuple[int, Optional[np.ndarray]]]:
+                confidence: float, shape=None, ends=None, pick: Optional[Callable[[np.ndarray, list[int]], int]] = None
+                ) -> list[tuple[int, Optional[np.ndarray]]]:
     """The drafting step every draft model shares: up to k tokens from `row` (the draft's logits at its cache's
     end), one at a time, each fed back to the session. A token is the top one (greedy) or a draw from q, the
     config's distribution; drafting stops after k tokens, after a token `ends(token)` says ends the draft, or when
     the draft is unsure of it (see `unsure`). shape(row, drafted) restricts or adjusts the logits before each
     pick (the drafted tokens so far given); it returns None where nothing may be drafted (a grammar allows none of
-    the draft's tokens), which ends the draft. Returns (token, q) pairs, q None when greedy."""
+    the draft's tokens), which ends the draft. pick(q, drafted) draws a sampled token instead of `sample(q, rng)`
+    (Drafter.steer). Returns (token, q) pairs, q None when greedy."""
     steps: list[tuple[int, Optional[np.ndarray]]] = []
     for i in range(k):
         if shape is not None:
@@ -157,7 +170,7 @@ def draft_steps(session: ModelSession, row: np.ndarray, k: int, config: Generati
             if row is None:
                 break
         q = None if config.greedy else distribution(row, config)
-        token = int(np.argmax(row)) if q is None else sample(q, rng)
+        token = int(np.argmax(row)) if q is None else sample(q, rng) if pick is None else pick(q, [t for t, _ in steps])
         steps.append((token, q))
         if i + 1 == k or (ends is not None and ends(token)) or unsure(row, q, confidence):
             break

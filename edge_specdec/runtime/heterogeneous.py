@@ -22,7 +22,7 @@ import numpy as np
 
 from ..vocab_map import NO_TOKEN, VocabMap
 from .draft_window import DraftWindow
-from .drafters import Drafter, Proposal, draft_steps
+from .drafters import Drafter, Proposal, draft_steps, steered
 from .grammar import DraftGrammar, GrammarTokenizer
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig, distribution
@@ -239,7 +239,8 @@ class TLIDrafter(_DraftTextDrafter):
             return Proposal()
         steps = draft_steps(self.ctx.session, row, self.ctx.most(k), self.config, self.rng, self.confidence,
                             shape=lambda row, drafted: self.restrict(np.where(self.shared, row, -np.inf), drafted),
-                            ends=lambda token: not self.ctx.retok.pieces.has_text[token])  # EOS ends the draft
+                            ends=lambda token: not self.ctx.retok.pieces.has_text[token],  # EOS ends the draft
+                            pick=steered(self.steer, sequence))
         self.last_draft = [token for token, _ in steps]
         return Proposal([int(self.d2t[token]) for token, _ in steps],
                         None if self.config.greedy or self.drafting_freely else [self.in_target(q) for _, q in steps])

@@ -445,7 +445,11 @@ def guard_key(entry: Algorithm, config: GenerationConfig) -> str:
 class DecodingSession:
     """One request's decoding state on an Engine: the target's (and draft's) KV caches and infer requests.
 
-    A session decodes one generate() call at a time; sessions of one engine decode in parallel threads."""
+    A session decodes one generate() call at a time; sessions of one engine decode in parallel threads.
+    draft_steer: how a sampling draft model draws its tokens (Drafter.steer): set only by `edge-specdec pair`'s
+    simulation, which drafts along stored answers of the target (pairing/sampled.py); None in every real run."""
+
+    draft_steer: Optional[Callable[[list[int], list[int], np.ndarray], int]] = None
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -526,7 +530,7 @@ class DecodingSession:
         return DraftContext(self.draft, self.target.vocab_size, engine.vocab_map, engine.target_retokenizer,
                             lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence,
                             draft_grammar_tokenizer=lambda: engine.draft_grammar_tokenizer, pool=pool,
-                            pool_scope=pool_scope or "", draft_window=draft_window)
+                            pool_scope=pool_scope or "", draft_window=draft_window, steer=self.draft_steer)
 
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
                       config: GenerationConfig) -> DraftLength:
