@@ -12,8 +12,8 @@ import pytest
 from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import Proposal
 from edge_specdec.runtime.sources import FIRST_PAUSE, STRONG_MATCH, TRIAL_ROUNDS, FreeFirst
-from edge_specdec.runtime.suffix import (RESUME_SPAN, RESUME_TRIES, RESUMED_MATCH, DraftPool, SuffixDrafter, TokenIndex,
-                                         as_proposal, best_copy)
+from edge_specdec.runtime.suffix import (RESUME_SHARE, RESUME_SPAN, RESUME_TRIES, RESUMED_MATCH, DraftPool,
+                                         SuffixDrafter, TokenIndex, as_proposal, best_copy)
 from hostile_text import HOSTILE_STRINGS
 from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, forced_logprobs, homogeneity_pvalue,
                      logprob_bits)
@@ -196,6 +196,18 @@ def test_a_copy_resumes_after_the_tokens_the_target_replaced():
     assert FreeFirst(Recorder(), drafter).stats()["resumed_copies"] == 1
     drafter, sequence = copied_then_parted(1, [99, 98])  # 53 and 54 replaced by two tokens
     assert drafter.copy(sequence).tokens[:2] == [55, 56]
+
+
+def test_a_resumed_copy_cut_short_expects_only_its_own_steps_and_is_not_chained():
+    drafter, sequence = copied_then_parted(1, [99])  # the copy was kept 1 of 4: its length factor halved
+    found = drafter.copy(sequence)
+    assert len(found.tokens) == 2 and found.match == RESUMED_MATCH
+    # a guess about the source's place: its steps' chances, not those of the tokens it was cut from
+    assert found.expected == pytest.approx(RESUME_SHARE + RESUME_SHARE ** 2)
+    model = Recorder()
+    drafter, sequence = copied_then_parted(1, [99])
+    proposal = FreeFirst(model, drafter).propose(sequence, 8)
+    assert proposal.copied == 2 and proposal.tokens == [54, 55] and not model.calls  # no model tokens behind it
 
 
 def test_a_copy_resumes_behind_the_source_token_the_target_came_back_to():

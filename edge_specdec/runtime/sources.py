@@ -61,7 +61,6 @@ class FreeFirst(Drafter):
                 found = None
         if found is not None and self.grammar is not None:  # a copy the grammar refuses is cut to what it allows
             found.tokens = found.tokens[:self.grammar.valid_prefix(sequence, found.tokens)]
-            found.expected = min(found.expected, len(found.tokens))
         if found is None or found.expected < MIN_EXPECTED:
             return self.model.propose(sequence, k) if k > 0 else Proposal()
         copy = as_proposal(found)

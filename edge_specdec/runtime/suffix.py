@@ -120,13 +120,20 @@ class TokenIndex:
 
 @dataclass
 class Copy:
-    """A free proposal: its tokens, the expected number of them the target keeps (from the occurrences' votes),
-    the match's length and where it came from ("suffix": the request, "pool": earlier requests)."""
+    """A free proposal: its tokens, the chance that the target keeps it up to each of them (from the occurrences'
+    votes), the match's length and where it came from ("suffix": the request, "pool": earlier requests); `scale`
+    weighs the chances by how often copies matched this long were right (SuffixDrafter's records)."""
     tokens: list[int]
-    expected: float
+    chances: list[float]
     match: int
     source: str
     origin: Optional[tuple[list[int], int, int]] = None  # as Proposal.origin
+    scale: float = 1.0
+
+    @property
+    def expected(self) -> float:
+        """The expected number of its tokens the target keeps (a copy cut shorter expects only its own steps)."""
+        return self.scale * sum(self.chances[:len(self.tokens)])
 
 
 def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], limit: int) -> Optional[Copy]:
@@ -138,7 +145,7 @@ def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], l
     longest = max(n for n, *_ in found)
     live = [(index, own, p) for n, _, index, own, p in found if n == longest]  # request first, most recent first
     source = next(name for n, name, *_ in found if n == longest)
-    tokens, expected, chance = [], 0.0, 1.0
+    tokens, chances, chance = [], [], 1.0
     for step in range(limit):
         votes = Counter()
         nexts = []
@@ -159,11 +166,11 @@ def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], l
         if share < MIN_SHARE:
             break
         chance *= share
-        expected += chance
+        chances.append(chance)
         tokens.append(token)
         live = [occurrence for occurrence, t in zip(live, nexts) if t == token]
     first_index, _, first_p = live[0]
-    return Copy(tokens, expected, longest, source, (first_index.tokens, first_p, len(context))) if tokens else None
+    return Copy(tokens, chances, longest, source, (first_index.tokens, first_p, len(context))) if tokens else None
 
 
 class DraftPool:
@@ -288,8 +295,7 @@ class SuffixDrafter(Drafter):
         end = next((i + 1 for i, token in enumerate(found.tokens) if token in self.ends), len(found.tokens))
         found.tokens = found.tokens[:min(length, end)]
         kept, tried = self.records[match_class(found.match)]
-        # scaled by how often copies matched this long were right, in this request
-        found.expected = min(found.expected, len(found.tokens)) * kept / tried
+        found.scale = kept / tried  # how often copies matched this long were right, in this request
         if len(found.tokens) < MIN_FREE_TOKENS and not (found.tokens and found.tokens[-1] in self.ends):
             return None  # (a copy that ends the answer is worth its round however short)
         if found.origin is not None:  # what verified() needs to know of it (the last few: concurrent mode)
@@ -324,8 +330,8 @@ class SuffixDrafter(Drafter):
             run.append(token)
         if not run:
             return None
-        expected = sum(RESUME_SHARE ** (i + 1) for i in range(len(run)))
-        return Copy(run, expected, RESUMED_MATCH, anchor.source, (tokens, at, len(sequence)))
+        chances = [RESUME_SHARE ** (i + 1) for i in range(len(run))]
+        return Copy(run, chances, RESUMED_MATCH, anchor.source, (tokens, at, len(sequence)))
 
     def ends_answer(self, tokens: list[int]) -> bool:
         """Does this copy end with an end-of-sequence token (nothing can follow it)?"""
