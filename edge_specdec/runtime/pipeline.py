@@ -485,7 +485,8 @@ class DecodingSession:
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                  speculative: Optional[SpeculativeConfig] = None, *,
                  on_text: Optional[Callable[[str], Optional[bool]]] = None,
-                 cancel: Optional[threading.Event] = None, **settings) -> Result:
+                 cancel: Optional[threading.Event] = None, record_target_calls: bool = False,
+                 **settings) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
         config: what to generate, the sampling and stopping; a field it leaves unset takes the bundle's default
@@ -495,7 +496,8 @@ class DecodingSession:
         becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round,
         from any thread). A seeded sampled run reproduces with every setting: the cost policy then prices its
         rounds from the models' weight sizes instead of the clock (see `weight_prices`). The output is the
-        target's whatever `speculative` says.
+        target's whatever `speculative` says. record_target_calls: keep each target pass's size, past length and
+        seconds in result.stats.target_calls (a measurement, see generate.TargetCall; off by default).
         """
         engine = self.engine
         speculative = SpeculativeConfig.of(speculative, settings)
@@ -518,9 +520,12 @@ class DecodingSession:
         seeded = config.seed is not None and not config.greedy
         clocked = speculative.clock and not seeded
         window = speculative.window_tokens(draft_room(self.draft)) if self.draft else None
+        # the chat head matters where the window may cut the text: a prompt and output of more than half the window
+        # in the target's tokens (a draft of another vocabulary may spell the text in more tokens)
+        cut = window is not None and 2 * (len(prompt_ids) + config.max_new_tokens) > window
         context = self._draft_context(prompt, prompt_ids, config, rng, confidence,
                                       None if seeded else speculative.pool_scope, window,
-                                      engine.chat_head(prompt, prompt_ids) if window else None)
+                                      engine.chat_head(prompt, prompt_ids) if cut else None)
         drafter = entry.drafter and entry.drafter(context)
         if entry.needs_draft and speculative.lookup:
             drafter = FreeFirst(drafter, context.free_drafter(), clock=clocked)
@@ -532,7 +537,8 @@ class DecodingSession:
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
                               rng, on_text, concurrent=concurrent, cancel=cancel,
                               reuse_prefix=engine.config.prefix_reuse,
-                              alone_block=engine.block_shapes(0, False)["target"], grammar=grammar)
+                              alone_block=engine.block_shapes(0, False)["target"], grammar=grammar,
+                              record_target_calls=record_target_calls)
         if length.guard is not None:
             engine.remember_guard(guard_key(entry, config), length.guard.learned())
         if engine.draft_pool is not None and speculative.pool_scope is not None:
