@@ -131,7 +131,7 @@ def test_a_target_that_fails_every_precision_keeps_the_one_asked_for(bundle_dir,
 
 
 def test_a_run_records_its_target_calls_only_when_asked_and_they_add_up_to_its_stats(cache_off_pipes):
-    """record_target_calls keeps each target pass's size, past and seconds: one per pass, their seconds adding up to
+    """record_target_calls keeps each target pass's size, block, past and seconds: one per pass, their seconds adding up to
     Stats.target_seconds, their tokens to the prompt and the proposals plus one per pass beyond the first, each past
     the one before plus what the round kept; off by default, and the output the same either way."""
     pipe = cache_off_pipes(SAME_VOCAB)
@@ -150,10 +150,11 @@ def test_a_run_records_its_target_calls_only_when_asked_and_they_add_up_to_its_s
         assert sum(c.tokens for c in calls) == len(ids) + proposed + len(calls) - 1
         for before, after in zip(calls, calls[1:]):
             assert before.past < after.past <= before.past + before.tokens  # the pass's kept tokens, one written
+        assert all(c.block >= c.tokens for c in calls[1:])  # a short block may be widened, never cut
         if algorithm == "none":
             assert [c.tokens for c in calls[1:]] == [1] * (len(calls) - 1)
         else:
             assert max(c.tokens for c in calls[1:]) > 1  # verification blocks
-        assert list(stats.as_dict()["target_calls"][0]) == [calls[0].tokens, 0, calls[0].seconds]
+        assert list(stats.as_dict()["target_calls"][0]) == [calls[0].tokens, calls[0].block, 0, calls[0].seconds]
         if algorithm == "standard":
             assert run.token_ids == plain.token_ids and run.logprobs == plain.logprobs

@@ -22,11 +22,12 @@ TARGET_ALONE_THROUGHOUT = "the target alone throughout: drafting loses on this m
 
 class TargetCall(NamedTuple):
     """One target pass of a run (Stats.target_calls): the tokens it computed for the sequence (1 for a round of the
-    target alone, k + 1 to verify k proposed tokens; the first pass also the prompt's tokens the cache lacked; a
-    session that widens short blocks feeds cached tokens again besides, see session.py), the tokens the cache held
-    before it (the past), and its seconds as Stats.target_seconds counts them (the pass, the verification of its
-    rows and the rollback)."""
+    target alone, k + 1 to verify k proposed tokens; the first pass also the prompt's tokens the cache lacked), the
+    tokens of its call on the device (more where the session widens a short block by feeding cached tokens again,
+    see session.py; for a prompt fed in pieces, its last piece's), the tokens the cache held before it (the past),
+    and its seconds as Stats.target_seconds counts them (the pass, the verification of its rows, the rollback)."""
     tokens: int
+    block: int
     past: int
     seconds: float
 
@@ -70,10 +71,10 @@ class Stats:
         self.draft_seconds += draft_seconds
         self.target_seconds += target_seconds
 
-    def count_call(self, tokens: int, past: int, seconds: float) -> None:
-        """A target pass's size, past and seconds, where the run records them (target_calls is a list)."""
+    def count_call(self, tokens: int, block: int, past: int, seconds: float) -> None:
+        """A target pass's size, block, past and seconds, where the run records them (target_calls is a list)."""
         if self.target_calls is not None:
-            self.target_calls.append(TargetCall(tokens, past, seconds))
+            self.target_calls.append(TargetCall(tokens, block, past, seconds))
 
     def count_copy(self, source: str, proposed: int, accepted: int) -> None:
         """A round's free copy: from the request ("suffix") or from the draft pool ("pool")."""
@@ -272,7 +273,7 @@ def decode(r: Run, seq: list[int]) -> str:
             if r.ahead:
                 r.ahead.settle(proposal, verdict)
             count_round(r, proposal, verdict, k, t1 - t0, t2 - t1)
-            r.stats.count_call(len(seq) + len(proposal.tokens) - past, past, t2 - t1)
+            r.stats.count_call(len(seq) + len(proposal.tokens) - past, r.target.last_block, past, t2 - t1)
             # emit: the accepted tokens and the next one, up to the first stop; the sequence gets what was taken
             n = verdict.accepted
             taken = proposal.tokens[:n] + [verdict.next_token]
