@@ -72,9 +72,8 @@ class Stats:
         self.target_seconds += target_seconds
 
     def count_call(self, tokens: int, block: int, past: int, seconds: float) -> None:
-        """A target pass's size, block, past and seconds, where the run records them (target_calls is a list)."""
-        if self.target_calls is not None:
-            self.target_calls.append(TargetCall(tokens, block, past, seconds))
+        """A target pass's size, block, past and seconds (a run that records them: target_calls is a list)."""
+        self.target_calls.append(TargetCall(tokens, block, past, seconds))
 
     def count_copy(self, source: str, proposed: int, accepted: int) -> None:
         """A round's free copy: from the request ("suffix") or from the draft pool ("pool")."""
@@ -256,7 +255,8 @@ def decode(r: Run, seq: list[int]) -> str:
             proposal = draft(r, seq, k, free)
             if proposal is None:  # the draft's context is full: the target alone finishes the run
                 r.drafter, proposal = None, Proposal()
-            past = r.target.length  # a prefix of seq: what the cache holds of it before the pass
+            recording = r.stats.target_calls is not None
+            past = r.target.length if recording else 0  # a prefix of seq: what the cache holds before the pass
             t1 = time.perf_counter()
             # verify: one target pass over the proposal, then the accepted tokens and the next one. The drafter
             # hears the outcome at once; in concurrent mode, after it drafted the next round on its guess
@@ -273,7 +273,8 @@ def decode(r: Run, seq: list[int]) -> str:
             if r.ahead:
                 r.ahead.settle(proposal, verdict)
             count_round(r, proposal, verdict, k, t1 - t0, t2 - t1)
-            r.stats.count_call(len(seq) + len(proposal.tokens) - past, r.target.last_block, past, t2 - t1)
+            if recording:
+                r.stats.count_call(len(seq) + len(proposal.tokens) - past, r.target.last_block, past, t2 - t1)
             # emit: the accepted tokens and the next one, up to the first stop; the sequence gets what was taken
             n = verdict.accepted
             taken = proposal.tokens[:n] + [verdict.next_token]
