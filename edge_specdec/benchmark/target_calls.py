@@ -5,8 +5,9 @@ block on the device, the past it attends over, its seconds); `call_figures` sums
 (the prefill, the target alone's one-token steps, verification blocks of k tokens) and `calls_markdown` tables it
 by call size. --profile: the target's own infer request, compiled with OpenVINO's PERF_COUNT=YES, is read after each
 call of one run (`NodeProfile`: get_profiling_info, each executed node's real time summed by node type and kind of
-call, from the plugin's running means), beside the threads and streams the plugin reports for the compiled model (`plugin_threads`); profiled runs
-are slower than plain ones, so they give shares of a call's time, not timings to compare.
+call, from the plugin's running means), beside the threads and streams the plugin reports for the compiled model
+(`plugin_threads`); profiled runs are slower than plain ones, so they give shares of a call's time, not timings to
+compare.
 """
 from __future__ import annotations
 

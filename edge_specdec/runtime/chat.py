@@ -64,7 +64,7 @@ class ChatTemplate:
         first: "<|im_end|>\\n<|im_start|>user\\n"). Learned from two probe conversations, one user message alone
         and one after an exchange: the longest text both renderings put right before the probed message's text.
         None where there is none (the template raised on the probes, or writes no markup before a user message):
-        a prompt's chat head (draft_window.frame_length) is then unknown."""
+        a prompt's chat head (draft_window.chat_head_length) is then unknown."""
         mark, reply = "edge-specdec-probe-message", "edge-specdec-probe-reply"
         try:
             alone = self.render([{"role": "user", "content": mark}])
