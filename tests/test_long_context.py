@@ -132,8 +132,8 @@ def test_a_target_that_fails_every_precision_keeps_the_one_asked_for(bundle_dir,
 
 def test_a_run_records_its_target_calls_only_when_asked_and_they_add_up_to_its_stats(cache_off_pipes):
     """record_target_calls keeps each target pass's size, block, past and seconds: one per pass, their seconds adding
-    up to Stats.target_seconds, their tokens to the prompt and the proposals plus one per pass beyond the first, each past
-    the one before plus what the round kept; off by default, and the output the same either way."""
+    up to Stats.target_seconds, their tokens to the prompt and the proposals plus one per pass beyond the first,
+    each past the one before plus what the round kept; off by default, and the output the same either way."""
     pipe = cache_off_pipes(SAME_VOCAB)
     ids = pipe.tokenizer.encode(LONG_TEXT * 8)[:300]
     config = GenerationConfig(max_new_tokens=32, temperature=0, logprobs=True, ignore_eos=True)
