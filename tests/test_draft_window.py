@@ -255,6 +255,26 @@ def test_a_window_keeps_the_chat_head_and_the_output_is_the_target_alones(chat_p
     assert again[0].token_ids == again[1].token_ids and again[0].extra["draft_window"]["head"] == head
 
 
+def test_a_text_prompt_has_the_chat_head_of_its_token_ids_and_the_draft_reads_its_text(chat_pipes):
+    """A prompt given as the template's text: the same head in tokens as its ids', and as text the prompt's own up to
+    the last user message's text (special tokens spelled), which a draft of another vocabulary reads."""
+    pipe = chat_pipes(OTHER_VOCAB)
+    rendered = pipe.chat_template.render(chat(SYSTEM))
+    ids = pipe.tokenizer.encode(rendered)
+    from_text, from_ids = pipe.chat_head(rendered, ids), pipe.chat_head(ids, ids)
+    assert from_text.tokens == from_ids.tokens and from_text.text == rendered[:rendered.rindex(LONG_TEXT)]
+    assert from_ids.text == from_text.text.replace("<|endoftext|>", "")  # token ids: their text, specials have none
+    config = GenerationConfig(max_new_tokens=32, temperature=0, logprobs=True, ignore_eos=True)
+    alone = pipe.generate(rendered, config, algorithm="none")
+    # the draft spells the special tokens' text too, so its head is longer than from ids: a window that can hold it
+    run = pipe.generate(rendered, config, algorithm="slem", draft_window=2 * CHAT_WINDOW, **DRAFT_EVERY_ROUND)
+    assert run.token_ids == alone.token_ids and logprob_bits(run) == logprob_bits(alone)
+    window = run.extra["draft_window"]
+    assert window["chat_head"] and window["slides"] >= 1
+    head = decode(pipe.vocab_map.draft, pipe.draft.tokens[:window["head"]])
+    assert head.removeprefix(" ") == from_text.text
+
+
 @pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
 def test_a_chat_head_too_long_for_the_window_falls_back_to_the_first_tokens(chat_pipes, pair, algorithm):
     pipe = chat_pipes(pair)
