@@ -363,3 +363,55 @@ def test_a_conversation_cell_is_timed_with_its_earlier_turns_in_the_kv_cache():
     # the untimed previous turn left its KV: the timed run prefills only the last turn
     assert measured.figures["prompt_reused"] >= len(earlier) - 1
     assert run(cells["chat/1"], 0).figures["prompt_reused"] < 8
+
+
+def test_long_prompts_per_call_figures_sum_a_runs_record_up_by_kind_of_call():
+    from edge_specdec.benchmark.target_calls import call_figures, call_kind, calls_markdown
+
+    # (tokens, block, past, seconds): the prefill with a proposal, two steps, two verification blocks
+    calls = [(303, 64, 0, 0.5), (1, 2, 302, 0.010), (1, 2, 303, 0.012), (4, 9, 304, 0.020), (2, 9, 308, 0.016)]
+    assert [call_kind(c[0], c[2], 300) for c in calls] == ["prefill", "1-token step", "1-token step",
+                                                           "4-token block", "2-token block"]
+    figures = call_figures(calls, 300)
+    assert figures["step_ms"] == pytest.approx(11) and figures["block_ms"] == pytest.approx(18)
+    assert figures["block_tokens"] == 3 and figures["decode_past"] == pytest.approx(304.25)
+    assert call_figures(calls[:1], 300) == {"step_ms": None, "block_ms": None, "block_tokens": None,
+                                            "decode_past": None}
+    table = calls_markdown({"ours-auto": {"300 tokens": [calls]}}, {"300 tokens": 300})
+    assert "| ours-auto | 300 tokens | 1-token step | 2 | 2.0 | 11.00 | 11.00 | 302-303 |" in table
+    rows = [line.split(" | ")[2] for line in table.splitlines() if line.startswith("| ours-auto")]
+    assert rows == ["prefill", "1-token step", "2-token block", "4-token block"]
+
+
+def test_long_prompts_profile_runs_alone(capsys, tmp_path):
+    out = tmp_path / "out"
+    assert main(["bench", "long-prompts", "--lengths", "700", "--profile", "--per-call", "--out", str(out)]) == 1
+    assert "--profile runs profiled runs instead of the timed rows" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.slow  # fresh processes on the demo pair
+def test_long_prompts_record_the_targets_calls_and_profile_them(capsys, tmp_path):
+    """--per-call: the table gets the target's time per step and per block, report.md a table by call size, and
+    target_calls.json every call of the timed runs; --profile: per-node-type times per kind of call and the
+    plugin's threads, in profile.md and profile.json."""
+    common = ["--lengths", "300", "--tasks", "summarize", "--max-new-tokens", "4", "--repeats", "1", "--no-genai",
+              "--kv-caches"]
+    report = run_suite(capsys, tmp_path, "long-prompts", *common, "--per-call")
+    rows = rows_of(report)
+    assert rows["ours-none"]["figures"]["step_ms"] > 0 and rows["ours-none"]["figures"]["block_ms"] is None
+    assert rows["ours-none"]["figures"]["decode_past"] >= 300
+    assert "## The target's calls (--per-call)" in (tmp_path / "long-prompts" / "report.md").read_text()
+    calls = json.loads((tmp_path / "long-prompts" / "target_calls.json").read_text())
+    assert calls["columns"] == ["tokens", "block", "past", "seconds"]
+    none_runs = calls["runs"]["ours-none"]["300 tokens, summarize"]
+    assert len(none_runs) == 1 and [c[0] for c in none_runs[0]] == [300, 1, 1, 1]  # the prefill, then steps
+    out = tmp_path / "profile"
+    assert main(["bench", "long-prompts", *common, "--profile", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.rstrip("\n") == (out / "profile.md").read_text().rstrip("\n")
+    assert "## 300 tokens, summarize, none" in printed and "| FullyConnected" in printed
+    assert "INFERENCE_NUM_THREADS 1" in printed  # the demo's tiny target runs on one thread
+    profiles = json.loads((out / "profile.json").read_text())["profiles"]
+    assert [p["algorithm"] for p in profiles] == ["none", "auto"]
+    for p in profiles:
+        assert p["calls"]["prefill"]["calls"] >= 1 and sum(p["calls"]["prefill"]["nodes"].values()) > 0

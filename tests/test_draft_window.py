@@ -12,7 +12,9 @@ import pytest
 from edge_specdec.cli.common import stats_line
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig, Pipeline, SpeculativeConfig
-from edge_specdec.runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW, DraftWindow
+from edge_specdec.runtime.chat import ChatTemplate
+from edge_specdec.runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW, DraftWindow, chat_head_bound, chat_head_length
+from edge_specdec.runtime.text import decode
 from edge_specdec.serve.prefix_store import export_cache
 from hostile_text import HOSTILE_STRINGS
 from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, forced_logprobs, homogeneity_pvalue,
@@ -45,7 +47,8 @@ def test_the_window_is_the_whole_sequence_while_it_fits_then_its_head_and_tail()
     # the start moves only in steps: a sequence that grows by less than a step keeps it (the cache only appends)
     assert window.start_for(len(longer) + window.step - 1) == window.start
     assert window.start_for(len(longer) + window.step) == window.start + window.step
-    assert window.stats()["draft_window"] == {"size": 64, "slides": 1, "refed_tokens": window.refed_tokens}
+    assert window.stats()["draft_window"] == {"size": 64, "head": head, "chat_head": False, "slides": 1,
+                                              "refed_tokens": window.refed_tokens}
 
 
 def test_a_round_drafts_no_more_than_the_window_has_room_for():
@@ -156,6 +159,134 @@ def test_the_prefix_store_keeps_the_drafts_window(cache_off_pipes):
     import_cache(second.target, export_cache(first.target))
     again = second.generate(ids, config, algorithm="standard", draft_window=WINDOW, **DRAFT_EVERY_ROUND)
     assert again.token_ids == run.token_ids
+
+
+# --- the head: the prompt's chat head where it is short, else the sequence's first tokens ---------------------------
+
+# a template whose turns start with a special token of the tiny target (its BOS/EOS), as Qwen's and Llama's do
+CHAT = ("{% for m in messages %}<|endoftext|>{{ m.role }}\n{{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|endoftext|>assistant\n{% endif %}")
+SYSTEM = "Answer with code."
+CHAT_WINDOW = 160  # its chat head may have up to chat_head_bound(160) = 40 tokens
+
+
+def test_the_template_says_what_it_writes_before_a_user_message():
+    assert ChatTemplate(CHAT).user_opening == "<|endoftext|>user\n"
+    chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    assert ChatTemplate(chatml).user_opening == "<|im_start|>user\n"
+    # a template that always writes a system turn first (Qwen's): the end of the turn before is part of it
+    default_system = "<|im_start|>system\nYou are a model.<|im_end|>\n" + chatml
+    assert ChatTemplate(default_system).user_opening == "<|im_end|>\n<|im_start|>user\n"
+    assert ChatTemplate("{{ messages[0]['content'] }}").user_opening is None  # no markup: no chat head
+
+
+def test_the_chat_head_ends_where_the_last_user_messages_text_begins():
+    spell = {1: b"<s>", 2: b"sys", 3: b"\n<u>", 4: b"hi", 5: b"\n", 6: b"<a>", 7: b"ok"}.get
+    ids = [1, 2, 3, 4, 5, 6, 7, 3, 4, 5]
+    assert chat_head_length(ids, spell, b"\n<u>") == 8  # the second user turn's opening ends after token 8
+    assert chat_head_length(ids, spell, b"<u>") == 8     # an opening that ends inside a token
+    assert chat_head_length(ids, spell, b"\n<u>hi\n<a>ok") == 7  # a token the opening's end cuts is not in the head
+    assert chat_head_length(ids, spell, b"<x>") is None and chat_head_length(ids, spell, b"") is None
+
+
+def test_a_short_chat_head_is_the_head_and_a_long_one_falls_back_to_the_first_tokens():
+    fixed = DraftWindow(CHAT_WINDOW).head
+    assert chat_head_bound(CHAT_WINDOW) == 40 and chat_head_bound(4096) == 256
+    assert DraftWindow(CHAT_WINDOW, 30).head == 30 and DraftWindow(CHAT_WINDOW, 30).keeps_chat_head
+    assert DraftWindow(CHAT_WINDOW, 41).head == fixed == min(64, CHAT_WINDOW // 8)
+    assert not DraftWindow(CHAT_WINDOW, 41).keeps_chat_head and DraftWindow(CHAT_WINDOW, None).head == fixed
+    # the start still moves in steps of half the tail, whichever head
+    window = DraftWindow(CHAT_WINDOW, 30)
+    assert window.tail == CHAT_WINDOW - 30 - window.room and window.step == window.tail // 2
+
+
+@pytest.fixture
+def chat_pipes(cache_off_pipes):
+    """cache_off_pipes whose target has the CHAT template, for one test."""
+    made = []
+
+    def get(pair):
+        pipe = cache_off_pipes(pair)
+        pipe.__dict__["chat_template"] = ChatTemplate(CHAT)
+        made.append(pipe)
+        return pipe
+    yield get
+    for pipe in made:
+        del pipe.__dict__["chat_template"]
+
+
+def spelled(pipe: Pipeline, ids: list[int]) -> str:
+    """The target's tokens as the template writes them (a special token by its text)."""
+    return "".join(pipe.special_token_texts.get(t) or decode(pipe.vocab_map.target, [t]) for t in ids)
+
+
+def chat(system: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "ok"}, {"role": "user", "content": LONG_TEXT}]
+
+
+@pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
+def test_a_window_keeps_the_chat_head_and_the_output_is_the_target_alones(chat_pipes, pair, algorithm):
+    """The window's head is the template's text before the last user message's own text: the system prompt, the
+    earlier turns and the opening of the user turn; in the draft's own tokens for a draft of another vocabulary.
+    Greedy, the ids and logprob bits are the target alone's; seeded sampling repeats."""
+    pipe = chat_pipes(pair)
+    messages = chat(SYSTEM)
+    ids = pipe.chat_prompt(messages)
+    rendered = pipe.chat_template.render(messages)
+    head_text = rendered[:rendered.rindex(LONG_TEXT)]
+    assert len(ids) > 2 * CHAT_WINDOW
+    config = GenerationConfig(max_new_tokens=48, temperature=0, logprobs=True, ignore_eos=True)
+    alone = pipe.generate(ids, config, algorithm="none")
+    run = pipe.generate(ids, config, algorithm=algorithm, draft_window=CHAT_WINDOW, **DRAFT_EVERY_ROUND)
+    assert run.token_ids == alone.token_ids and logprob_bits(run) == logprob_bits(alone)
+    window = run.extra["draft_window"]
+    assert window["chat_head"] and window["slides"] >= 1 and run.stats.draft_tokens_proposed > 0
+    head = window["head"]
+    if pair == SAME_VOCAB:  # the head is the prompt's tokens that spell the chat head
+        assert spelled(pipe, ids[:head]) == head_text and ids[:head] == pipe.draft.tokens[:head]
+    else:  # the draft reads the prompt's text (special tokens have none) in its own tokens (a dummy space first)
+        read = decode(pipe.vocab_map.draft, pipe.draft.tokens[:head])
+        assert read.removeprefix(" ") == head_text.replace("<|endoftext|>", "")
+    sampled = GenerationConfig(max_new_tokens=24, seed=5, ignore_eos=True, **SAMPLED)
+    again = [pipe.generate(ids, sampled, algorithm=algorithm, draft_window=CHAT_WINDOW, **DRAFT_EVERY_ROUND)
+             for _ in range(2)]
+    assert again[0].token_ids == again[1].token_ids and again[0].extra["draft_window"]["head"] == head
+
+
+def test_a_text_prompt_has_the_chat_head_of_its_token_ids_and_the_draft_reads_its_text(chat_pipes):
+    """A prompt given as the template's text: the same head in tokens as its ids', and as text the prompt's own up to
+    the last user message's text (special tokens spelled), which a draft of another vocabulary reads."""
+    pipe = chat_pipes(OTHER_VOCAB)
+    rendered = pipe.chat_template.render(chat(SYSTEM))
+    ids = pipe.tokenizer.encode(rendered)
+    from_text, from_ids = pipe.chat_head(rendered, ids), pipe.chat_head(ids, ids)
+    assert from_text.tokens == from_ids.tokens and from_text.text == rendered[:rendered.rindex(LONG_TEXT)]
+    assert from_ids.text == from_text.text.replace("<|endoftext|>", "")  # token ids: their text, specials have none
+    config = GenerationConfig(max_new_tokens=32, temperature=0, logprobs=True, ignore_eos=True)
+    alone = pipe.generate(rendered, config, algorithm="none")
+    # the draft spells the special tokens' text too, so its head is longer than from ids: a window that can hold it
+    run = pipe.generate(rendered, config, algorithm="slem", draft_window=2 * CHAT_WINDOW, **DRAFT_EVERY_ROUND)
+    assert run.token_ids == alone.token_ids and logprob_bits(run) == logprob_bits(alone)
+    window = run.extra["draft_window"]
+    assert window["chat_head"] and window["slides"] >= 1
+    head = decode(pipe.vocab_map.draft, pipe.draft.tokens[:window["head"]])
+    assert head.removeprefix(" ") == from_text.text
+
+
+@pytest.mark.parametrize("pair, algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
+def test_a_chat_head_too_long_for_the_window_falls_back_to_the_first_tokens(chat_pipes, pair, algorithm):
+    pipe = chat_pipes(pair)
+    ids = pipe.chat_prompt(chat(SYSTEM * 8))  # a system prompt of more than chat_head_bound(CHAT_WINDOW) tokens
+    plain = long_prompt(pipe, 2 * CHAT_WINDOW)  # a prompt no template wrote
+    config = GenerationConfig(max_new_tokens=32, temperature=0, logprobs=True, ignore_eos=True)
+    for prompt in (ids, plain):
+        alone = pipe.generate(prompt, config, algorithm="none")
+        run = pipe.generate(prompt, config, algorithm=algorithm, draft_window=CHAT_WINDOW, **DRAFT_EVERY_ROUND)
+        assert run.token_ids == alone.token_ids and logprob_bits(run) == logprob_bits(alone)
+        window = run.extra["draft_window"]
+        assert not window["chat_head"] and window["head"] == DraftWindow(CHAT_WINDOW).head
 
 
 # --- sampled: the target's distribution ---------------------------------------------------------------------------

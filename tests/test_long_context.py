@@ -128,3 +128,33 @@ def test_a_target_that_fails_every_precision_keeps_the_one_asked_for(bundle_dir,
     monkeypatch.setattr(session_module, "passes_block_invariance", lambda session: False)
     model = open_model(load_target_xml(bundle_dir), precision="dq")
     assert model.block_invariant is False and model.precision == "dq"
+
+
+def test_a_run_records_its_target_calls_only_when_asked_and_they_add_up_to_its_stats(cache_off_pipes):
+    """record_target_calls keeps each target pass's size, block, past and seconds: one per pass, their seconds adding
+    up to Stats.target_seconds, their tokens to the prompt and the proposals plus one per pass beyond the first,
+    each past the one before plus what the round kept; off by default, and the output the same either way."""
+    pipe = cache_off_pipes(SAME_VOCAB)
+    ids = pipe.tokenizer.encode(LONG_TEXT * 8)[:300]
+    config = GenerationConfig(max_new_tokens=32, temperature=0, logprobs=True, ignore_eos=True)
+    plain = pipe.generate(ids, config, algorithm="standard", lookup=False, guard=False)
+    assert plain.stats.target_calls is None and "target_calls" not in plain.stats.as_dict()
+    for algorithm in ("none", "standard"):
+        pipe.target.reset()
+        run = pipe.generate(ids, config, algorithm=algorithm, lookup=False, guard=False, record_target_calls=True)
+        calls, stats = run.stats.target_calls, run.stats
+        assert len(calls) == stats.target_passes == stats.rounds
+        assert sum(c.seconds for c in calls) == pytest.approx(stats.target_seconds, rel=1e-12, abs=1e-12)
+        assert calls[0].past == 0 and calls[0].tokens >= len(ids)  # the prefill, with the first proposal
+        proposed = stats.draft_tokens_proposed + stats.suffix_tokens_proposed + stats.pool_tokens_proposed
+        assert sum(c.tokens for c in calls) == len(ids) + proposed + len(calls) - 1
+        for before, after in zip(calls, calls[1:]):
+            assert before.past < after.past <= before.past + before.tokens  # the pass's kept tokens, one written
+        assert all(c.block >= c.tokens for c in calls[1:])  # a short block may be widened, never cut
+        if algorithm == "none":
+            assert [c.tokens for c in calls[1:]] == [1] * (len(calls) - 1)
+        else:
+            assert max(c.tokens for c in calls[1:]) > 1  # verification blocks
+        assert list(stats.as_dict()["target_calls"][0]) == [calls[0].tokens, calls[0].block, 0, calls[0].seconds]
+        if algorithm == "standard":
+            assert run.token_ids == plain.token_ids and run.logprobs == plain.logprobs

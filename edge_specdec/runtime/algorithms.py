@@ -16,13 +16,13 @@ import numpy as np
 
 from ..errors import EdgeSpecdecError
 from ..vocab_map import VocabMap
-from .draft_window import window_of
+from .draft_window import ChatHead, window_of
 from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from .grammar import GrammarTokenizer
 from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
-from .session import ModelSession
+from .session import ModelSession, common_prefix
 from .slrs import SLRSDrafter
 from .suffix import FREE_TOKENS, DraftPool, SuffixDrafter
 from .text import decode
@@ -64,6 +64,8 @@ class DraftContext:
     draft_window: Optional[int] = None
     # how a sampling draft model draws its tokens instead of the run's random numbers (Drafter.steer; None in runs)
     steer: Optional[Callable[[list[int], list[int], np.ndarray], int]] = None
+    # the prompt's chat head, the draft window's head where it fits (draft_window.py); None: the prompt has none
+    chat_head: Optional[ChatHead] = None
 
     def free_drafter(self) -> SuffixDrafter:
         """The request's free drafts: its own text and the pool (suffix.py); a copy ends at an end-of-sequence
@@ -93,8 +95,9 @@ class Algorithm:
 
 
 def _standard(c: DraftContext) -> Drafter:
+    window = window_of(c.draft_window, c.chat_head.tokens if c.chat_head else None)  # the draft's tokens: the target's
     drafter = DraftModelDrafter(c.draft, c.config, c.rng, c.confidence, width=c.target_width,
-                                prompt_length=len(c.prompt_ids), window=window_of(c.draft_window))
+                                prompt_length=len(c.prompt_ids), window=window)
     drafter.steer = c.steer
     return drafter
 
@@ -103,8 +106,11 @@ def _text_context(c: DraftContext) -> DraftTextContext:
     """The draft's view of the prompt, in its own tokens (the prompt as text, re-tokenized by the draft)."""
     text = c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids)
     retokenizer = c.draft_retokenizer()
-    return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), retokenizer.encode(text),
-                            grammar_tokenizer=c.draft_grammar_tokenizer, window=window_of(c.draft_window))
+    ids = retokenizer.encode(text)
+    # the chat head in the draft's tokens: as far as the draft spells its text as it spells the whole prompt's
+    head = common_prefix(retokenizer.encode(c.chat_head.text), ids) if c.chat_head and c.draft_window else None
+    return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), ids,
+                            grammar_tokenizer=c.draft_grammar_tokenizer, window=window_of(c.draft_window, head))
 
 
 def _text_drafter(kind) -> Callable[[DraftContext], Drafter]:

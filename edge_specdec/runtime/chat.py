@@ -6,6 +6,7 @@ re-implementing Jinja would be worse than depending on it.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -55,6 +56,30 @@ class ChatTemplate:
         except Exception:  # the template raised: it refuses the role
             return False
         return probe in text
+
+    @cached_property
+    def user_opening(self) -> Optional[str]:
+        """The text the template writes right before a user message's own text: the end of the turn before, if
+        any, and the start of a user turn (ChatML: "<|im_start|>user\\n"; Qwen's, which always writes a system turn
+        first: "<|im_end|>\\n<|im_start|>user\\n"). Learned from two probe conversations, one user message alone
+        and one after an exchange: the longest text both renderings put right before the probed message's text.
+        None where there is none (the template raised on the probes, or writes no markup before a user message):
+        a prompt's chat head (draft_window.chat_head_length) is then unknown."""
+        mark, reply = "edge-specdec-probe-message", "edge-specdec-probe-reply"
+        try:
+            alone = self.render([{"role": "user", "content": mark}])
+            after = self.render([{"role": "user", "content": "hello"}, {"role": "assistant", "content": reply},
+                                 {"role": "user", "content": mark}])
+        except Exception:  # a template that refuses the probes: no opening known
+            return None
+        if alone.count(mark) != 1 or after.count(mark) != 1 or after.count(reply) != 1:
+            return None
+        first, between = alone[:alone.index(mark)], after[after.index(reply) + len(reply):after.index(mark)]
+        shared = 0  # the length of the longest end the two share
+        while shared < min(len(first), len(between)) and first[-1 - shared] == between[-1 - shared]:
+            shared += 1
+        opening = between[len(between) - shared:]
+        return opening if opening.strip() else None
 
     def render(self, messages: list[dict], tools: Optional[list[dict]] = None) -> str:
         """The prompt text for a conversation, ending where the assistant's reply starts; tools (OpenAI's

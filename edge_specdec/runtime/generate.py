@@ -5,7 +5,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -18,6 +18,18 @@ from .verify import Verdict, verify
 
 # what every front end says of a run the drafting guard kept from drafting in every round (DraftingGuard)
 TARGET_ALONE_THROUGHOUT = "the target alone throughout: drafting loses on this machine"
+
+
+class TargetCall(NamedTuple):
+    """One target pass of a run (Stats.target_calls): the tokens it computed for the sequence (1 for a round of the
+    target alone, k + 1 to verify k proposed tokens; the first pass also the prompt's tokens the cache lacked), the
+    tokens of its call on the device (more where the session widens a short block by feeding cached tokens again,
+    see session.py; for a prompt fed in pieces, its last piece's), the tokens the cache held before it (the past),
+    and its seconds as Stats.target_seconds counts them (the pass, the verification of its rows, the rollback)."""
+    tokens: int
+    block: int
+    past: int
+    seconds: float
 
 
 @dataclass
@@ -41,6 +53,9 @@ class Stats:
     suffix_tokens_accepted: int = 0
     pool_tokens_proposed: int = 0  # ... and from earlier requests' (the engine's draft pool)
     pool_tokens_accepted: int = 0
+    # one TargetCall per target pass, kept only when the run is asked to (generate's record_target_calls): a
+    # measurement of the target's time by the size of its calls and the past they attend over; None otherwise
+    target_calls: Optional[list[TargetCall]] = None
 
     def count_round(self, proposed: int, accepted: int, draft_seconds: float, target_seconds: float,
                     drafted_ahead: bool = False, start: Optional[float] = None) -> None:
@@ -55,6 +70,10 @@ class Stats:
         self.draft_tokens_accepted += accepted
         self.draft_seconds += draft_seconds
         self.target_seconds += target_seconds
+
+    def count_call(self, tokens: int, block: int, past: int, seconds: float) -> None:
+        """A target pass's size, block, past and seconds (a run that records them: target_calls is a list)."""
+        self.target_calls.append(TargetCall(tokens, block, past, seconds))
 
     def count_copy(self, source: str, proposed: int, accepted: int) -> None:
         """A round's free copy: from the request ("suffix") or from the draft pool ("pool")."""
@@ -101,7 +120,10 @@ class Stats:
 
     def as_dict(self) -> dict:
         loop = self.seconds - self.draft_seconds - self.target_seconds
-        return {**asdict(self), "tokens_per_s": round(self.tokens_per_s, 3), "acceptance": round(self.acceptance, 4),
+        fields = asdict(self)
+        if self.target_calls is None:  # not recorded: not part of the run's figures
+            del fields["target_calls"]
+        return {**fields, "tokens_per_s": round(self.tokens_per_s, 3), "acceptance": round(self.acceptance, 4),
                 "mean_tokens_per_target_pass": round(self.tokens_per_target_pass, 3), "loop_seconds": loop,
                 "time_per_output_token_ms": round(1000 * self.time_per_output_token, 3)}
 
@@ -141,7 +163,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
              drafter: Optional[Drafter] = None, draft_length: Optional[DraftLength] = None,
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
              concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True,
-             alone_block: Optional[int] = None, grammar: Optional[GrammarState] = None) -> Result:
+             alone_block: Optional[int] = None, grammar: Optional[GrammarState] = None,
+             record_target_calls: bool = False) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     Each round has four phases (see `decode`): draft (the drafter proposes up to k tokens), verify (one target
@@ -163,7 +186,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     only, where that is exact); Stats.prompt_tokens_reused counts it. False: prefill the whole prompt.
     grammar: the output follows it (structured output, see grammar.py): every verified row is masked to what it
     allows, proposals are cut to the part it allows, a drafting round first proposes the tokens it forces, and
-    the run ends ("grammar") once it allows nothing more.
+    the run ends ("grammar") once it allows nothing more. record_target_calls: keep each target pass's size, past
+    and seconds in Stats.target_calls (a measurement; off, nothing is kept).
     """
     config.validate()
     if target.max_context is not None and len(prompt_ids) + config.max_new_tokens > target.max_context:
@@ -171,7 +195,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
             f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({config.max_new_tokens}) exceed the "
             f"target's context of {target.max_context} tokens: shorten the prompt or lower max_new_tokens.")
     rng = rng or np.random.default_rng(config.seed)
-    stats, output = Stats(), Output(config, stream, on_text)
+    stats, output = Stats(target_calls=[] if record_target_calls else None), Output(config, stream, on_text)
     exact = target.block_invariant or drafter is None
     ahead = DraftAhead() if concurrent and drafter else None
     if grammar is not None and drafter is not None:
@@ -231,6 +255,8 @@ def decode(r: Run, seq: list[int]) -> str:
             proposal = draft(r, seq, k, free)
             if proposal is None:  # the draft's context is full: the target alone finishes the run
                 r.drafter, proposal = None, Proposal()
+            recording = r.stats.target_calls is not None
+            past = r.target.length if recording else 0  # a prefix of seq: what the cache holds before the pass
             t1 = time.perf_counter()
             # verify: one target pass over the proposal, then the accepted tokens and the next one. The drafter
             # hears the outcome at once; in concurrent mode, after it drafted the next round on its guess
@@ -247,6 +273,8 @@ def decode(r: Run, seq: list[int]) -> str:
             if r.ahead:
                 r.ahead.settle(proposal, verdict)
             count_round(r, proposal, verdict, k, t1 - t0, t2 - t1)
+            if recording:
+                r.stats.count_call(len(seq) + len(proposal.tokens) - past, r.target.last_block, past, t2 - t1)
             # emit: the accepted tokens and the next one, up to the first stop; the sequence gets what was taken
             n = verdict.accepted
             taken = proposal.tokens[:n] + [verdict.next_token]

@@ -40,6 +40,7 @@ from ..vocab_map import TokenBytes
 from .algorithms import (AUTO, DRAFT_TOKENS, REGISTRY, Algorithm, DraftContext,  # noqa: F401
                          available, resolve)
 from .batching import Scheduler, batch_invariant
+from .draft_window import ChatHead, chat_head_length
 from .drafters import DraftingGuard, DraftLength
 from .generate import Result, generate
 from .grammar import GrammarTokenizer
@@ -56,7 +57,7 @@ from .session import CALL_LAYOUT, BlockPool, ModelSession, open_model
 from .sources import FreeFirst
 from .suffix import DraftPool
 from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig
-from .text import PromptTokenizer, TextStream
+from .text import PromptTokenizer, TextStream, decode
 
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
 # Pipeline.generate over several prompts runs at most this many at once, each on a session of its own (each holds KV
@@ -292,6 +293,27 @@ class Engine:
             ids = ids[1:]
         return ids
 
+    def chat_head(self, prompt: Union[str, list[int]], prompt_ids: list[int]) -> Optional[ChatHead]:
+        """The prompt's chat head, which a draft window keeps as its head where it fits (draft_window.py): what the
+        chat template wrote before the last user message's own text, found by the text the template writes before
+        a user message (ChatTemplate.user_opening). None without a template, or for a prompt that holds no such
+        text. Its text is what a draft of another vocabulary reads of it: the prompt's own text up to there, or,
+        for token ids, their text."""
+        opening = self.chat_template.user_opening if self.chat_template is not None else None
+        if opening is None:
+            return None
+        pieces, special = self.vocab_map.target, self.special_token_texts
+
+        def spell(token: int) -> bytes:  # as the template writes it: a special token by its text
+            piece = pieces.piece(token) if token < len(pieces) else None
+            return piece if piece is not None else special.get(token, "").encode()
+        tokens = chat_head_length(prompt_ids, spell, opening.encode())
+        if not tokens:
+            return None
+        if isinstance(prompt, str) and opening in prompt:
+            return ChatHead(tokens, prompt[:prompt.rindex(opening) + len(opening)])
+        return ChatHead(tokens, decode(pieces, prompt_ids[:tokens]))
+
     def weight_prices(self, algorithm: str) -> tuple[float, float, float]:
         """Round prices for the cost policy that do not depend on the clock: the target's step is one unit, each
         more token in its block a tenth of one, and a drafted token the draft's share of the target's weight
@@ -463,7 +485,8 @@ class DecodingSession:
     def generate(self, prompt: Union[str, list[int]], config: Optional[GenerationConfig] = None,
                  speculative: Optional[SpeculativeConfig] = None, *,
                  on_text: Optional[Callable[[str], Optional[bool]]] = None,
-                 cancel: Optional[threading.Event] = None, **settings) -> Result:
+                 cancel: Optional[threading.Event] = None, record_target_calls: bool = False,
+                 **settings) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
         config: what to generate, the sampling and stopping; a field it leaves unset takes the bundle's default
@@ -473,7 +496,8 @@ class DecodingSession:
         becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round,
         from any thread). A seeded sampled run reproduces with every setting: the cost policy then prices its
         rounds from the models' weight sizes instead of the clock (see `weight_prices`). The output is the
-        target's whatever `speculative` says.
+        target's whatever `speculative` says. record_target_calls: keep each target pass's size, past length and
+        seconds in result.stats.target_calls (a measurement, see generate.TargetCall; off by default).
         """
         engine = self.engine
         speculative = SpeculativeConfig.of(speculative, settings)
@@ -495,9 +519,13 @@ class DecodingSession:
         # a seeded sampled run must repeat: it reads no pool (earlier requests) and no clock (see sources.py)
         seeded = config.seed is not None and not config.greedy
         clocked = speculative.clock and not seeded
+        window = speculative.window_tokens(draft_room(self.draft)) if self.draft else None
+        # the chat head matters where the window may cut the text: a prompt and output of more than half the window
+        # in the target's tokens (a draft of another vocabulary may spell the text in more tokens)
+        cut = window is not None and 2 * (len(prompt_ids) + config.max_new_tokens) > window
         context = self._draft_context(prompt, prompt_ids, config, rng, confidence,
-                                      None if seeded else speculative.pool_scope,
-                                      speculative.window_tokens(draft_room(self.draft)) if self.draft else None)
+                                      None if seeded else speculative.pool_scope, window,
+                                      engine.chat_head(prompt, prompt_ids) if cut else None)
         drafter = entry.drafter and entry.drafter(context)
         if entry.needs_draft and speculative.lookup:
             drafter = FreeFirst(drafter, context.free_drafter(), clock=clocked)
@@ -509,7 +537,8 @@ class DecodingSession:
             result = generate(self.target, prompt_ids, config, TextStream(engine.vocab_map.target), drafter, length,
                               rng, on_text, concurrent=concurrent, cancel=cancel,
                               reuse_prefix=engine.config.prefix_reuse,
-                              alone_block=engine.block_shapes(0, False)["target"], grammar=grammar)
+                              alone_block=engine.block_shapes(0, False)["target"], grammar=grammar,
+                              record_target_calls=record_target_calls)
         if length.guard is not None:
             engine.remember_guard(guard_key(entry, config), length.guard.learned())
         if engine.draft_pool is not None and speculative.pool_scope is not None:
@@ -521,16 +550,18 @@ class DecodingSession:
 
     def _draft_context(self, prompt: Union[str, list[int]], prompt_ids: list[int], config: GenerationConfig,
                        rng: np.random.Generator, confidence: float, pool_scope: Optional[str],
-                       draft_window: Optional[int] = None) -> DraftContext:
+                       draft_window: Optional[int] = None, chat_head: Optional[ChatHead] = None) -> DraftContext:
         """What this request's drafter is built from (see algorithms.DraftContext); pool_scope None: it reads no
-        draft pool; draft_window: the most tokens the draft model reads (None: all of a sequence)."""
+        draft pool; draft_window: the most tokens the draft model reads (None: all of a sequence); chat_head: the
+        prompt's, the window's head where it fits."""
         engine = self.engine
         draft_eos = engine.bundle.draft.info["special_tokens"].get("eos_token_id") if engine.bundle.draft else None
         pool = engine.draft_pool if pool_scope is not None else None
         return DraftContext(self.draft, self.target.vocab_size, engine.vocab_map, engine.target_retokenizer,
                             lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence,
                             draft_grammar_tokenizer=lambda: engine.draft_grammar_tokenizer, pool=pool,
-                            pool_scope=pool_scope or "", draft_window=draft_window, steer=self.draft_steer)
+                            pool_scope=pool_scope or "", draft_window=draft_window, steer=self.draft_steer,
+                            chat_head=chat_head)
 
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
                       config: GenerationConfig) -> DraftLength:

@@ -208,6 +208,7 @@ class ModelSession:
         self.max_context, self.output_ids = model.max_context, model.output_ids
         self.block_invariant = model.block_invariant
         self.min_block = 1  # widen shorter blocks to this many tokens (see "Fixed block sizes" above)
+        self.last_block = 0  # the tokens of the latest call on the device (a widened block's re-fed ones too)
         self.tokens: list[int] = []  # the logical sequence the cache holds
         self.reset()
 
@@ -272,6 +273,7 @@ class ModelSession:
         # an empty cache has nothing (more) to re-feed: pad the block after the tokens, then forget the pad
         pad = max(0, least - len(block))
         block += [block[-1]] * pad
+        self.last_block = len(block)
         logits = self._infer(block, rows + pad)
         self.tokens.extend(block)
         if self.output_ids is not None:

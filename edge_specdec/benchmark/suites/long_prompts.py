@@ -40,6 +40,12 @@ METHOD = ("A prompt of N tokens is cut from a long text (this package's own Pyth
           "streamer's callbacks. The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU "
           "properties: their tokens are not compared.")
 
+# --per-call: what the target's calls cost inside the timed runs of ours (benchmark/target_calls.py)
+PER_CALL_FIGURES = [Figure("step_ms", "target ms / 1-token step", ".2f", lower_is_better=True),
+                    Figure("block_ms", "target ms / block", ".2f", lower_is_better=True),
+                    Figure("block_tokens", "tokens / block", ".2f"),
+                    Figure("decode_past", "past at those calls", ".0f")]
+
 SOURCE = Path(__file__).resolve().parent.parent.parent  # edge_specdec: the long text
 
 
@@ -84,25 +90,74 @@ def prompt_ids(started: float, bundle: str, lengths: list[int], tasks: list[str]
     return {"ids": out}
 
 
-def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
-              kv_cache: Optional[str], algorithm: str, draft_window: Optional[int] = None) -> dict:
-    """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs;
-    draft_window: SpeculativeConfig.draft_window (None: its default)."""
-    from ...runtime import GenerationConfig, Pipeline
+def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None):
+    """Our Pipeline as the suite runs it: no static copies, no prefix reuse (each run prefills the whole prompt) and
+    no draft pool (a repeat must not copy the answer of the run before it)."""
+    from ...runtime import Pipeline
 
-    # no draft pool: a repeat must not copy the answer of the run before it
-    pipe = Pipeline(bundle, static_shapes=False, kv_cache=kv_cache, prefix_reuse=False, draft_pool_tokens=0)
+    return Pipeline(bundle, static_shapes=False, kv_cache=kv_cache, prefix_reuse=False, draft_pool_tokens=0,
+                    core=core)
+
+
+def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
+              kv_cache: Optional[str], algorithm: str, draft_window: Optional[int] = None,
+              per_call: bool = False) -> dict:
+    """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs;
+    draft_window: SpeculativeConfig.draft_window (None: its default). per_call: the timed runs record their target
+    calls, summed up as PER_CALL_FIGURES (medians over the runs), and returned whole as "target_calls"."""
+    from ...runtime import GenerationConfig
+    from ..target_calls import call_figures
+
+    pipe = ours_pipeline(bundle, kv_cache)
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
 
-    def run():
+    def run(record: bool):
         if pipe.draft is not None:  # the draft prefills the prompt in every run too, as the target does
             pipe.draft.reset()
-        return pipe.generate(ids, config, algorithm=algorithm, draft_window=draft_window)
-    runs = [run() for _ in range(repeats + 1)][1:]
-    return {"ttft_s": statistics.median(r.stats.first_token_seconds for r in runs),
-            "tokens_per_s_after_first": statistics.median(
-                (len(r.token_ids) - 1) / max(1e-9, r.stats.seconds - r.stats.first_token_seconds) for r in runs),
-            "token_ids": list(runs[-1].token_ids), "kv_bytes_per_token": pipe.target_model.kv_bytes_per_token}
+        return pipe.generate(ids, config, algorithm=algorithm, draft_window=draft_window, record_target_calls=record)
+    runs = [run(per_call and i > 0) for i in range(repeats + 1)][1:]
+    out = {"ttft_s": statistics.median(r.stats.first_token_seconds for r in runs),
+           "tokens_per_s_after_first": statistics.median(
+               (len(r.token_ids) - 1) / max(1e-9, r.stats.seconds - r.stats.first_token_seconds) for r in runs),
+           "token_ids": list(runs[-1].token_ids), "kv_bytes_per_token": pipe.target_model.kv_bytes_per_token}
+    if per_call:
+        figures = [call_figures(r.stats.target_calls, len(ids)) for r in runs]
+        for f in PER_CALL_FIGURES:
+            values = [x[f.key] for x in figures if x[f.key] is not None]
+            out[f.key] = statistics.median(values) if values else None
+        out["target_calls"] = [[list(c) for c in r.stats.target_calls] for r in runs]
+    return out
+
+
+def profile_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, algorithm: str) -> dict:
+    """In a fresh process: our Pipeline with the CPU plugin's PERF_COUNT=YES, one uncounted run, then one run whose
+    target calls are profiled (target_calls.NodeProfile); with the threads the plugin reports."""
+    import openvino as ov
+
+    from ...errors import EdgeSpecdecError
+    from ...runtime import GenerationConfig
+    from ..target_calls import NodeProfile, counted_calls, plugin_threads
+
+    core = ov.Core()  # (after the runtime's import: openvino_tokenizers adds its operations to every Core)
+    core.set_property("CPU", {"PERF_COUNT": "YES"})
+    with counted_calls() as counts:  # from the compile on: the plugin's node times are means over every call
+        pipe = ours_pipeline(bundle, core=core)
+        compiled = pipe.target_model.compiled
+        threads = plugin_threads(compiled)
+        if str(compiled.get_property("PERF_COUNT")).upper() not in ("YES", "TRUE") or threads["num_streams"] != 1:
+            raise EdgeSpecdecError(f"--profile reads the CPU plugin's per-node times of a target compiled for one "
+                                   f"stream, and the target runs on {pipe.placement.target} with "
+                                   f"{threads['num_streams']} streams: run it where the target runs on the CPU.")
+        config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
+        pipe.generate(ids, config, algorithm=algorithm)
+        if pipe.draft is not None:
+            pipe.draft.reset()
+        profile = NodeProfile(pipe.target, len(ids), counts)
+        try:
+            pipe.generate(ids, config, algorithm=algorithm)
+        finally:
+            profile.detach()
+    return {"calls": profile.summary(), "threads": threads, "device": pipe.placement.target}
 
 
 def genai_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
@@ -140,33 +195,38 @@ def genai_long(started: float, bundle: str, ids: list[int], max_new_tokens: int,
             "token_ids": generated}
 
 
-def fresh_row(name: str, description: str, function: str, reference: Optional[str], **kwargs) -> SuiteRow:
-    """A row whose every run is one of this module's functions in a fresh process, on the cell's token ids."""
+def fresh_row(name: str, description: str, function: str, reference: Optional[str],
+              calls: Optional[dict] = None, **kwargs) -> SuiteRow:
+    """A row whose every run is one of this module's functions in a fresh process, on the cell's token ids; calls
+    (a dict) gets the target calls its timed runs recorded (--per-call), calls[name][cell key]."""
     from ..fresh_process import run_fresh
 
     def run(c: Cell, repeat: int) -> Measured:
         got = run_fresh(f"{__name__}:{function}", ids=c.value, **kwargs)
-        return Measured({f.key: got.get(f.key) for f in FIGURES}, got.get("token_ids"))
+        if calls is not None and repeat >= 0 and got.get("target_calls"):
+            calls.setdefault(name, {}).setdefault(c.key, []).extend(got["target_calls"])
+        return Measured({f.key: got.get(f.key) for f in FIGURES + PER_CALL_FIGURES}, got.get("token_ids"))
     return SuiteRow(name, description, run, reference=reference)
 
 
-def long_prompt_rows(args, bundle: str, say) -> tuple[list[SuiteRow], list[dict]]:
+def long_prompt_rows(args, bundle: str, say, calls: Optional[dict] = None) -> tuple[list[SuiteRow], list[dict]]:
     """Ours alone and with the default algorithm (at the default KV cache, each of --kv-caches and each of
-    --draft-windows), then GenAI's."""
+    --draft-windows), then GenAI's; calls (with --per-call): where ours' rows put their target calls."""
     import importlib.util
 
     common = {"bundle": bundle, "max_new_tokens": args.max_new_tokens, "repeats": args.runs_per_process}
+    ours = {**common, "per_call": calls is not None, "calls": calls}
     rows = [fresh_row("ours-none", "ours, the target alone, the default KV cache", "ours_long", None,
-                      kv_cache=None, algorithm="none", **common),
+                      kv_cache=None, algorithm="none", **ours),
             fresh_row("ours-auto", "ours, the default algorithm, the default KV cache", "ours_long", "ours-none",
-                      kv_cache=None, algorithm="auto", **common)]
+                      kv_cache=None, algorithm="auto", **ours)]
     rows += [fresh_row(f"ours-auto-kv-{kv}", f"ours, the default algorithm, a {kv} KV cache", "ours_long",
-                       None if kv == "u8" else "ours-none", kv_cache=kv, algorithm="auto", **common)
+                       None if kv == "u8" else "ours-none", kv_cache=kv, algorithm="auto", **ours)
              for kv in dict.fromkeys(args.kv_caches)]
     rows += [fresh_row(f"ours-auto-window-{n}" if n else "ours-auto-no-window",
                        "ours, the default algorithm, the draft reading "
                        + (f"a window of {n} tokens" if n else "the whole prompt (no window)"),
-                       "ours_long", "ours-none", kv_cache=None, algorithm="auto", draft_window=n, **common)
+                       "ours_long", "ours-none", kv_cache=None, algorithm="auto", draft_window=n, **ours)
              for n in dict.fromkeys(args.draft_windows)]
     genai = [] if args.no_genai else [("genai-none", "default", "its default CPU properties")]
     genai += [("genai-ours", "ours", "our CPU properties")] if args.genai_ours else []
@@ -186,12 +246,16 @@ def main(args: argparse.Namespace) -> int:
     from ...runtime.settings import SpeculativeConfig
     from ..fresh_process import run_fresh
     from ..suite_runs import check_out, finish, run_suite, stderr_say
+    from ..target_calls import calls_markdown
 
     lengths = sorted(dict.fromkeys(args.lengths))
     tasks = list(dict.fromkeys(args.tasks))
     if min(lengths) < 64 + QUESTION_ROOM or args.max_new_tokens < 2 or args.repeats < 1 or args.runs_per_process < 1:
         raise EdgeSpecdecError(f"--lengths must be at least {64 + QUESTION_ROOM} tokens, --max-new-tokens at least 2, "
                                f"--repeats and --runs-per-process at least 1.")
+    if args.profile and (args.per_call or args.draft_windows):
+        raise EdgeSpecdecError("--profile runs profiled runs instead of the timed rows: give it without --per-call "
+                               "and --draft-windows.")
     for n in args.draft_windows:
         SpeculativeConfig(draft_window=n)  # a window no run could take is refused before any process starts
     out = Path(args.out) if args.out else None
@@ -203,21 +267,80 @@ def main(args: argparse.Namespace) -> int:
                                f"target's context of {context} tokens: give shorter lengths.")
     stderr_say(f"cutting prompts of {', '.join(map(str, lengths))} tokens (a fresh process)")
     ids = run_fresh(f"{__name__}:prompt_ids", bundle=str(bundle.path), lengths=lengths, tasks=tasks)["ids"]
-    rows, skipped = long_prompt_rows(args, str(bundle.path), stderr_say)
     cells = [Cell(f"{n} tokens, {task}", ids[f"{n}/{task}"]) for n in lengths for task in tasks]
-    suite = Suite("long-prompts", bundle, rows, cells, FIGURES, headline="ttft_s", baseline="ours-none",
-                  method=METHOD, skipped=skipped, repeats=args.repeats,
+    if args.profile:
+        return profile_cells(bundle, cells, args.max_new_tokens, out)
+    calls = {} if args.per_call else None  # row -> cell -> the timed runs' target calls
+    rows, skipped = long_prompt_rows(args, str(bundle.path), stderr_say, calls)
+    prompts = {c.key: len(c.value) for c in cells}
+    suite = Suite("long-prompts", bundle, rows, cells, FIGURES + (PER_CALL_FIGURES if args.per_call else []),
+                  headline="ttft_s", baseline="ours-none", method=METHOD, skipped=skipped, repeats=args.repeats,
                   settings={"lengths": lengths, "tasks": tasks, "max_new_tokens": args.max_new_tokens,
-                            "runs_per_process": args.runs_per_process})
-    return finish(run_suite(suite, out, args.command_line))
+                            "runs_per_process": args.runs_per_process, "per_call": args.per_call},
+                  extra_markdown=(lambda report: calls_markdown(calls, prompts)) if args.per_call else None)
+    report = run_suite(suite, out, args.command_line)
+    if calls is not None:  # every call of every timed run, beside the report: [tokens, block, past, seconds]
+        path = Path(report["files"]["json"]).with_name("target_calls.json")
+        write_json(path, {"columns": ["tokens", "block", "past", "seconds"], "prompt_tokens": prompts,
+                          "runs": calls}, indent=None)
+        stderr_say(f"wrote {path}")
+    return finish(report)
+
+
+def profile_cells(bundle, cells: list[Cell], max_new_tokens: int, out: Optional[Path]) -> int:
+    """--profile: for each cell, the target alone and the default algorithm, each in a fresh process
+    (profile_long); the tables printed and written as profile.md and profile.json."""
+    from ..fresh_process import run_fresh
+    from ..suite_runs import default_out, stderr_say
+    from ..target_calls import profile_markdown
+
+    profiles = []
+    for cell in cells:
+        for algorithm in ("none", "auto"):
+            stderr_say(f"profiling {cell.key}, {algorithm} (a fresh process, PERF_COUNT=YES)")
+            got = run_fresh(f"{__name__}:profile_long", bundle=str(bundle.path), ids=cell.value,
+                            max_new_tokens=max_new_tokens, algorithm=algorithm)
+            profiles.append({"cell": cell.key, "algorithm": algorithm, "device": got["device"],
+                             "threads": got["threads"], "calls": got["calls"]})
+    text = profile_markdown(profiles)
+    folder = out if out is not None else default_out(bundle, "long-prompts")
+    write_json(folder / "profile.json", {"bundle": str(bundle.path), "max_new_tokens": max_new_tokens,
+                                         "profiles": profiles})
+    write_text(folder / "profile.md", text)
+    print(text)
+    stderr_say(f"wrote {folder / 'profile.md'}, {folder / 'profile.json'}")
+    return 0
+
+
+def write_json(path: Path, data, indent: Optional[int] = 1) -> None:
+    import json
+
+    write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """The file whole or not at all: written beside it, then moved into place."""
+    from ...errors import EdgeSpecdecError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        part.write_text(text, encoding="utf-8")
+        part.replace(path)
+    except OSError as exc:
+        raise EdgeSpecdecError(f"cannot write {path}: {exc.strerror or exc}.") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ...runtime.devices import KV_CACHES
 
     p.description = __doc__
-    p.epilog = ("example:\n  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 4096 8192 "
-                "--max-new-tokens 64 --repeats 3 --kv-caches")
+    p.epilog = ("examples:\n  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 4096 8192 "
+                "--max-new-tokens 64 --repeats 3 --kv-caches\n"
+                "  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 1024 4096 8192 --kv-caches "
+                "--no-genai --per-call    # the target's time per call, by call size and past\n"
+                "  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 4096 --tasks summarize "
+                "--max-new-tokens 16 --profile    # where a call's time goes, by node type")
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192], metavar="N",
                    help="prompt lengths in tokens (default 4096 8192)")
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS), metavar="TASK",
@@ -234,6 +357,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-windows", nargs="+", type=int, default=[], metavar="N",
                    help="add a row of ours with the default algorithm whose draft reads a window of N tokens of the "
                         "prompt and output (--draft-window; 0: the whole of them), for each N")
+    p.add_argument("--per-call", action="store_true",
+                   help="our rows' timed runs record every target call (its tokens, its block on the device, the "
+                        "past it attends over, its time): the table gets the target's mean ms per 1-token step and "
+                        "per verification block, the blocks' tokens and the past, report.md a table by call size, "
+                        "and target_calls.json every call")
+    p.add_argument("--profile", action="store_true",
+                   help="instead of the timed rows: at each length and task, one run of the target alone and one of "
+                        "the default algorithm with OpenVINO's PERF_COUNT=YES, each in a fresh process; prints the "
+                        "target's per-node-type time per call (the prefill, each block size) and the threads the "
+                        "CPU plugin reports for it (profile.md, profile.json); profiled calls are slower: read "
+                        "shares, not timings")
     p.add_argument("--no-genai", action="store_true", help="leave out OpenVINO GenAI's row")
     p.add_argument("--genai-ours", action="store_true", help="add GenAI with our CPU properties")
     p.add_argument("--genai-kv", nargs="+", default=[], choices=("f16", "f32"), metavar="TYPE",
