@@ -292,3 +292,18 @@ def test_an_ir_folder_and_a_bundle_whose_config_says_so_are_refused(bundle_dir, 
     refused = admission(Source(str(bundle), "bundle", draft, bundle.name), "draft")
     assert "linear_attention" in refused and "Use a Qwen3 model" in refused
     assert admission(Source(str(bundle), "bundle", bundle / "target", bundle.name), "target") == ""
+
+
+def test_pair_refuses_a_hybrid_draft_in_one_line(model_dir, tokenizer_dir, tmp_path):
+    """`edge-specdec pair`'s look reports a candidate with the target's tokenizer but recurrent layers as not usable,
+    with the reason and what to use instead on its line."""
+    from edge_specdec.cli.pair import describe
+    from edge_specdec.pairing import PairSettings, find_pair
+
+    folder = shutil.copytree(tokenizer_dir("bytelevel"), tmp_path / "next")
+    (folder / "config.json").write_text(json.dumps(config_of("qwen3_next", num_hidden_layers=4)))
+    report = find_pair(str(model_dir(SAME_VOCAB[0])), [str(folder)], PairSettings(look_only=True, top=1))
+    row = next(r for r in report["candidates"] if r["name"] == "next")
+    assert not row["admitted"] and row["relation"] == "identical"  # its vocabulary was read: refused for its layers
+    assert "3 of its 4 layers are linear_attention" in row["refused"] and "\n" not in row["refused"]
+    assert "not usable: qwen3_next has recurrent layers" in describe(report)
