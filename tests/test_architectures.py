@@ -217,6 +217,7 @@ REFUSED = [
     ("nemotron_h", {}, "mamba"),
     ("phi3", PHI3_128K, "longrope"),
     ("gemma2", {}, "attn_logit_softcapping"),
+    ("llama4_text", {}, "chunked_attention"),
 ]
 ADMITTED = [
     ("phi3", {"sliding_window": 2047, "max_position_embeddings": 4096}),  # Phi-3-mini-4k

@@ -417,7 +417,9 @@ def runtime_problem(config: dict[str, Any]) -> Optional[str]:
     if kinds is None and isinstance(pattern, str):
         kinds = [{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}.get(c, c) for c in pattern]
     kinds = [str(k) for k in kinds] if kinds else None
-    other = sorted(set(kinds) - ATTENTION_LAYERS - STATELESS_LAYERS) if kinds else []
+    # attention of another pattern (Llama 4's chunked_attention): a KV cache, but a mask not proven kept
+    unknown = sorted({k for k in kinds if "attention" in k and "linear" not in k} - ATTENTION_LAYERS) if kinds else []
+    other = sorted(set(kinds) - ATTENTION_LAYERS - STATELESS_LAYERS - set(unknown)) if kinds else []
     if other or (model_type in RECURRENT_MODEL_TYPES and not kinds):
         instead = RECURRENT_MODEL_TYPES.get(model_type, "a model with attention layers only")
         count = sum(k in other for k in kinds) if kinds else 0
@@ -426,6 +428,10 @@ def runtime_problem(config: dict[str, Any]) -> Optional[str]:
         return (f"has recurrent layers ({layers}): their state is overwritten token by token, so it cannot be rolled "
                 "back to the accepted length as the runtime shortens a KV cache after a rejected draft token. "
                 f"Use {instead}.")
+    if unknown:
+        return (f"has layers of another attention kind ({', '.join(unknown)}), whose mask the runtime's paged "
+                "attention is not known to keep (it keeps full and sliding-window attention). Use a model whose "
+                "layers are full_attention or sliding_attention.")
     for rope in _rope_specs(config):
         kind = rope.get("rope_type") or rope.get("type")
         original = rope.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
@@ -489,6 +495,9 @@ def _print_supported() -> None:  # pragma: no cover - a helper for docs/export.m
     for model_type, (lo, hi) in sorted(supported_model_types().items()):
         ok = transformers_v is not None and _in_range(transformers_v, lo, hi)
         fix = "" if ok else "  needs: " + (_version_fix(model_type, lo, hi)[0] or "another optimum-intel")
+        if model_type in RECURRENT_MODEL_TYPES:
+            fix = "  refused by the runtime: recurrent layers" + (" (unless all are attention)"
+                                                                if model_type == "granitemoehybrid" else "")
         print(f"  {model_type:28} transformers >= {lo or '-':8} <= {hi or '-':10}{fix}")
 
 
