@@ -152,7 +152,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("export", help="convert and compress a (target, draft) pair into one bundle",
                        description="Convert a target and a draft model to OpenVINO IR, compress their weights with "
                                    "NNCF, convert their tokenizers and precompute the vocabulary map, into one "
-                                   "bundle folder. Needs the export extra: pip install 'edge-specdec[export]'.",
+                                   "bundle folder. Needs the export extra: pip install 'edge-specdec[export]'. "
+                                   "Models the runtime cannot decode exactly (recurrent or hybrid layers, LongRoPE "
+                                   "past its switch, attention-logit softcapping) are refused first, in one line: "
+                                   "docs/export.md#architectures-the-runtime-decodes.",
                        epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", metavar="NAME", help="a known pair from the catalog (`edge-specdec pairs`); "
                    "--target, --draft, --out and the weight options override its entries")
@@ -163,8 +166,9 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
     p.add_argument("--allow-larger-draft", action="store_true", help="export even if the draft is the larger model")
     p.add_argument("--check-only", action="store_true",
-                   help="run the checks export runs before converting (architectures against the installed "
-                        "optimum-intel/transformers, tokenizers against openvino-tokenizers) and stop; writes nothing")
+                   help="run the checks export runs before converting (architectures against the runtime and the "
+                        "installed optimum-intel/transformers, tokenizers against openvino-tokenizers) and stop; "
+                        "writes nothing")
     p.add_argument("--generation-default", action="append", metavar="NAME=VALUE",
                    help="record a GenerationConfig default in the bundle (repeatable), which requests that leave the "
                         "setting out then get: e.g. repetition_penalty=1.2; `edge-specdec info` shows them. Nothing "

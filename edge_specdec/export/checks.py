@@ -13,6 +13,10 @@ What decides support is optimum-intel's own registry, read from the installed pa
   when the installed transformers' base version is < MIN or > MAX. We apply the same rule up front.
 On top of that, KNOWN_GOOD_TRANSFORMERS below records the transformers release to recommend for model types whose
 range excludes the transformers the export extra installs (see its comments for where each range comes from).
+
+A model that exports may still be one the runtime cannot decode exactly: runtime_problem() reads that from
+config.json alone (recurrent layers, positions that switch with the length, attention-logit softcapping), for a
+converted source, an OpenVINO IR folder and a bundle alike; docs/export.md#architectures-the-runtime-decodes.
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ class Architecture:
     origin: str                         # where it was read: "config.json", "GGUF header", ...
     config_dir: Optional[Path] = None   # a folder with config.json, for transformers' AutoConfig
     definitive: bool = True             # False for a GGUF header whose name may differ from transformers' model_type
+    config: Optional[dict] = field(default=None, compare=False)  # config.json as read (None: a GGUF header)
 
     def describe(self) -> str:
         names = f" ({', '.join(self.architectures)})" if self.architectures else ""
@@ -69,6 +74,7 @@ class Problem:
     reason: str
     fix: Optional[str] = None   # a pip command line
     why: list[str] = field(default_factory=list)
+    runtime: bool = False       # the runtime cannot decode it exactly (no version fixes that), not a version problem
 
     def message(self) -> str:
         text = f"--{self.role} {self.given}: {self.arch.describe()} {self.reason}"
@@ -116,7 +122,7 @@ def read_architecture(src: str, role: str) -> Optional[Architecture]:
 def folder_architecture(folder: Path) -> Architecture:
     config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
     return Architecture(config.get("model_type"), tuple(config.get("architectures") or ()), "config.json",
-                        Path(folder))
+                        Path(folder), config=config)
 
 
 def _hub_architecture(repo_id: str) -> Optional[Architecture]:
@@ -277,6 +283,10 @@ def check_architecture(arch: Architecture, role: str, given: str,
         return Problem(role, given, arch, f"has no model_type in its {arch.origin}, so optimum-intel cannot tell "
                        "which architecture to export.",
                        why=["Add the model_type of its architecture to config.json (e.g. \"llama\")."])
+    if arch.config is not None:  # first: no transformers release would make such a model usable
+        refusal = runtime_problem(arch.config)
+        if refusal is not None:
+            return Problem(role, given, arch, refusal, runtime=True)
     registry = manager._SUPPORTED_MODEL_TYPE  # the membership test main_export() itself makes
     constructors = registry.get(model_type, {}).get("openvino", {})
     if TASK not in constructors:
@@ -320,16 +330,21 @@ def type_name(constructor: Any) -> str:
 
 
 def raise_problems(problems: list[Problem], written_nothing: bool = True) -> None:
-    """One ExportError listing every source that cannot be exported, with its fix."""
+    """One ExportError listing every source that cannot be exported, with its fix: a source the runtime cannot
+    decode exactly on a line of its own, then those the installed versions cannot export."""
     if not problems:
         return
-    text = "\n".join(p.message() for p in problems)
     last = "Nothing was converted or written." if written_nothing else "Nothing was converted."
-    if any(p.fix for p in problems):
-        last = "Run the command, then the export again. " + last
-    raise ExportError(f"the installed optimum-intel {installed_version('optimum-intel')} / transformers "
-                      f"{installed_version('transformers')} cannot export "
-                      f"{'this source' if len(problems) == 1 else 'these sources'}:\n{text}\n{last}")
+    lines = [p.message() for p in problems if p.runtime]
+    versions = [p for p in problems if not p.runtime]
+    if versions:
+        if any(p.fix for p in versions):
+            last = "Run the command, then the export again. " + last
+        text = "\n".join(p.message() for p in versions)
+        lines.append(f"the installed optimum-intel {installed_version('optimum-intel')} / transformers "
+                     f"{installed_version('transformers')} cannot export "
+                     f"{'this source' if len(versions) == 1 else 'these sources'}:\n{text}")
+    raise ExportError("\n".join(lines) + (" " if not versions and len(lines) == 1 else "\n") + last)
 
 
 def check_sources(sources: dict[str, Optional[str]], say: Callable[[str], None]) -> dict[str, Architecture]:
@@ -353,6 +368,98 @@ def check_sources(sources: dict[str, Optional[str]], say: Callable[[str], None])
             checked[role] = arch
     raise_problems(problems)
     return checked
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the runtime can decode exactly, read from config.json alone (no transformers: IR folders and bundles too).
+#
+# The runtime keeps a model's past as a paged KV cache and rolls a rejected draft back by shortening its past
+# length (runtime/session.py), and it verifies a block of tokens in one call whose logits must be the bits of single
+# steps. So it can decode a model only if every layer's state is a KV cache (one entry per position), and if a
+# position's arithmetic does not depend on how many tokens the call holds.
+
+# Layer kinds that keep a KV cache, as transformers names them in layer_types (layers_block_type, block_types).
+# sliding_attention is kept: OpenVINO's paged-attention transformation carries each layer's window into its
+# PagedAttention op (tests/test_architectures.py compares windowed Mistral, Qwen2, Phi-3 and StarCoder2 with
+# transformers).
+ATTENTION_LAYERS = frozenset({"attention", "full_attention", "sliding_attention"})
+STATELESS_LAYERS = frozenset({"mlp", "moe"})  # Nemotron-H's feed-forward blocks: no state at all
+LAYER_KIND_KEYS = ("layer_types", "layers_block_type", "block_types")
+# Model types with recurrent layers (state-space/Mamba, gated-delta or lightning linear attention, short
+# convolutions, RWKV and xLSTM cells), as transformers' configs give them when config.json does not list its layers;
+# the value says what to use instead. A config.json that lists only attention layers is admitted (Granite 4 micro is
+# a granitemoehybrid of attention layers alone).
+RECURRENT_MODEL_TYPES = {
+    **dict.fromkeys(("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
+                    "a Qwen3 model (qwen3, qwen3_moe), whose layers are all attention"),
+    **dict.fromkeys(("lfm2", "lfm2_moe"), "a model with attention layers only"),
+    "granitemoehybrid": "a Granite model with attention layers only (Granite 3, or Granite 4 micro)",
+    **dict.fromkeys(("mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "bamba", "zamba", "zamba2",
+                     "nemotron_h", "recurrent_gemma", "rwkv", "xlstm", "minimax", "olmo_hybrid"),
+                    "a model with attention layers only"),
+}
+# rope types whose frequencies transformers recomputes from the sequence length inside the forward pass
+# (modeling_rope_utils.dynamic_rope_update). longrope ("su" in older Phi-3 configs) switches from its short factors
+# to its long ones once a call's last position passes original_max_position_embeddings, and optimum-intel exports
+# that switch into the graph (its _longrope_forward: max(position_ids) + 1 > original_max), so a verified block that
+# crosses it computes other logits than single steps would, and the keys already cached keep the short factors.
+# "dynamic" NTK is not here: it changes nothing up to max_position_embeddings, which the runtime's context never
+# passes, and the export traces that static form. yarn, linear, llama3 and proportional are static.
+SWITCHING_ROPE = ("longrope", "su")
+
+
+def runtime_problem(config: dict[str, Any]) -> Optional[str]:
+    """Why the runtime cannot decode a model with this config.json exactly, and what to use instead, in one line;
+    None when it can."""
+    model_type = config.get("model_type")
+    kinds = next((config[key] for key in LAYER_KIND_KEYS if isinstance(config.get(key), list)), None)
+    pattern = config.get("hybrid_override_pattern")  # Nemotron-H: M a Mamba layer, * attention, - MLP, E MoE
+    if kinds is None and isinstance(pattern, str):
+        kinds = [{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}.get(c, c) for c in pattern]
+    kinds = [str(k) for k in kinds] if kinds else None
+    # attention of another pattern (Llama 4's chunked_attention): a KV cache, but a mask not proven kept
+    unknown = sorted({k for k in kinds if "attention" in k and "linear" not in k} - ATTENTION_LAYERS) if kinds else []
+    other = sorted(set(kinds) - ATTENTION_LAYERS - STATELESS_LAYERS - set(unknown)) if kinds else []
+    if other or (model_type in RECURRENT_MODEL_TYPES and not kinds):
+        instead = RECURRENT_MODEL_TYPES.get(model_type, "a model with attention layers only")
+        count = sum(k in other for k in kinds) if kinds else 0
+        layers = (f"{count} of its {len(kinds)} layers {'is' if count == 1 else 'are'} {', '.join(other)}"
+                  if count else f"state-space or recurrent layers, as transformers builds a {model_type} model")
+        return (f"has recurrent layers ({layers}): their state is overwritten token by token, so it cannot be rolled "
+                "back to the accepted length as the runtime shortens a KV cache after a rejected draft token. "
+                f"Use {instead}.")
+    if unknown:
+        return (f"has layers of another attention kind ({', '.join(unknown)}), whose mask the runtime's paged "
+                "attention is not known to keep (it keeps full and sliding-window attention). Use a model whose "
+                "layers are full_attention or sliding_attention.")
+    for rope in _rope_specs(config):
+        kind = rope.get("rope_type") or rope.get("type")
+        original = rope.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
+        context = config.get("max_position_embeddings")
+        if kind in SWITCHING_ROPE and original and context and context > original:
+            return (f"uses {kind} rope scaling, whose frequencies switch from its short factors to its long ones "
+                    f"once a sequence passes {original} tokens (original_max_position_embeddings; the context is "
+                    f"{context}): a verified block that crosses the switch would compute other logits than single "
+                    "steps. Use a variant without longrope (Phi-3: a 4k model such as "
+                    "microsoft/Phi-3-mini-4k-instruct) or another model.")
+    softcap = config.get("attn_logit_softcapping")
+    if softcap:
+        return (f"caps its attention logits (attn_logit_softcapping = {softcap}), which OpenVINO's PagedAttention, "
+                "the attention the runtime decodes and rolls back with, does not do: the output would not be the "
+                "model's. Use a model without it (Gemma 3 instead of Gemma 2).")
+    return None
+
+
+def _rope_specs(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rope settings in config.json: rope_scaling (transformers 4) and rope_parameters (transformers 5), each
+    either one setting or one per layer kind (Gemma 3: sliding_attention and full_attention)."""
+    specs = []
+    for key in ("rope_scaling", "rope_parameters"):
+        value = config.get(key)
+        if isinstance(value, dict):
+            nested = [v for v in value.values() if isinstance(v, dict)]
+            specs += nested if nested and not ("rope_type" in value or "type" in value) else [value]
+    return specs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -388,6 +495,9 @@ def _print_supported() -> None:  # pragma: no cover - a helper for docs/export.m
     for model_type, (lo, hi) in sorted(supported_model_types().items()):
         ok = transformers_v is not None and _in_range(transformers_v, lo, hi)
         fix = "" if ok else "  needs: " + (_version_fix(model_type, lo, hi)[0] or "another optimum-intel")
+        if model_type in RECURRENT_MODEL_TYPES:
+            fix = "  refused by the runtime: recurrent layers" + (" (unless all are attention)"
+                                                                if model_type == "granitemoehybrid" else "")
         print(f"  {model_type:28} transformers >= {lo or '-':8} <= {hi or '-':10}{fix}")
 
 

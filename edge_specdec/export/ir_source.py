@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..errors import ExportError
+from .checks import folder_architecture, runtime_problem
 from .convert import PARITY_STRINGS, WeightSettings, weight_statistics
 from .token_bytes import token_table
 
@@ -58,6 +59,19 @@ class IRModel:
 
     def with_tokenizer(self, how: str) -> "IRModel":
         return replace(self, tokenizer_how=how)
+
+
+def _check_runtime_admits(folder: Path, where: str) -> None:
+    """Refuse, in one line, a model whose config.json says the runtime cannot decode it exactly (recurrent layers,
+    positions that switch with the length, attention-logit softcapping: checks.runtime_problem)."""
+    try:
+        arch = folder_architecture(folder)
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"{where}: its config.json cannot be read ({exc}); copy the model's config.json from its "
+                          "Hugging Face repository into the folder.") from None
+    refusal = runtime_problem(arch.config or {})
+    if refusal is not None:
+        raise ExportError(f"{where}: {arch.describe()} {refusal}")
 
 
 def inspect_ir_folder(folder: Path, role: str, given: str) -> IRModel:
@@ -102,6 +116,7 @@ def inspect_ir_folder(folder: Path, role: str, given: str) -> IRModel:
         raise ExportError(f"{where}: no config.json beside the model; the bundle's architecture and context are read "
                           "from it: copy the model's config.json from its Hugging Face repository into the folder "
                           "(optimum-cli writes it there).")
+    _check_runtime_admits(folder, where)
     _check_tokenizer_fits(model, folder, where)
     converted = all((folder / name).is_file() for name in TOKENIZER_FILES)
     if not converted and find_spec("transformers") is None:  # find_spec looks for it without importing it

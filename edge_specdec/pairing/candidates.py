@@ -236,8 +236,13 @@ def admission(source: Source, role: str = "draft") -> str:
     optimum-intel and transformers (config.json or the GGUF header)."""
     from ..errors import ExportError
 
-    if source.kind == "bundle":
-        return ""  # exported and checked once already
+    if source.kind == "bundle":  # exported and checked once already, perhaps by a release without runtime_problem
+        from ..export.checks import folder_architecture, runtime_problem
+        if not (source.path / "config.json").is_file():
+            return ""
+        arch = folder_architecture(source.path)
+        refusal = runtime_problem(arch.config or {})
+        return f"{arch.describe()} {refusal}" if refusal else ""
     if source.kind == "ir":
         from ..export.ir_source import inspect_ir_folder
         try:
