@@ -190,3 +190,46 @@ def test_repetition_penalty_stays_lossless(pipes):
         for algorithm in ALGORITHMS:
             spec = pipe.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0)
             assert spec.token_ids == base.token_ids
+
+
+# --- the draft reads a chat's turns: the target's special tokens with twins in its vocabulary ----------------------
+
+def twin_prompt(pipe):
+    """A prompt with the target's EOS inside, and a twin map that names the draft's EOS as its twin."""
+    engine = pipe  # a Pipeline is an Engine
+    target_eos = engine.bundle.target.special_tokens["eos_token_id"]
+    draft_eos = engine.bundle.draft.special_tokens["eos_token_id"]
+    first, second = engine.tokenizer.encode("def add(a, b):"), engine.tokenizer.encode("\n    return a + b\n")
+    return first, second, first + [target_eos] + second, {target_eos: draft_eos}
+
+
+def test_the_draft_reads_a_special_token_with_a_twin_as_its_own(hetero):
+    retokenizer = hetero.draft_retokenizer
+    first, second, prompt, twins = twin_prompt(hetero)
+    ids = heterogeneous.draft_prompt_ids(prompt, hetero.vocab_map.target, retokenizer, twins)
+    twin = next(iter(twins.values()))
+    at = ids.index(twin)
+    target_bytes = hetero.target_retokenizer.bytes_of
+    assert ids[:at] == retokenizer.encode(target_bytes(first).decode())  # the text before it, as the draft spells it
+    assert retokenizer.bytes_of(ids[at + 1:]) == target_bytes(second)   # and after it, exactly its bytes
+    # without twins the special token spells nothing: the old reading of the whole text
+    plain = heterogeneous.draft_prompt_ids(prompt, hetero.vocab_map.target, retokenizer, {})
+    assert twin not in plain and retokenizer.bytes_of(plain).endswith(target_bytes(first + second))
+
+
+@pytest.mark.parametrize("algorithm", ["slem", "tli"])
+def test_twins_in_the_draft_s_prompt_keep_greedy_ids_and_bits(hetero, algorithm, monkeypatch):
+    from edge_specdec.runtime import algorithms
+    from support import logprob_bits
+
+    _, _, prompt, twins = twin_prompt(hetero)
+    monkeypatch.setattr(hetero, "draft_special_twins", twins)
+    seen = []
+    read = algorithms.draft_prompt_ids
+    monkeypatch.setattr(algorithms, "draft_prompt_ids", lambda *a: seen.append(read(*a)) or seen[-1])
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True)
+    base = hetero.generate(prompt, config, algorithm="none")
+    spec = hetero.generate(prompt, config, algorithm=algorithm, num_assistant_tokens=3, confidence=0.0, lookup=False)
+    assert spec.token_ids == base.token_ids and logprob_bits(spec) == logprob_bits(base)
+    assert seen and next(iter(twins.values())) in seen[0]  # the draft's prompt held the twin
+    assert spec.stats.draft_tokens_proposed > 0

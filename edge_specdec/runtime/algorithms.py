@@ -19,7 +19,7 @@ from ..vocab_map import VocabMap
 from .draft_window import ChatHead, window_of
 from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from .grammar import GrammarTokenizer
-from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter
+from .heterogeneous import DraftTextContext, SLEMDrafter, TLIDrafter, draft_prompt_ids
 from .retokenize import Retokenizer
 from .sampling import GenerationConfig
 from .session import ModelSession, common_prefix
@@ -66,6 +66,9 @@ class DraftContext:
     steer: Optional[Callable[[list[int], list[int], np.ndarray], int]] = None
     # the prompt's chat head, the draft window's head where it fits (draft_window.py); None: the prompt has none
     chat_head: Optional[ChatHead] = None
+    # the target's special tokens whose twins (the same name) the draft's vocabulary has: target id -> draft id,
+    # read when a drafter of the draft's text first asks (None: none)
+    draft_special_twins: Optional[Callable[[], dict[int, int]]] = None
 
     def free_drafter(self) -> SuffixDrafter:
         """The request's free drafts: its own text and the pool (suffix.py); a copy ends at an end-of-sequence
@@ -103,12 +106,21 @@ def _standard(c: DraftContext) -> Drafter:
 
 
 def _text_context(c: DraftContext) -> DraftTextContext:
-    """The draft's view of the prompt, in its own tokens (the prompt as text, re-tokenized by the draft)."""
-    text = c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids)
+    """The draft's view of the prompt, in its own tokens: the prompt as text, re-tokenized by the draft, with the
+    target's special tokens that have twins in the draft's vocabulary as those (heterogeneous.draft_prompt_ids)."""
     retokenizer = c.draft_retokenizer()
-    ids = retokenizer.encode(text)
+    twins = c.draft_special_twins() if c.draft_special_twins is not None else {}
+    head_ids = None
+    if any(token in twins for token in c.prompt_ids):
+        ids = draft_prompt_ids(c.prompt_ids, c.vocab_map.target, retokenizer, twins)
+        if c.chat_head and c.draft_window:
+            head_ids = draft_prompt_ids(c.prompt_ids[:c.chat_head.tokens], c.vocab_map.target, retokenizer, twins)
+    else:
+        ids = retokenizer.encode(c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids))
+        if c.chat_head and c.draft_window:
+            head_ids = retokenizer.encode(c.chat_head.text)
     # the chat head in the draft's tokens: as far as the draft spells its text as it spells the whole prompt's
-    head = common_prefix(retokenizer.encode(c.chat_head.text), ids) if c.chat_head and c.draft_window else None
+    head = common_prefix(head_ids, ids) if head_ids is not None else None
     return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), ids,
                             grammar_tokenizer=c.draft_grammar_tokenizer, window=window_of(c.draft_window, head))
 

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..vocab_map import NO_TOKEN, VocabMap
+from ..vocab_map import NO_TOKEN, TokenBytes, VocabMap
 from .draft_window import DraftWindow
 from .drafters import Drafter, Proposal, draft_steps, steered
 from .grammar import DraftGrammar, GrammarTokenizer
@@ -29,6 +29,30 @@ from .sampling import GenerationConfig, distribution
 from .session import ModelSession, common_prefix
 
 RESPLIT = 2  # generated draft tokens re-tokenized together with newly accepted text
+
+
+def draft_prompt_ids(prompt_ids: list[int], target_pieces: TokenBytes, retokenizer: Retokenizer,
+                     twins: dict[int, int]) -> list[int]:
+    """A prompt in the draft's tokens: its text re-tokenized by the draft, with each of the target's special tokens
+    that has a twin in the draft's vocabulary (a special token of the same name, such as ChatML's <|im_start|> and
+    <|im_end|>, which Qwen and SmolLM2 both have) as that twin, so that the draft sees where the turns of a chat
+    start and end; the target's other special tokens spell nothing here, as everywhere the draft reads text."""
+    ids: list[int] = []
+    segment = bytearray()
+
+    def flush():
+        if segment:
+            ids.extend(retokenizer.continuation(ids, bytes(segment)) if ids else
+                       retokenizer.encode(bytes(segment).decode("utf-8", errors="replace")))
+            segment.clear()
+    for token in prompt_ids:
+        if token in twins:
+            flush()
+            ids.append(twins[token])
+        else:
+            segment.extend(target_pieces.piece(token) or b"")
+    flush()
+    return ids
 
 
 class DraftTextContext:

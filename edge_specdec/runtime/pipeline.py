@@ -281,6 +281,21 @@ class Engine:
         megabytes for a large vocabulary)."""
         return special_token_texts(self.bundle.target.folder, self.bundle.target.special_tokens)
 
+    @cached_property
+    def draft_special_twins(self) -> dict[int, int]:
+        """The target's special tokens that the draft's vocabulary has under the same name (ChatML's <|im_start|>
+        and <|im_end|> in Qwen's and SmolLM2's): target id -> draft id, so that a draft of another vocabulary reads
+        a chat's turns as its own (heterogeneous.draft_prompt_ids). Read once per engine, like
+        special_token_texts; empty without a draft."""
+        if self.bundle.draft is None:
+            return {}
+        target, draft = self.vocab_map.target, self.vocab_map.draft
+        named = {text: i for i, text in special_token_texts(self.bundle.draft.folder,
+                                                            self.bundle.draft.special_tokens).items()
+                 if 0 <= i < len(draft) and not draft.has_text[i]}
+        return {i: named[text] for i, text in self.special_token_texts.items()
+                if text in named and 0 <= i < len(target) and not target.has_text[i]}
+
     def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
         """Token ids for a conversation ([{"role": "user", "content": ...}, ...]), by the target's chat template;
         tools: the functions the model may call (OpenAI's `tools`), which the template describes to it."""
@@ -561,7 +576,7 @@ class DecodingSession:
                             lambda: engine.draft_retokenizer, draft_eos, prompt, prompt_ids, config, rng, confidence,
                             draft_grammar_tokenizer=lambda: engine.draft_grammar_tokenizer, pool=pool,
                             pool_scope=pool_scope or "", draft_window=draft_window, steer=self.draft_steer,
-                            chat_head=chat_head)
+                            chat_head=chat_head, draft_special_twins=lambda: engine.draft_special_twins)
 
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
                       config: GenerationConfig) -> DraftLength:
