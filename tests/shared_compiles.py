@@ -1,0 +1,63 @@
+"""One compile per worker process of each tiny model, device and set of properties (see conftest's
+_compile_each_model_once)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+import openvino as ov
+
+# What the digest leaves out of a serialized graph: a node's friendly name that OpenVINO made up (its type and a
+# counter of every node this process created), and the names of the nodes a compile fused into each node (runtime
+# info that compile_model adds to the graph it was given, for profiling). Two reads of one IR through the same graph
+# surgery differ in these alone.
+AUTO_NAME = re.compile(rb'(<layer id="\d+" name=")[A-Za-z0-9]+_\d+(?=")')
+FUSED_NAMES = re.compile(rb'<attribute name="fused_names" version="\d+" value="[^"]*" />')
+REAL_COMPILE = ov.Core.compile_model  # as this module is first imported (by conftest.py, before any patch)
+
+
+class CompiledModels:
+    """Stands in for ov.Core.compile_model: a model compiled once for the same graph, device and properties is
+    handed out again. The key is the graph's own serialized bytes (every node, shape, constant and the runtime info
+    the IR writes), so a copy that differs in anything (another static shape, a cut output layer, a patched graph)
+    compiles on its own; a model given by path is keyed by its files' sizes and times. Core-level properties are
+    not part of the key: the runtime sets none. A compile with a CACHE_DIR property (OpenVINO's compiled-model
+    cache, which it writes and reads) and one with arguments this does not know always compile for real."""
+
+    def __init__(self, real_compile=REAL_COMPILE):
+        self.real_compile = real_compile
+        self.compiled: dict[tuple, ov.CompiledModel] = {}
+        self.locks: dict[tuple, threading.Lock] = {}
+        self.lock = threading.Lock()
+        self.scratch = Path(tempfile.mkdtemp(prefix="graph-digest-", dir="/dev/shm" if os.path.isdir("/dev/shm")
+                                             else None))
+        self.enabled = True  # False while a test that compiles for real runs (see conftest)
+
+    def digest(self, model) -> str:
+        """The model's identity: the sha256 of its IR as serialized (an ov.Model), or of its files' stats (a path)."""
+        if isinstance(model, ov.Model):
+            stem = self.scratch / f"{threading.get_ident()}"
+            xml, weights = stem.with_suffix(".xml"), stem.with_suffix(".bin")
+            ov.serialize(model, str(xml), str(weights))
+            graph = FUSED_NAMES.sub(b"", AUTO_NAME.sub(rb"\1", xml.read_bytes()))
+            return hashlib.sha256(graph + weights.read_bytes()).hexdigest()
+        path = Path(model)
+        files = [path, path.with_suffix(".bin")]
+        return repr([(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.exists()])
+
+    def __call__(self, core, model, device_name=None, config=None, *args, **kwargs):
+        if (not self.enabled or args or kwargs or device_name is None or "CACHE_DIR" in (config or {})
+                or not isinstance(model, (ov.Model, str, Path))):
+            return self.real_compile(core, model, device_name, config, *args, **kwargs)
+        key = (self.digest(model), device_name, tuple(sorted((name, repr(value))
+                                                              for name, value in (config or {}).items())))
+        with self.lock:
+            lock = self.locks.setdefault(key, threading.Lock())
+        with lock:  # one compile per key; other keys (a draft beside its target) compile at the same time
+            if key not in self.compiled:
+                self.compiled[key] = self.real_compile(core, model, device_name, config)
+            return self.compiled[key]
