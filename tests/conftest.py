@@ -102,7 +102,6 @@ def _compile_each_model_once():
     yield
     mp.undo()
     _compiles[0] = None
-    shutil.rmtree(compiles.scratch, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ import openvino as ov
 # surgery differ in these alone.
 AUTO_NAME = re.compile(rb'(<layer id="\d+" name=")[A-Za-z0-9]+_\d+(?=")')
 FUSED_NAMES = re.compile(rb'<attribute name="fused_names" version="\d+" value="[^"]*" />')
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None  # where a graph is serialized to be hashed (memory)
 REAL_COMPILE = ov.Core.compile_model  # as this module is first imported (by conftest.py, before any patch)
 
 
@@ -33,18 +34,16 @@ class CompiledModels:
         self.compiled: dict[tuple, ov.CompiledModel] = {}
         self.locks: dict[tuple, threading.Lock] = {}
         self.lock = threading.Lock()
-        self.scratch = Path(tempfile.mkdtemp(prefix="graph-digest-", dir="/dev/shm" if os.path.isdir("/dev/shm")
-                                             else None))
         self.enabled = True  # False while a test that compiles for real runs (see conftest)
 
     def digest(self, model) -> str:
         """The model's identity: the sha256 of its IR as serialized (an ov.Model), or of its files' stats (a path)."""
         if isinstance(model, ov.Model):
-            stem = self.scratch / f"{threading.get_ident()}"
-            xml, weights = stem.with_suffix(".xml"), stem.with_suffix(".bin")
-            ov.serialize(model, str(xml), str(weights))
-            graph = FUSED_NAMES.sub(b"", AUTO_NAME.sub(rb"\1", xml.read_bytes()))
-            return hashlib.sha256(graph + weights.read_bytes()).hexdigest()
+            with tempfile.TemporaryDirectory(prefix="graph-digest-", dir=SCRATCH) as folder:
+                xml, weights = Path(folder) / "model.xml", Path(folder) / "model.bin"
+                ov.serialize(model, str(xml), str(weights))
+                graph = FUSED_NAMES.sub(b"", AUTO_NAME.sub(rb"\1", xml.read_bytes()))
+                return hashlib.sha256(graph + weights.read_bytes()).hexdigest()
         path = Path(model)
         files = [path, path.with_suffix(".bin")]
         return repr([(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.exists()])
