@@ -18,6 +18,9 @@ import openvino as ov
 AUTO_NAME = re.compile(rb'(<layer id="\d+" name=")[A-Za-z0-9]+_\d+(?=")')
 FUSED_NAMES = re.compile(rb'<attribute name="fused_names" version="\d+" value="[^"]*" />')
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None  # where a graph is serialized to be hashed (memory)
+# Larger models compile for real: the tiny models and the demo pair are far below it, and a real model's weights
+# (the opt-in real_models tests) would be serialized and hashed at every compile.
+SHARED_MAX_BYTES = 64 * 2**20
 REAL_COMPILE = ov.Core.compile_model  # as this module is first imported (by conftest.py, before any patch)
 
 
@@ -27,10 +30,11 @@ class CompiledModels:
     the IR writes), so a copy that differs in anything (another static shape, a cut output layer, a patched graph)
     compiles on its own; a model given by path is keyed by its files' sizes and times. Core-level properties are
     not part of the key: the runtime sets none. A compile with a CACHE_DIR property (OpenVINO's compiled-model
-    cache, which it writes and reads) and one with arguments this does not know always compile for real."""
+    cache, which it writes and reads), one with arguments this does not know and one of a model with more than
+    max_bytes of weights always compile for real."""
 
-    def __init__(self, real_compile=REAL_COMPILE):
-        self.real_compile = real_compile
+    def __init__(self, real_compile=REAL_COMPILE, max_bytes: int = SHARED_MAX_BYTES):
+        self.real_compile, self.max_bytes = real_compile, max_bytes
         self.compiled: dict[tuple, ov.CompiledModel] = {}
         self.locks: dict[tuple, threading.Lock] = {}
         self.lock = threading.Lock()
@@ -50,7 +54,7 @@ class CompiledModels:
 
     def __call__(self, core, model, device_name=None, config=None, *args, **kwargs):
         if (not self.enabled or args or kwargs or device_name is None or "CACHE_DIR" in (config or {})
-                or not isinstance(model, (ov.Model, str, Path))):
+                or not isinstance(model, (ov.Model, str, Path)) or weight_bytes(model) > self.max_bytes):
             return self.real_compile(core, model, device_name, config, *args, **kwargs)
         key = (self.digest(model), device_name, tuple(sorted((name, repr(value))
                                                               for name, value in (config or {}).items())))
@@ -60,3 +64,11 @@ class CompiledModels:
             if key not in self.compiled:
                 self.compiled[key] = self.real_compile(core, model, device_name, config)
             return self.compiled[key]
+
+
+def weight_bytes(model) -> int:
+    """The bytes of a model's constants (an ov.Model), or of its weights file (a path)."""
+    if isinstance(model, ov.Model):
+        return sum(op.get_byte_size() for op in model.get_ordered_ops() if op.get_type_name() == "Constant")
+    weights = Path(model).with_suffix(".bin")
+    return weights.stat().st_size if weights.exists() else 0

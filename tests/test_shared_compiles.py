@@ -5,7 +5,7 @@ from __future__ import annotations
 import openvino as ov
 
 from edge_specdec.runtime.session import _prepare_graph
-from shared_compiles import REAL_COMPILE, CompiledModels
+from shared_compiles import REAL_COMPILE, SHARED_MAX_BYTES, CompiledModels, weight_bytes
 from support import load_target_xml
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
@@ -18,10 +18,10 @@ def paged_target(core: ov.Core, xml) -> ov.Model:
     return model
 
 
-def counting() -> tuple[CompiledModels, list]:
-    """A CompiledModels and the list of the compiles it ran for real."""
+def counting(**options) -> tuple[CompiledModels, list]:
+    """A CompiledModels (with these options) and the list of the compiles it ran for real."""
     real = []
-    return CompiledModels(lambda core, *args: real.append(args[1:]) or REAL_COMPILE(core, *args)), real
+    return CompiledModels(lambda core, *args: real.append(args[1:]) or REAL_COMPILE(core, *args), **options), real
 
 
 def test_two_reads_of_one_model_compile_once_and_static_copies_on_their_own(bundle_dir):
@@ -44,10 +44,14 @@ def test_two_reads_of_one_model_compile_once_and_static_copies_on_their_own(bund
     assert compiles(core, tokenizer, "CPU") is compiles(core, tokenizer, "CPU") and len(real) == 4
 
 
-def test_a_cache_folder_or_a_test_that_compiles_for_real_never_shares(bundle_dir, tmp_path):
+def test_a_cache_folder_a_larger_model_or_a_test_that_compiles_for_real_never_shares(bundle_dir, tmp_path):
     xml = load_target_xml(bundle_dir)
-    compiles, real = counting()
     core = ov.Core()
+    model = paged_target(core, xml)
+    assert 0 < weight_bytes(model) < SHARED_MAX_BYTES
+    compiles, real = counting(max_bytes=weight_bytes(model) - 1)
+    assert compiles(core, model, "CPU", CONFIG) is not compiles(core, model, "CPU", CONFIG) and len(real) == 2
+    compiles, real = counting()
     cached = {**CONFIG, "CACHE_DIR": str(tmp_path)}
     assert compiles(core, paged_target(core, xml), "CPU", cached) is not compiles(core, paged_target(core, xml),
                                                                                   "CPU", cached)
