@@ -28,7 +28,7 @@ class CompiledModels:
     """Stands in for ov.Core.compile_model: a model compiled once for the same graph, device and properties is
     handed out again. The key is the graph's own serialized bytes (every node, shape, constant and the runtime info
     the IR writes), so a copy that differs in anything (another static shape, a cut output layer, a patched graph)
-    compiles on its own; a model given by path is keyed by its files' sizes and times. Core-level properties are
+    compiles on its own; a model given by path is keyed by its files' bytes. Core-level properties are
     not part of the key: the runtime sets none. A compile with a CACHE_DIR property (OpenVINO's compiled-model
     cache, which it writes and reads), one with arguments this does not know and one of a model with more than
     max_bytes of weights always compile for real."""
@@ -41,16 +41,16 @@ class CompiledModels:
         self.enabled = True  # False while a test that compiles for real runs (see conftest)
 
     def digest(self, model) -> str:
-        """The model's identity: the sha256 of its IR as serialized (an ov.Model), or of its files' stats (a path)."""
+        """The model's identity: the sha256 of its IR as serialized (an ov.Model), or of its files (a path)."""
         if isinstance(model, ov.Model):
             with tempfile.TemporaryDirectory(prefix="graph-digest-", dir=SCRATCH) as folder:
                 xml, weights = Path(folder) / "model.xml", Path(folder) / "model.bin"
                 ov.serialize(model, str(xml), str(weights))
                 graph = FUSED_NAMES.sub(b"", AUTO_NAME.sub(rb"\1", xml.read_bytes()))
                 return hashlib.sha256(graph + weights.read_bytes()).hexdigest()
-        path = Path(model)
-        files = [path, path.with_suffix(".bin")]
-        return repr([(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.exists()])
+        path = Path(model)  # an IR file that OpenVINO reads itself: its bytes, and those of its weights
+        return hashlib.sha256(b"".join(p.read_bytes() for p in (path, path.with_suffix(".bin")) if p.exists())
+                              ).hexdigest()
 
     def __call__(self, core, model, device_name=None, config=None, *args, **kwargs):
         if (not self.enabled or args or kwargs or device_name is None or "CACHE_DIR" in (config or {})
