@@ -21,6 +21,9 @@ SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None  # where a graph is 
 # Larger models compile for real: the tiny models and the demo pair are far below it, and a real model's weights
 # (the opt-in real_models tests) would be serialized and hashed at every compile.
 SHARED_MAX_BYTES = 64 * 2**20
+# A worker keeps at most this many compiled models, the least recently handed out dropped first: a few MB each for
+# the tiny models, so that the whole suite's many bundles and settings do not pile up in memory.
+SHARED_MAX_MODELS = 256
 REAL_COMPILE = ov.Core.compile_model  # as this module is first imported (by conftest.py, before any patch)
 
 
@@ -33,8 +36,9 @@ class CompiledModels:
     cache, which it writes and reads), one with arguments this does not know and one of a model with more than
     max_bytes of weights always compile for real."""
 
-    def __init__(self, real_compile=REAL_COMPILE, max_bytes: int = SHARED_MAX_BYTES):
-        self.real_compile, self.max_bytes = real_compile, max_bytes
+    def __init__(self, real_compile=REAL_COMPILE, max_bytes: int = SHARED_MAX_BYTES,
+                 max_models: int = SHARED_MAX_MODELS):
+        self.real_compile, self.max_bytes, self.max_models = real_compile, max_bytes, max_models
         self.compiled: dict[tuple, ov.CompiledModel] = {}
         self.locks: dict[tuple, threading.Lock] = {}
         self.lock = threading.Lock()
@@ -61,9 +65,17 @@ class CompiledModels:
         with self.lock:
             lock = self.locks.setdefault(key, threading.Lock())
         with lock:  # one compile per key; other keys (a draft beside its target) compile at the same time
-            if key not in self.compiled:
-                self.compiled[key] = self.real_compile(core, model, device_name, config)
-            return self.compiled[key]
+            with self.lock:
+                found = self.compiled.pop(key, None)
+            if found is None:
+                found = self.real_compile(core, model, device_name, config)
+            with self.lock:
+                self.compiled[key] = found  # the most recently handed out last
+                while len(self.compiled) > self.max_models:
+                    oldest = next(iter(self.compiled))
+                    del self.compiled[oldest]
+                    self.locks.pop(oldest, None)
+            return found
 
 
 def weight_bytes(model) -> int:

@@ -18,6 +18,13 @@ def paged_target(core: ov.Core, xml) -> ov.Model:
     return model
 
 
+def reshaped(model: ov.Model, n: int) -> ov.Model:
+    """A copy of the model for blocks of n tokens, as graph.compile_for_block makes it."""
+    copy = model.clone()
+    copy.reshape({name: ov.PartialShape([n]) for name in ("input_ids", "position_ids")})
+    return copy
+
+
 def counting(**options) -> tuple[CompiledModels, list]:
     """A CompiledModels (with these options) and the list of the compiles it ran for real."""
     real = []
@@ -34,9 +41,9 @@ def test_two_reads_of_one_model_compile_once_and_static_copies_on_their_own(bund
     first = compiles(core, paged_target(core, xml), "CPU", CONFIG)
     second_read = paged_target(core, xml)
     assert compiles(core, second_read, "CPU", CONFIG) is first and len(real) == 1
-    shared_copy = compiles(core, _reshaped(second_read, 3), "CPU", CONFIG)
+    shared_copy = compiles(core, reshaped(second_read, 3), "CPU", CONFIG)
     assert shared_copy is not first and len(real) == 2
-    assert compiles(core, _reshaped(paged_target(core, xml), 3), "CPU", CONFIG) is shared_copy and len(real) == 2
+    assert compiles(core, reshaped(paged_target(core, xml), 3), "CPU", CONFIG) is shared_copy and len(real) == 2
     assert shared_copy.input("input_ids").get_partial_shape() == ov.PartialShape([3])
     other = compiles(core, paged_target(core, xml), "CPU", {**CONFIG, "INFERENCE_NUM_THREADS": 2})
     assert other is not first and len(real) == 3
@@ -61,8 +68,14 @@ def test_a_cache_folder_a_larger_model_or_a_test_that_compiles_for_real_never_sh
     assert len(real) == 4
 
 
-def _reshaped(model: ov.Model, n: int) -> ov.Model:
-    """A copy of the model for blocks of n tokens, as graph.compile_for_block makes it."""
-    copy = model.clone()
-    copy.reshape({name: ov.PartialShape([n]) for name in ("input_ids", "position_ids")})
-    return copy
+def test_the_least_recently_used_model_is_dropped_past_the_bound(bundle_dir):
+    xml = load_target_xml(bundle_dir)
+    compiles, real = counting(max_models=2)
+    core = ov.Core()
+    one, two = (compiles(core, reshaped(paged_target(core, xml), n), "CPU", CONFIG) for n in (1, 2))
+    assert compiles(core, reshaped(paged_target(core, xml), 1), "CPU", CONFIG) is one  # now the most recent
+    three = compiles(core, reshaped(paged_target(core, xml), 3), "CPU", CONFIG)  # drops two
+    assert len(real) == 3 and len(compiles.compiled) == 2
+    assert compiles(core, reshaped(paged_target(core, xml), 1), "CPU", CONFIG) is one
+    assert compiles(core, reshaped(paged_target(core, xml), 3), "CPU", CONFIG) is three
+    assert compiles(core, reshaped(paged_target(core, xml), 2), "CPU", CONFIG) is not two and len(real) == 4
