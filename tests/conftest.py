@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "models"))
+from shared_compiles import CompiledModels  # noqa: E402  (before any test patches OpenVINO)
 from tiny_pair import build_model, train_tokenizer  # noqa: E402
 
 # Tokenizer styles and their vocabulary sizes.
@@ -79,12 +80,41 @@ def _measure_each_plan_once():
     mp.undo()
 
 
+_compiles: list = [None]  # the CompiledModels of _compile_each_model_once
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compile_each_model_once():
+    """Engines of the same tiny bundle and settings, opened by many tests, compile the same graphs again: the
+    target, the draft, their static copies, the tokenizers. This hands out a model compiled earlier in this process
+    for the same graph (its serialized bytes), device and properties, as one Engine shares its compiled models
+    among its sessions (see shared_compiles.py for what the key holds). Tests that use monkeypatch compile for real
+    (they may count, patch or time compiles), as do compiles with OpenVINO's cache folder; sessions still get their
+    own infer requests. EDGE_SPECDEC_TEST_SHARED_COMPILES=0 turns it off (every compile for real)."""
+    import openvino as ov
+
+    if os.environ.get("EDGE_SPECDEC_TEST_SHARED_COMPILES", "1") == "0":
+        yield
+        return
+    compiles = _compiles[0] = CompiledModels()
+    mp = pytest.MonkeyPatch()
+    mp.setattr(ov.Core, "compile_model", lambda core, *args, **kwargs: compiles(core, *args, **kwargs))
+    yield
+    mp.undo()
+    _compiles[0] = None
+
+
 @pytest.fixture(autouse=True)
 def _share_measurements(request):
-    """The running test shares the measured plans of _measure_each_plan_once unless it uses monkeypatch."""
+    """The running test shares the measured plans of _measure_each_plan_once, and the compiled models of
+    _compile_each_model_once, unless it uses monkeypatch."""
     _sharing[0] = "monkeypatch" not in request.fixturenames
+    if _compiles[0] is not None:
+        _compiles[0].enabled = _sharing[0]
     yield
     _sharing[0] = False
+    if _compiles[0] is not None:
+        _compiles[0].enabled = True
 
 
 @pytest.fixture(scope="session")
