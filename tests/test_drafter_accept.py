@@ -112,9 +112,9 @@ def test_the_defaults_live_in_the_registry():
         assert entry.needs_draft and entry.drafts_ahead and entry.draft_tokens == 8
 
 
-def test_the_help_and_the_readme_are_the_registry():
+def test_the_help_and_the_usage_page_are_the_registry():
     text = algorithms_help()
     for name in ALGORITHMS:
         assert f"\n  {name} " in text
     assert all(len(line) <= 110 for line in text.splitlines())
-    assert markdown_table() in (REPO / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in (REPO / "docs" / "usage.md").read_text(encoding="utf-8")

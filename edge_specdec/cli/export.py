@@ -154,8 +154,8 @@ def add_parser(sub) -> None:
                                    "NNCF, convert their tokenizers and precompute the vocabulary map, into one "
                                    "bundle folder. Needs the export extra: pip install 'edge-specdec[export]'. "
                                    "Models the runtime cannot decode exactly (recurrent or hybrid layers, LongRoPE "
-                                   "past its switch, attention-logit softcapping) are refused first, in one line: "
-                                   "docs/export.md#architectures-the-runtime-decodes.",
+                                   "past its switch, attention-logit softcapping) are refused first, in one line "
+                                   "(`edge-specdec docs export`: the architectures the runtime decodes).",
                        epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", metavar="NAME", help="a known pair from the catalog (`edge-specdec pairs`); "
                    "--target, --draft, --out and the weight options override its entries")

@@ -1,7 +1,7 @@
 """The algorithm registry: every decoding algorithm, what it needs, its defaults and how its drafter is built, and
 the rule `auto` follows, in one table.
 
-The Pipeline, `auto`, the CLI's choices and its `algorithms:` help, the README's table, `check` and the
+The Pipeline, `auto`, the CLI's choices and its `algorithms:` help, docs/usage.md's table, `check` and the
 benchmark's default rows all read REGISTRY; a new algorithm is one entry here plus its drafter. A drafter reports
 its own statistics (`stats()`), which land in `Result.extra`.
 """
@@ -80,8 +80,8 @@ class DraftContext:
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    draft: str                        # what drafts, for --help and the README: a vocabulary, "no model" or ""
-    summary: str                      # how it proposes and verifies, one line for --help and the README
+    draft: str                        # what drafts, for --help and docs/usage.md: a vocabulary, "no model" or ""
+    summary: str                      # how it proposes and verifies, one line for --help and docs/usage.md
     # runs a draft model: its rounds can first try a free copy (sources.FreeFirst) and stop when the draft is
     # unsure (confidence)
     needs_draft: bool
@@ -222,7 +222,7 @@ def algorithms_help(width: int = 110) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of algorithms (`--algorithm`, what drafts, how it works)."""
+    """docs/usage.md's table of algorithms (`--algorithm`, what drafts, how it works)."""
     names = "|".join(re.escape(name) for name in sorted(REGISTRY, key=len, reverse=True))
     auto = re.sub(rf"(?<![\w-])({names})(?![\w-])", r"`\1`", AUTO_SUMMARY)  # the names in backticks
     rows = ["| `--algorithm` | draft | how it works |", "|---|---|---|"]
