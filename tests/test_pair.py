@@ -76,7 +76,10 @@ def test_ranking_marks_candidates_within_the_noise_as_a_tie():
         [(r["name"], r["place"], r["tie"]) for r in ranked] == [
         ("a", 1, True), ("b", 1, True), ("slow", 3, False), ("none", None, False)]
     assert not within_noise([2.0, 2.1, 1.9, 2.0], [1.0, 1.0, 1.0, 1.0])
-    assert within_noise([1.05, 1.0], [1.0, 1.0])  # two prompts: the 10 % band
+    assert within_noise([1.05, 1.0], [1.0, 1.0])  # 2.5 % apart: within the simulation's margin
+    # free copies against the target alone on the real pair: ahead on every prompt, by very different amounts from
+    # one prompt to the next; that spread is the prompts', not noise (the band of run --compare called it a tie)
+    assert not within_noise([1.04, 1.09, 1.32, 1.58, 1.0, 1.08], [1.0] * 6)
 
 
 def test_the_cheap_look_reads_two_tokenizer_json_files(model_dir):
@@ -191,7 +194,7 @@ def test_clock_free_drafting_has_no_guard():
 def test_the_timings_own_noise_makes_a_tie_too():
     from edge_specdec.pairing.rank import timing_noise
 
-    a, b = [1.30, 1.31, 1.29, 1.30], [1.25, 1.26, 1.24, 1.25]  # 4 % apart, the ratios' own spread tiny
+    a, b = [1.32, 1.33, 1.31, 1.32], [1.25, 1.26, 1.24, 1.25]  # 5.6 % apart: more than the simulation's margin
     assert not within_noise(a, b)
     assert within_noise(a, b, floor=timing_noise({1: [1.0, 0.9, 1.1, 1.0, 0.9, 1.1]}))
     assert timing_noise({1: [1.0] * 6}) == 0.0
