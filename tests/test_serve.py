@@ -424,16 +424,19 @@ class SlowEvent:
 def test_metrics_count_drafted_and_accepted_tokens(server, engine):
     """The counters follow a drafted run. The algorithm is pinned: under `auto` the drafting guard may have
     learned, from the requests before, that the tiny target alone is faster on this machine, and then a 40-token
-    run drafts nothing (as it did on a fast CI machine; the verdict below stands for it)."""
+    run drafts nothing (as it did on a fast CI machine; the verdict below stands for it). Free drafts are off:
+    the server's draft pool holds the answers of the module's earlier requests, this prompt's among them, and
+    copying the whole answer from it leaves the draft model nothing to draft."""
     learned = {"mode": False, "interval": 256, "drafting": [1.0, 1.0], "alone": [9.0, 1.0]}
     engine.remember_guard(guard_key(REGISTRY[engine.resolve_algorithm("auto")], engine.default_config), learned)
     before = {name: metric(server, name) for name in ("draft_tokens_proposed_total", "draft_tokens_accepted_total",
                                                       "target_passes_total", "generation_tokens_total")}
     out = client(server).completions.create(
         model="x", prompt=PROMPTS[1], max_tokens=40, temperature=0,
-        extra_body={"ignore_eos": True, "edge_specdec": {"algorithm": engine.resolve_algorithm("auto")}})
+        extra_body={"ignore_eos": True, "edge_specdec": {"algorithm": engine.resolve_algorithm("auto"),
+                                                        "lookup": False}})
     run = out.model_extra["edge_specdec"]
-    assert run["draft_tokens_proposed"] > 0
+    assert run["draft_tokens_proposed"] > 0 and run["pool_tokens_proposed"] == 0
     assert metric(server, "draft_tokens_proposed_total") - before["draft_tokens_proposed_total"] == \
         run["draft_tokens_proposed"]
     assert metric(server, "draft_tokens_accepted_total") - before["draft_tokens_accepted_total"] == \
