@@ -348,6 +348,7 @@ def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_
     assert "per category" in table and all(f"| {c} |" in table for c in WORKLOADS)
 
 
+@pytest.mark.slow  # opens the demo's engine and runs its cells
 def test_a_conversation_cell_is_timed_with_its_earlier_turns_in_the_kv_cache():
     from edge_specdec.benchmark.suites.workloads import WORKLOADS, earlier_turns, load_cells, runner
     from edge_specdec.runtime import Engine

@@ -172,6 +172,7 @@ def test_data_aware_int4_with_calibration_text(model_dir, tmp_path):
     assert weights["group_size"] == 32 and weights["share_by_type"]["u4"] >= 0.25
 
 
+@pytest.mark.slow  # exports a bundle
 def test_export_records_generation_defaults_only_when_told(model_dir, tmp_path, capsys):
     """--generation-default goes into the manifest, which `info` shows and a request's unset fields take; a
     setting that does not exist or a value GenerationConfig refuses stops the export before anything is written."""

@@ -335,6 +335,7 @@ def test_sampling_settings_refuse_what_they_cannot_do():
         PairSettings(sampling={"temperature": 0.7})
 
 
+@pytest.mark.slow  # `pair` end to end on the demo (the entry's fields have fast tests of their own)
 def test_pairs_result_becomes_a_catalog_entry_that_pairs_prints(capsys, monkeypatch):
     import shlex
     import sys
