@@ -110,17 +110,16 @@ def _text_context(c: DraftContext) -> DraftTextContext:
     target's special tokens that have twins in the draft's vocabulary as those (heterogeneous.draft_prompt_ids)."""
     retokenizer = c.draft_retokenizer()
     twins = c.draft_special_twins() if c.draft_special_twins is not None else {}
-    head_ids = None
-    if any(token in twins for token in c.prompt_ids):
-        ids = draft_prompt_ids(c.prompt_ids, c.vocab_map.target, retokenizer, twins)
-        if c.chat_head and c.draft_window:
-            head_ids = draft_prompt_ids(c.prompt_ids[:c.chat_head.tokens], c.vocab_map.target, retokenizer, twins)
-    else:
-        ids = retokenizer.encode(c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids))
-        if c.chat_head and c.draft_window:
-            head_ids = retokenizer.encode(c.chat_head.text)
+    with_twins = any(token in twins for token in c.prompt_ids)
+
+    def read(prompt_ids: list[int], text: str) -> list[int]:  # some of the prompt's first tokens, and their text
+        if with_twins:
+            return draft_prompt_ids(prompt_ids, c.vocab_map.target, retokenizer, twins)
+        return retokenizer.encode(text)
+    ids = read(c.prompt_ids, c.prompt if isinstance(c.prompt, str) else decode(c.vocab_map.target, c.prompt_ids))
     # the chat head in the draft's tokens: as far as the draft spells its text as it spells the whole prompt's
-    head = common_prefix(head_ids, ids) if head_ids is not None else None
+    head = (common_prefix(read(c.prompt_ids[:c.chat_head.tokens], c.chat_head.text), ids)
+            if c.chat_head and c.draft_window else None)
     return DraftTextContext(c.draft, retokenizer, c.vocab_map, len(c.prompt_ids), ids,
                             grammar_tokenizer=c.draft_grammar_tokenizer, window=window_of(c.draft_window, head))
 
