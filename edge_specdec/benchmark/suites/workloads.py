@@ -102,9 +102,9 @@ METHOD = ("Each request is a chat in the target's template (its own prompts, or 
           "request. The draft pool is emptied before every run, so no run copies an answer an earlier run (another "
           "row, or the same row's earlier repeat) wrote; the warm-pool row (--warm-pool) runs instead with a pool "
           "that holds the target alone's answers to the other requests of its category (the service pattern: many "
-          "requests of one shape), and is labelled as such; the ceiling row (--ceiling) is not a real setup: its pool holds "
-          "the target alone's answer to the very request, so it shows the most copying can give on this machine (the "
-          "last turn's prefill and one block per copied run). A conversation's earlier turns (a request with more "
+          "requests of one shape), and is labelled as such; the ceiling row (--ceiling) is not a real setup: its "
+          "pool holds the target alone's answer to the very request, so it shows the most copying can give on this "
+          "machine (the last turn's prefill and one block per copied run). A conversation's earlier turns (a request with more "
           "than one user message) are in the session's KV cache before its run is timed, as its previous turn left "
           "them in a chat app or a tool loop, for every row alike: the timed run prefills only the last turn (the "
           "draft model catches up on the conversation when it first drafts). A share is the part of the run's "
@@ -230,10 +230,11 @@ def main(args: argparse.Namespace) -> int:
 
     if args.max_new_tokens < 1 or args.repeats < 1:
         raise EdgeSpecdecError("--max-new-tokens and --repeats must be at least 1.")
-    unknown = sorted(set(args.categories or ()) - set(read_workloads(args.prompts)))
+    categories = list(read_workloads(args.prompts))
+    unknown = sorted(set(args.categories or ()) - set(categories))
     if unknown:  # before the engine loads
         raise EdgeSpecdecError(f"--categories: no request of {', '.join(unknown)}; the categories are "
-                               f"{', '.join(read_workloads(args.prompts))}.")
+                               f"{', '.join(categories)}.")
     out = Path(args.out) if args.out else None
     check_out(out)
     engine = Engine(args.bundle)
