@@ -17,7 +17,9 @@ Layouts timed, interleaved round by round, after each past:
   ..., p+n-1), so that each takes the mixed loop's one-token kernel and nothing re-lays the past. GUARD keeps
   the mixed loop whatever the thread count: "none" (no guard), "q2" (one more sequence of two pad tokens on a
   scratch block, with no past: a sequence of more than one token always selects the mixed loop), "q1" (pad
-  sequences of one token on a scratch block until there are as many sequences as threads, and at least 2 rows).
+  sequences of one token on a scratch block until there are as many sequences as threads, and at least 2 rows),
+  "hk" (such pads until there are more sequences than threads: the mixed loop then hands each kernel the query
+  heads of one key/value head together, which read the past once, instead of one query head each).
 
 Bit checks (each a yes/no with the largest difference where no), after a past saved once and restored before
 every call, so that every layout and thread count sees the same key/value bytes:
@@ -51,7 +53,7 @@ from edge_specdec.runtime.graph import LOGITS_ROWS
 from edge_specdec.runtime.probes import fill_past
 from edge_specdec.runtime.session import open_model
 
-GUARDS = ("none", "q2", "q1")
+GUARDS = ("none", "q2", "q1", "hk")
 CHECK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 64)
 
 
@@ -59,8 +61,11 @@ class Caller:
     """The real target's paged model on the CPU, compiled with a thread count (None: the runtime's default), and
     raw calls on it in each layout."""
 
-    def __init__(self, model_xml: Path, threads: int | None, capacity: int):
+    def __init__(self, model_xml: Path, threads: int | None, capacity: int, profile: bool = False):
         config = compile_config("CPU", None, threads)
+        if profile:  # the plugin's time per node, to read paged attention's share of a call
+            config["PERF_COUNT"] = "YES"
+        self.profile = profile
         self.lm = open_model(model_xml, "CPU", precision="dq", config=config, known_invariant={"dq": True})
         self.threads = int(self.lm.compiled.get_property("INFERENCE_NUM_THREADS"))
         self.session = self.lm.session()
@@ -70,6 +75,11 @@ class Caller:
         self.block_size = self.session.block_size
         self.scratch = self.pool.allocate(1)[0]  # the pad sequences' block, outside the table
         self.picks_rows = self.session.picks_rows
+
+    def attention_seconds(self) -> float:
+        """The latest call's time in its PagedAttention nodes, all layers (needs profile=True)."""
+        return sum(info.real_time.total_seconds() for info in self.request.profiling_info
+                   if info.node_type == "PagedAttention")
 
     def close(self) -> None:
         del self.session, self.request, self.pool, self.lm
@@ -101,6 +111,8 @@ class Caller:
             return [2]
         if guard == "q1":
             return [1] * max(0, self.threads - n, 2 - n)
+        if guard == "hk":  # more sequences than threads: the mixed loop then gives each kernel a whole group of
+            return [1] * max(0, self.threads + 1 - n, 2 - n)  # query heads, which reads the keys once per group
         return []
 
     def seqs(self, tokens: list[int], past: int, guard: str) -> np.ndarray:
@@ -181,7 +193,7 @@ def bit_checks(caller: Caller, saved: dict, pasts: list[int], tokens: list[int])
             bad = [v for v in verdicts if v != "yes"]
             report.append((f"past {past}, seqs/{guard}: rows equal across n = {sizes}", bad[0] if bad else "yes"))
         ref = rows[(past, "seqs", "q2", 64)]
-        for guard in ("none", "q1"):
+        for guard in ("none", "q1", "hk"):
             report.append((f"past {past}, seqs/{guard} n=64 rows equal to seqs/q2 n=64",
                            same(rows[(past, "seqs", guard, 64)], ref)))
         report.append((f"past {past}, block n=64 rows equal to seqs/q2 n=64 (another kernel: expected NO)",
@@ -205,23 +217,37 @@ def bit_checks(caller: Caller, saved: dict, pasts: list[int], tokens: list[int])
     return {"rows": rows, "report": report}
 
 
-def time_layouts(caller: Caller, pasts: list[int], rounds: int, prefill_rounds: int, tokens: list[int]) -> dict:
-    """Medians (s) of each layout's call after each past, interleaved round by round. Each visit makes 3 calls of
-    the same layout and times the last 2 (the first pays the change of shape from the layout before)."""
+def label(kind: str, guard: str, n: int) -> str:
+    return f"block {n}" if kind == "block" else f"seqs {n}/{guard}"
+
+
+def time_layouts(caller: Caller, pasts: list[int], rounds: int, prefill_rounds: int, tokens: list[int],
+                 only: set[str]) -> dict:
+    """Per (past, layout): the wall seconds and the process's CPU seconds of each timed call, interleaved round by
+    round. Each visit makes 3 calls of the same layout and times the last 2 (the first pays the change of shape
+    from the layout before)."""
     variants = [("block", "", 2), ("block", "", 1), ("block", "", 5)]
     variants += [("seqs", g, n) for n in (1, 2, 5) for g in GUARDS if not (n == 1 and g == "none")]
     long_variants = [("block", "", 64), ("seqs", "q2", 64)]
-    times: dict = {}
+    if only:
+        variants = [v for v in variants if label(*v) in only or v == ("block", "", 2)]
+        long_variants = [v for v in long_variants if label(*v) in only]
+    wall: dict = {}
+    cpu: dict = {}
+    attention: dict = {}
 
     def visit(kind, guard, n, past):
         for i in range(3):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             if kind == "block":
                 caller.block(tokens[:n], past)
             else:
                 caller.seqs(tokens[:n], past, guard)
             if i:
-                times.setdefault((past, kind, guard, n), []).append(time.perf_counter() - start)
+                wall.setdefault((past, kind, guard, n), []).append(time.perf_counter() - start)
+                cpu.setdefault((past, kind, guard, n), []).append(time.process_time() - start_cpu)
+                if caller.profile:
+                    attention.setdefault((past, kind, guard, n), []).append(caller.attention_seconds())
 
     for r in range(rounds):
         for past in pasts:
@@ -231,7 +257,24 @@ def time_layouts(caller: Caller, pasts: list[int], rounds: int, prefill_rounds: 
                 for v in long_variants:
                     visit(*v, past)
         print(f"  round {r + 1}/{rounds} done, load {load()}", flush=True)
-    return {key: statistics.median(values) for key, values in times.items()}
+    return {"median wall": {k: statistics.median(v) for k, v in wall.items()},
+            "fastest wall": {k: min(v) for k, v in wall.items()},
+            "median CPU time (all threads)": {k: statistics.median(v) for k, v in cpu.items()},
+            **({"median time in PagedAttention (the plugin's counters)":
+                {k: statistics.median(v) for k, v in attention.items()}} if attention else {})}
+
+
+def print_table(title: str, values: dict, pasts: list[int]) -> None:
+    print(f"\n{title}, ms, and the ratio to today's 2-token call (block 2)")
+    keys = sorted({key[1:] for key in values}, key=lambda k: (k[2], k[0], k[1]))
+    print("| layout | " + " | ".join(f"past {past}" for past in pasts) + " |")
+    print("|---" * (len(pasts) + 1) + "|")
+    for kind, guard, n in keys:
+        cells = []
+        for past in pasts:
+            t, base = values.get((past, kind, guard, n)), values.get((past, "block", "", 2))
+            cells.append(f"{1000 * t:.1f} ({t / base:.2f}x)" if t else "")
+        print(f"| {label(kind, guard, n)} | " + " | ".join(cells) + " |")
 
 
 def load() -> str:
@@ -254,6 +297,13 @@ def main() -> None:
     p.add_argument("--timing-threads", type=int, default=0,
                    help="INFERENCE_NUM_THREADS for the timing (0: the runtime's default for this machine)")
     p.add_argument("--no-timing", action="store_true", help="only the bit checks")
+    p.add_argument("--no-checks", action="store_true", help="only the timing")
+    p.add_argument("--profile", action="store_true",
+                   help="compile the timed model with PERF_COUNT=YES and add paged attention's time per call (the "
+                        "counters cost a little of every call, alike for every layout)")
+    p.add_argument("--only", nargs="*", default=[],
+                   help='time only these layouts (as the table names them: "block 1", "seqs 1/q2", "seqs 64/q2"; '
+                        "block 2, the reference, always)")
     args = p.parse_args()
     xml = args.bundle / "target" / "openvino_model.xml"
     if not xml.is_file():
@@ -263,7 +313,7 @@ def main() -> None:
     rng = np.random.default_rng(7)
     print(f"load before: {load()}", flush=True)
 
-    main_caller = Caller(xml, args.timing_threads or None, capacity)
+    main_caller = Caller(xml, args.timing_threads or None, capacity, profile=args.profile)
     fill_past(main_caller.session, top)
     filled = main_caller.session.length
     pasts = sorted({min(past // main_caller.block_size * main_caller.block_size, filled) for past in args.pasts})
@@ -273,23 +323,15 @@ def main() -> None:
           flush=True)
 
     if not args.no_timing:
-        medians = time_layouts(main_caller, pasts, args.rounds, args.prefill_rounds, tokens)
-        print(f"\nload after timing: {load()}\n")
-        print(f"Medians of {args.rounds} interleaved rounds (64-token calls: {args.prefill_rounds}), ms, and the ratio "
-              f"to today's 2-token call (block 2); INFERENCE_NUM_THREADS={main_caller.threads}")
-        keys = sorted({key[1:] for key in medians}, key=lambda k: (k[2], k[0], k[1]))
-        header = "| layout | " + " | ".join(f"past {past}" for past in pasts) + " |"
-        print(header)
-        print("|---" * (len(pasts) + 1) + "|")
-        for kind, guard, n in keys:
-            label = f"block {n}" if kind == "block" else f"seqs {n}/{guard}"
-            cells = []
-            for past in pasts:
-                t, base = medians.get((past, kind, guard, n)), medians.get((past, "block", "", 2))
-                cells.append(f"{1000 * t:.1f} ({t / base:.2f}x)" if t else "")
-            print(f"| {label} | " + " | ".join(cells) + " |")
+        tables = time_layouts(main_caller, pasts, args.rounds, args.prefill_rounds, tokens, set(args.only))
+        print(f"\nload after timing: {load()}; INFERENCE_NUM_THREADS={main_caller.threads}; {args.rounds} "
+              f"interleaved rounds (64-token calls: {args.prefill_rounds}), 2 timed calls per layout and round")
+        for title, values in tables.items():
+            print_table(title, values, pasts)
     main_caller.restore(saved, 0, capacity)
 
+    if args.no_checks:
+        return
     print("\nBit checks", flush=True)
     results = {main_caller.threads: bit_checks(main_caller, saved, pasts, tokens)}
     for line, verdict in results[main_caller.threads]["report"]:
@@ -299,6 +341,9 @@ def main() -> None:
         if threads in results:
             continue
         caller = Caller(xml, threads, capacity)
+        if caller.threads != threads:  # the CPU plugin caps the threads at the machine's cores
+            print(f"  INFERENCE_NUM_THREADS={threads} asked, the model runs {caller.threads}: its rows are those of "
+                  f"{caller.threads} threads (more threads than sequences cannot be tried on this machine)")
         caller.load(saved)
         results[threads] = bit_checks(caller, saved, pasts, tokens)
         for line, verdict in results[threads]["report"]:
