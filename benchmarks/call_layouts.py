@@ -55,6 +55,7 @@ from edge_specdec.runtime.session import open_model
 
 GUARDS = ("none", "q2", "q1", "hk")
 CHECK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 64)
+TIMED_SIZES = (2, 1, 5, 9, 17)  # a step of today (2), GenAI's (1), verification blocks of 4, 8 and 16 drafts
 
 
 class Caller:
@@ -79,7 +80,7 @@ class Caller:
     def attention_seconds(self) -> float:
         """The latest call's time in its PagedAttention nodes, all layers (needs profile=True)."""
         return sum(info.real_time.total_seconds() for info in self.request.profiling_info
-                   if info.node_type == "PagedAttention")
+                   if info.node_type.startswith("PagedAttention"))
 
     def close(self) -> None:
         del self.session, self.request, self.pool, self.lm
@@ -226,8 +227,8 @@ def time_layouts(caller: Caller, pasts: list[int], rounds: int, prefill_rounds: 
     """Per (past, layout): the wall seconds and the process's CPU seconds of each timed call, interleaved round by
     round. Each visit makes 3 calls of the same layout and times the last 2 (the first pays the change of shape
     from the layout before)."""
-    variants = [("block", "", 2), ("block", "", 1), ("block", "", 5)]
-    variants += [("seqs", g, n) for n in (1, 2, 5) for g in GUARDS if not (n == 1 and g == "none")]
+    variants = [("block", "", n) for n in TIMED_SIZES]
+    variants += [("seqs", g, n) for n in TIMED_SIZES for g in GUARDS if not (n == 1 and g == "none")]
     long_variants = [("block", "", 64), ("seqs", "q2", 64)]
     if only:
         variants = [v for v in variants if label(*v) in only or v == ("block", "", 2)]
@@ -273,7 +274,7 @@ def print_table(title: str, values: dict, pasts: list[int]) -> None:
         cells = []
         for past in pasts:
             t, base = values.get((past, kind, guard, n)), values.get((past, "block", "", 2))
-            cells.append(f"{1000 * t:.1f} ({t / base:.2f}x)" if t else "")
+            cells.append(f"{1000 * t:.1f} ({t / base:.2f}x)" if t is not None and base else "")
         print(f"| {label(kind, guard, n)} | " + " | ".join(cells) + " |")
 
 
