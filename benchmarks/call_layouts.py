@@ -21,6 +21,9 @@ Layouts timed, interleaved round by round, after each past:
   "hk" (such pads until there are more sequences than threads: the mixed loop then hands each kernel the query
   heads of one key/value head together, which read the past once, instead of one query head each).
 
+Printed per layout and past: the median wall time, the fastest, and the median CPU time of the process (all its
+threads; the steadiest of the three when other processes share the cores), each with its ratio to block 2.
+
 Bit checks (each a yes/no with the largest difference where no), after a past saved once and restored before
 every call, so that every layout and thread count sees the same key/value bytes:
 
@@ -28,8 +31,9 @@ every call, so that every layout and thread count sees the same key/value bytes:
 - across guards, and against block calls (expected to differ: another attention kernel);
 - key/value slots: the same tokens fed as seqs calls of 2 and of 5 tokens leave the same bytes in the cache,
   and a later call sees the same rows;
-- across thread counts (--threads; more threads than cores included): the same rows from models compiled with
-  each INFERENCE_NUM_THREADS.
+- across thread counts (--threads): the same rows from models compiled with each INFERENCE_NUM_THREADS. The CPU
+  plugin runs at most as many threads as the machine has cores (it says so): the single-token loop's hazard, more
+  threads than sequences with no guard, shows only on a machine with more cores than a call has tokens.
 
 The target is opened as the runtime opens it (open_model at --precision dq, the CPU profile's properties, an f16
 KV cache), its block-invariance probe skipped. The past is made by probes.fill_past (a short real prefill whose
@@ -62,11 +66,8 @@ class Caller:
     """The real target's paged model on the CPU, compiled with a thread count (None: the runtime's default), and
     raw calls on it in each layout."""
 
-    def __init__(self, model_xml: Path, threads: int | None, capacity: int, profile: bool = False):
+    def __init__(self, model_xml: Path, threads: int | None, capacity: int):
         config = compile_config("CPU", None, threads)
-        if profile:  # the plugin's time per node, to read paged attention's share of a call
-            config["PERF_COUNT"] = "YES"
-        self.profile = profile
         self.lm = open_model(model_xml, "CPU", precision="dq", config=config, known_invariant={"dq": True})
         self.threads = int(self.lm.compiled.get_property("INFERENCE_NUM_THREADS"))
         self.session = self.lm.session()
@@ -76,11 +77,6 @@ class Caller:
         self.block_size = self.session.block_size
         self.scratch = self.pool.allocate(1)[0]  # the pad sequences' block, outside the table
         self.picks_rows = self.session.picks_rows
-
-    def attention_seconds(self) -> float:
-        """The latest call's time in its PagedAttention nodes, all layers (needs profile=True)."""
-        return sum(info.real_time.total_seconds() for info in self.request.profiling_info
-                   if info.node_type.startswith("PagedAttention"))
 
     def close(self) -> None:
         del self.session, self.request, self.pool, self.lm
@@ -235,7 +231,6 @@ def time_layouts(caller: Caller, pasts: list[int], rounds: int, prefill_rounds: 
         long_variants = [v for v in long_variants if label(*v) in only]
     wall: dict = {}
     cpu: dict = {}
-    attention: dict = {}
 
     def visit(kind, guard, n, past):
         for i in range(3):
@@ -247,8 +242,6 @@ def time_layouts(caller: Caller, pasts: list[int], rounds: int, prefill_rounds: 
             if i:
                 wall.setdefault((past, kind, guard, n), []).append(time.perf_counter() - start)
                 cpu.setdefault((past, kind, guard, n), []).append(time.process_time() - start_cpu)
-                if caller.profile:
-                    attention.setdefault((past, kind, guard, n), []).append(caller.attention_seconds())
 
     for r in range(rounds):
         for past in pasts:
@@ -260,9 +253,7 @@ def time_layouts(caller: Caller, pasts: list[int], rounds: int, prefill_rounds: 
         print(f"  round {r + 1}/{rounds} done, load {load()}", flush=True)
     return {"median wall": {k: statistics.median(v) for k, v in wall.items()},
             "fastest wall": {k: min(v) for k, v in wall.items()},
-            "median CPU time (all threads)": {k: statistics.median(v) for k, v in cpu.items()},
-            **({"median time in PagedAttention (the plugin's counters)":
-                {k: statistics.median(v) for k, v in attention.items()}} if attention else {})}
+            "median CPU time (all threads)": {k: statistics.median(v) for k, v in cpu.items()}}
 
 
 def print_table(title: str, values: dict, pasts: list[int]) -> None:
@@ -283,7 +274,7 @@ def load() -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n    python")[0],
                                 epilog="Example: python benchmarks/call_layouts.py /root/bundles/real-pair "
                                        "--pasts 2048 4096 8192 --rounds 15 --threads 1 2 4",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -294,14 +285,11 @@ def main() -> None:
     p.add_argument("--prefill-rounds", type=int, default=5,
                    help="of those rounds, how many also time a 64-token call in each layout (slow at long pasts)")
     p.add_argument("--threads", type=int, nargs="*", default=[1, 2, 4],
-                   help="INFERENCE_NUM_THREADS values whose rows are compared bit for bit (more than the cores too)")
+                   help="INFERENCE_NUM_THREADS values whose rows are compared bit for bit (capped at the cores)")
     p.add_argument("--timing-threads", type=int, default=0,
                    help="INFERENCE_NUM_THREADS for the timing (0: the runtime's default for this machine)")
     p.add_argument("--no-timing", action="store_true", help="only the bit checks")
     p.add_argument("--no-checks", action="store_true", help="only the timing")
-    p.add_argument("--profile", action="store_true",
-                   help="compile the timed model with PERF_COUNT=YES and add paged attention's time per call (the "
-                        "counters cost a little of every call, alike for every layout)")
     p.add_argument("--only", nargs="*", default=[],
                    help='time only these layouts (as the table names them: "block 1", "seqs 1/q2", "seqs 64/q2"; '
                         "block 2, the reference, always)")
@@ -314,7 +302,7 @@ def main() -> None:
     rng = np.random.default_rng(7)
     print(f"load before: {load()}", flush=True)
 
-    main_caller = Caller(xml, args.timing_threads or None, capacity, profile=args.profile)
+    main_caller = Caller(xml, args.timing_threads or None, capacity)
     fill_past(main_caller.session, top)
     filled = main_caller.session.length
     pasts = sorted({min(past // main_caller.block_size * main_caller.block_size, filled) for past in args.pasts})
