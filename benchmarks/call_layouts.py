@@ -210,7 +210,7 @@ def bit_checks(caller: Caller, saved: dict, pasts: list[int], tokens: list[int])
             report.append((f"past {past}, K/V slots of 10 tokens fed as seqs/{guard} calls of 2, 5 and 1: equal",
                            "yes" if kv else "NO"))
             report.append((f"past {past}, a later call of 3 after them: rows equal", all_same(later)))
-    caller.restore(saved, min(pasts), max(pasts) + 80)
+        caller.restore(saved, past, past + 80)  # the next past sees the saved bytes only
     return {"rows": rows, "report": report}
 
 
