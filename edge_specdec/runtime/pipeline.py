@@ -203,6 +203,10 @@ class Engine:
             session = model.session()
             session.feed([0] * WARM_UP_BLOCK, rows=1)
             session.feed([0], rows=1)
+            # the plugin computes with its repacked weights now: the mapped file's pages it read to repack them go
+            # back to the system (weight_pages.py), one model after the other, so that the target's pages are gone
+            # before the draft's are read
+            model.release_weight_pages()
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks

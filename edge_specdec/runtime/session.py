@@ -66,6 +66,7 @@ from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .probes import passes_block_invariance
+from .weight_pages import release
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
 # the most tokens one call of a block-invariant session holds (see "Long blocks" above)
@@ -117,6 +118,9 @@ class CompiledLM:
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
         self._plan_lock = threading.Lock()  # who compiles which planned size (held only to take one)
         self.kv_cache = ""  # the KV cache's element type asked for (open_model; "" where the device keeps its own)
+        # the weights file the compiled model maps (open_model): its pages are given back once the model has run
+        # (release_weight_pages)
+        self.weights_file: Optional[Path] = None
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
 
     @property
@@ -125,6 +129,11 @@ class CompiledLM:
         cache included), from the cache inputs' block shapes; None for other models (their cache is the
         device's)."""
         return kv_bytes_per_token(self.compiled) if self.rollback_method == "paged" else None
+
+    def release_weight_pages(self) -> int:
+        """Give back the resident pages of the mapped weights file, which the device has repacked on its first
+        inference and no longer reads (weight_pages.py); call it after that inference. The bytes advised."""
+        return release(self.weights_file)
 
     def session(self, pool: Optional["BlockPool"] = None) -> "ModelSession":
         """A new decoding context: its own infer requests and KV cache, the weights shared. pool (paged only):
@@ -163,6 +172,9 @@ class CompiledLM:
             if self.block_invariant:
                 scratch.reset()
                 exact = invariant(scratch) if invariant is not None else passes_block_invariance(scratch)
+            # each copy read the mapped weights file to repack its weights on its first call: its pages go back
+            self.release_weight_pages()
+            if self.block_invariant:
                 if not exact:
                     self.static, self.planned = {}, frozenset()
                     return
@@ -622,10 +634,17 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                         block_invariant=block_invariant and rollback == "paged", vocab_size=vocab_size,
                         output_ids=output_ids, compile_static=compile_static)
         lm.kv_cache = kv_cache or device_profile.kv_cache
+        lm.weights_file = Path(model_xml).with_suffix(".bin")
         if not lm.block_invariant:
             return lm
         if attempt not in checks:
-            checks[attempt] = passes_block_invariance(lm.session())
+            # the probe's first call repacks the weights; their mapped pages go before its long past takes memory
+            # for its KV cache (LONG_PAST tokens), so that the two are not resident at once
+            probe = lm.session()
+            probe.feed([0, 0], rows=1)
+            lm.release_weight_pages()
+            checks[attempt] = passes_block_invariance(probe)
+            lm.release_weight_pages()
         if checks[attempt] is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             return lm
         first = first or lm

@@ -1,0 +1,88 @@
+"""The mapped weights files' pages go back to the system once a model has run (weight_pages.py): none stays resident
+after the engine's load, a static copy's compile or a probe, and the output keeps every bit."""
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edge_specdec.runtime.session as session_module
+from edge_specdec.runtime import Engine, GenerationConfig
+from edge_specdec.runtime.session import open_model
+from edge_specdec.runtime.weight_pages import release
+from support import SAME_VOCAB, load_target_xml, logprob_bits
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps (Linux)")
+
+
+def resident_kib(path) -> int:
+    """KiB of the file `path` resident in this process's mappings of it (/proc/self/smaps)."""
+    wanted, current, total = str(Path(path).resolve()), None, 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
+                current = fields[5].strip() if len(fields) == 6 else None
+            elif fields[0] == "Rss:" and current == wanted:
+                total += int(fields[1])
+    return total
+
+
+def test_release_drops_a_read_only_mapping_s_pages_and_keeps_its_bytes(tmp_path):
+    path = tmp_path / "weights.bin"
+    data = np.random.default_rng(0).integers(0, 256, 64 * mmap.PAGESIZE, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        assert mapped[:] == data and resident_kib(path) > 0
+        assert release(path) == len(data)
+        assert resident_kib(path) == 0
+        assert mapped[:] == data  # read back from the file
+
+
+def test_release_leaves_a_writable_mapping_alone(tmp_path):
+    path = tmp_path / "weights.bin"
+    path.write_bytes(bytes(4 * mmap.PAGESIZE))
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
+        mapped[:4] = b"kept"  # a private copy of the page, not in the file: dropping it would lose the write
+        assert release(path) == 0
+        assert mapped[:4] == b"kept" and resident_kib(path) > 0
+
+
+def test_release_of_a_file_not_mapped_does_nothing(tmp_path):
+    assert release(tmp_path / "absent.bin") == 0 and release(None) == 0
+
+
+def test_an_engine_keeps_no_weights_pages_after_its_load(bundle_dir, monkeypatch):
+    # monkeypatch: real compiles (conftest shares compiled models otherwise), so the models map their files here
+    engine = Engine(bundle_dir(*SAME_VOCAB))
+    for model in (engine.target_model, engine.draft_model):
+        assert model.weights_file.exists() and resident_kib(model.weights_file) == 0, model.weights_file
+
+
+def test_a_static_copy_s_compile_keeps_no_weights_pages(bundle_dir, monkeypatch):
+    engine = Engine(bundle_dir(*SAME_VOCAB), static_shapes=True)
+    engine.compile_static_copies()
+    assert engine.target_model.static
+    assert resident_kib(engine.target_model.weights_file) == 0
+
+
+def test_a_probe_keeps_no_weights_pages(bundle_dir, monkeypatch):
+    known: dict = {}  # no verdict known: open_model probes the target
+    model = open_model(load_target_xml(bundle_dir), known_invariant=known)
+    assert known and model.block_invariant
+    assert resident_kib(model.weights_file) == 0
+
+
+def test_giving_the_pages_back_changes_no_output_bit(bundle_dir, monkeypatch):
+    config = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True)
+
+    def run():
+        engine = Engine(bundle_dir(*SAME_VOCAB))
+        return [engine.session().generate("def f(x):", config, algorithm=a) for a in ("none", "standard")]
+    released = run()
+    monkeypatch.setattr(session_module, "release", lambda path: 0)
+    kept = run()
+    for a, b in zip(released, kept):
+        assert a.token_ids == b.token_ids and logprob_bits(a) == logprob_bits(b)
