@@ -204,7 +204,7 @@ class Engine:
             session.feed([0] * WARM_UP_BLOCK, rows=1)
             session.feed([0], rows=1)
             # the plugin computes with its repacked weights now: the mapped file's pages it read to repack them go
-            # back to the system (weight_pages.py), one model after the other, so that the target's pages are gone
+            # back to the system (spare_memory.py), one model after the other, so that the target's pages are gone
             # before the draft's are read
             model.release_weight_pages()
 

@@ -66,7 +66,7 @@ from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .probes import passes_block_invariance
-from .weight_pages import release
+from .spare_memory import release_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
 # the most tokens one call of a block-invariant session holds (see "Long blocks" above)
@@ -119,7 +119,7 @@ class CompiledLM:
         self._plan_lock = threading.Lock()  # who compiles which planned size (held only to take one)
         self.kv_cache = ""  # the KV cache's element type asked for (open_model; "" where the device keeps its own)
         # the weights file the compiled model maps (open_model): its pages are given back once the model has run
-        # (release_weight_pages)
+        # (release_weight_pages, spare_memory.py)
         self.weights_file: Optional[Path] = None
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
 
@@ -132,8 +132,8 @@ class CompiledLM:
 
     def release_weight_pages(self) -> int:
         """Give back the resident pages of the mapped weights file, which the device has repacked on its first
-        inference and no longer reads (weight_pages.py); call it after that inference. The bytes advised."""
-        return release(self.weights_file)
+        inference and no longer reads (spare_memory.py); call it after that inference. The bytes advised."""
+        return release_mapped(self.weights_file)
 
     def session(self, pool: Optional["BlockPool"] = None) -> "ModelSession":
         """A new decoding context: its own infer requests and KV cache, the weights shared. pool (paged only):
@@ -644,6 +644,8 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             probe.feed([0, 0], rows=1)
             lm.release_weight_pages()
             checks[attempt] = passes_block_invariance(probe)
+            del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
+            trim_heap()
             lm.release_weight_pages()
         if checks[attempt] is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             return lm

@@ -1,8 +1,11 @@
-"""The mapped weights files' pages go back to the system once a model has run (weight_pages.py): none stays resident
-after the engine's load, a static copy's compile or a probe, and the output keeps every bit."""
+"""Memory given back to the system (spare_memory.py): no page of a mapped weights file stays resident after the
+engine's load, a static copy's compile or a probe, and the output keeps every bit; the heap is trimmed once a
+probe's KV cache is freed."""
 from __future__ import annotations
 
 import mmap
+import platform
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ import pytest
 import edge_specdec.runtime.session as session_module
 from edge_specdec.runtime import Engine, GenerationConfig
 from edge_specdec.runtime.session import open_model
-from edge_specdec.runtime.weight_pages import release
+from edge_specdec.runtime.spare_memory import release_mapped as release, trim_heap
 from support import SAME_VOCAB, load_target_xml, logprob_bits
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps (Linux)")
@@ -82,7 +85,23 @@ def test_giving_the_pages_back_changes_no_output_bit(bundle_dir, monkeypatch):
         engine = Engine(bundle_dir(*SAME_VOCAB))
         return [engine.session().generate("def f(x):", config, algorithm=a) for a in ("none", "standard")]
     released = run()
-    monkeypatch.setattr(session_module, "release", lambda path: 0)
+    monkeypatch.setattr(session_module, "release_mapped", lambda path: 0)
     kept = run()
     for a, b in zip(released, kept):
         assert a.token_ids == b.token_ids and logprob_bits(a) == logprob_bits(b)
+
+
+def test_the_heap_is_trimmed_once_the_probe_s_cache_is_freed(bundle_dir, monkeypatch):
+    probed, trimmed = [], []
+    real_probe = session_module.passes_block_invariance
+    monkeypatch.setattr(session_module, "passes_block_invariance",
+                        lambda session: probed.append(weakref.ref(session)) or real_probe(session))
+    # at the trim, the probe's session (and with it its KV cache of LONG_PAST tokens) must be gone
+    monkeypatch.setattr(session_module, "trim_heap", lambda: trimmed.append([ref() for ref in probed]))
+    open_model(load_target_xml(bundle_dir), known_invariant={})
+    assert len(probed) == 1 and trimmed == [[None]]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_trim_heap_asks_glibc():
+    assert trim_heap() is True

@@ -1,0 +1,87 @@
+"""Memory the process holds but no longer needs, given back to the system: the pages of a model's weights file that
+its compiled model has stopped reading, and the free memory of the heap after a measurement's large KV cache.
+
+Weights pages (`release_mapped`): OpenVINO reads a model's weights by mapping its .bin file into memory
+(`Core.read_model` on a path, ENABLE_MMAP by default), and the compiled model keeps that mapping: its constants point
+into it. On its first inference the CPU plugin repacks each weight into a layout of its own, in memory of the
+process, and from then on computes with the repacked copy; the mapped pages it read to repack stay resident in the
+process all the same, about the size of the weights file again (the 1.5B int4 target's 1.1 GB file: 0.9 GiB of
+resident pages beside its repacked weights). They are clean pages of a read-only mapping of a file, so telling the
+kernel that the process does not need them now (madvise MADV_DONTNEED) drops them from the process without
+changing a byte it can read: a page read again (a row the embedding's Gather looks up) is read back from the file,
+as after any eviction. Mappings that could hold written pages (writable ones) are left alone.
+
+The heap (`trim_heap`): a KV cache's tensors are allocated one per layer and cache input, a few MiB each, which the C
+library serves from its heap once earlier large blocks were freed; freed, they stay in the heap, resident, until
+something asks it to give its free pages back (glibc's malloc_trim). The block-invariance probe's past of
+probes.LONG_PAST tokens (224 MiB of f16 KV for the 1.5B target) would otherwise stay resident after the probe.
+
+Linux only (/proc/self/maps, madvise, glibc's malloc_trim); elsewhere nothing is done.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Union
+
+MAPS = Path("/proc/self/maps")
+
+
+def mappings(path: Union[str, Path]) -> list[tuple[int, int, str]]:
+    """This process's mappings of the file `path`: (start, end, permissions) each; [] where /proc is absent."""
+    wanted = os.path.realpath(path)
+    try:
+        lines = MAPS.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(maxsplit=5)  # address, permissions, offset, device, inode, path (which may hold spaces)
+        if len(fields) == 6 and fields[5] == wanted:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            found.append((start, end, fields[1]))
+    return found
+
+
+@lru_cache(maxsize=None)
+def _libc(name: str):
+    """The C library's function `name`, or None where it cannot be called (not Linux, not in this libc)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return None
+
+
+def release_mapped(path: Optional[Union[str, Path]]) -> int:
+    """Drop from this process the resident pages of its read-only mappings of the file `path` (see "Weights pages"
+    above); the bytes of the mappings advised, 0 where there are none or nothing can be done. Call it once the
+    model that maps the file has run its first inference: pages it has not read yet would only be read again."""
+    madvise = _libc("madvise")
+    if path is None or madvise is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return 0
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    advised = 0
+    for start, end, permissions in mappings(path):
+        if "w" in permissions:  # a writable private mapping may hold pages that differ from the file: keep them
+            continue
+        if madvise(start, end - start, mmap.MADV_DONTNEED) == 0:
+            advised += end - start
+    return advised
+
+
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (see "The heap" above); whether it could be asked."""
+    trim = _libc("malloc_trim")
+    if trim is None:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
