@@ -4,6 +4,7 @@ probe's KV cache is freed."""
 from __future__ import annotations
 
 import mmap
+import time
 import platform
 import weakref
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import edge_specdec.runtime.session as session_module
 from edge_specdec.runtime import Engine, GenerationConfig
 from edge_specdec.runtime.session import open_model
-from edge_specdec.runtime.spare_memory import release_mapped as release, trim_heap
+from edge_specdec.runtime.spare_memory import release_mapped as release, releasing_mapped, trim_heap
 from support import SAME_VOCAB, load_target_xml, logprob_bits
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps (Linux)")
@@ -42,6 +43,21 @@ def test_release_drops_a_read_only_mapping_s_pages_and_keeps_its_bytes(tmp_path)
         assert release(path) == len(data)
         assert resident_kib(path) == 0
         assert mapped[:] == data  # read back from the file
+
+
+def test_pages_go_back_while_the_block_still_runs(tmp_path):
+    path = tmp_path / "weights.bin"
+    data = np.random.default_rng(1).integers(0, 256, 64 * mmap.PAGESIZE, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        with releasing_mapped(path, interval=0.01):
+            assert mapped[:] == data  # read, as a first inference reads the weights to repack them
+            deadline = time.monotonic() + 10
+            while resident_kib(path) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert resident_kib(path) == 0  # given back before the block ends
+            assert mapped[:] == data
+        assert resident_kib(path) == 0
 
 
 def test_release_leaves_a_writable_mapping_alone(tmp_path):

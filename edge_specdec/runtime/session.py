@@ -66,7 +66,7 @@ from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .probes import passes_block_invariance
-from .spare_memory import release_mapped, trim_heap
+from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
 # the most tokens one call of a block-invariant session holds (see "Long blocks" above)
@@ -118,8 +118,8 @@ class CompiledLM:
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
         self._plan_lock = threading.Lock()  # who compiles which planned size (held only to take one)
         self.kv_cache = ""  # the KV cache's element type asked for (open_model; "" where the device keeps its own)
-        # the weights file the compiled model maps (open_model): its pages are given back once the model has run
-        # (release_weight_pages, spare_memory.py)
+        # the weights file the compiled model maps (open_model): its pages are given back while and after the model
+        # first runs, when the device repacks the weights (spare_memory.py)
         self.weights_file: Optional[Path] = None
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
 
@@ -129,11 +129,6 @@ class CompiledLM:
         cache included), from the cache inputs' block shapes; None for other models (their cache is the
         device's)."""
         return kv_bytes_per_token(self.compiled) if self.rollback_method == "paged" else None
-
-    def release_weight_pages(self) -> int:
-        """Give back the resident pages of the mapped weights file, which the device has repacked on its first
-        inference and no longer reads (spare_memory.py); call it after that inference. The bytes advised."""
-        return release_mapped(self.weights_file)
 
     def session(self, pool: Optional["BlockPool"] = None) -> "ModelSession":
         """A new decoding context: its own infer requests and KV cache, the weights shared. pool (paged only):
@@ -167,13 +162,13 @@ class CompiledLM:
             trial = copy.copy(self)  # the same model, with the new copies: sessions on it run them
             trial.static = {**self.static, **staged}
             scratch = trial.session()
-            for n in staged:
-                scratch.feed([0] * n, rows=1)
+            with releasing_mapped(self.weights_file):  # each copy reads the mapped weights to repack its own
+                for n in staged:
+                    scratch.feed([0] * n, rows=1)
             if self.block_invariant:
                 scratch.reset()
                 exact = invariant(scratch) if invariant is not None else passes_block_invariance(scratch)
-            # each copy read the mapped weights file to repack its weights on its first call: its pages go back
-            self.release_weight_pages()
+            release_mapped(self.weights_file)  # the pages the check read (embedding rows)
             if self.block_invariant:
                 if not exact:
                     self.static, self.planned = {}, frozenset()
@@ -638,15 +633,15 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         if not lm.block_invariant:
             return lm
         if attempt not in checks:
-            # the probe's first call repacks the weights; their mapped pages go before its long past takes memory
-            # for its KV cache (LONG_PAST tokens), so that the two are not resident at once
+            # the probe's first call repacks the weights, their mapped pages given back as it goes, before its
+            # long past takes memory for its KV cache (LONG_PAST tokens)
             probe = lm.session()
-            probe.feed([0, 0], rows=1)
-            lm.release_weight_pages()
+            with releasing_mapped(lm.weights_file):
+                probe.feed([0, 0], rows=1)
             checks[attempt] = passes_block_invariance(probe)
             del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
             trim_heap()
-            lm.release_weight_pages()
+            release_mapped(lm.weights_file)
         if checks[attempt] is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             return lm
         first = first or lm

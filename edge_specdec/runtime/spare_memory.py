@@ -9,7 +9,9 @@ process all the same, about the size of the weights file again (the 1.5B int4 ta
 resident pages beside its repacked weights). They are clean pages of a read-only mapping of a file, so telling the
 kernel that the process does not need them now (madvise MADV_DONTNEED) drops them from the process without
 changing a byte it can read: a page read again (a row the embedding's Gather looks up) is read back from the file,
-as after any eviction. Mappings that could hold written pages (writable ones) are left alone.
+as after any eviction. Mappings that could hold written pages (writable ones) are left alone. Around a model's
+first inference (`releasing_mapped`) the pages go back as the device reads them, so that the load's peak does not
+hold the file and the repacked weights at once either.
 
 The heap (`trim_heap`): a KV cache's tensors are allocated one per layer and cache input, a few MiB each, which the C
 library serves from its heap once earlier large blocks were freed; freed, they stay in the heap, resident, until
@@ -24,9 +26,11 @@ import ctypes
 import mmap
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 MAPS = Path("/proc/self/maps")
 
@@ -85,3 +89,24 @@ def trim_heap() -> bool:
     trim.restype = ctypes.c_int
     trim(0)
     return True
+
+
+@contextmanager
+def releasing_mapped(path: Optional[Union[str, Path]], interval: float = 0.05) -> Iterator[None]:
+    """Within the block, give back the mapped pages of the file `path` every `interval` seconds (from a thread of
+    its own) and once more at its end: around a model's first inference, in which the device reads every weight
+    once to repack it, so that the pages it has read and the repacked copies are never resident at once. A page
+    dropped while the device still reads it is read back from the file (see "Weights pages" above)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            release_mapped(path)
+    thread = threading.Thread(target=loop, name="release-pages", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        release_mapped(path)
