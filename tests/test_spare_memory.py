@@ -69,6 +69,24 @@ def test_release_leaves_a_writable_mapping_alone(tmp_path):
         assert mapped[:4] == b"kept" and resident_kib(path) > 0
 
 
+def test_release_leaves_a_read_only_mapping_alone_that_holds_written_pages(tmp_path):
+    import ctypes
+
+    path = tmp_path / "weights.bin"
+    path.write_bytes(bytes(4 * mmap.PAGESIZE))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
+        mapped[:4] = b"kept"
+        address = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
+        assert libc.mprotect(address, len(mapped), mmap.PROT_READ) == 0  # now r--p, with a written page
+        try:
+            assert release(path) == 0
+            assert mapped[:4] == b"kept"
+        finally:
+            libc.mprotect(address, len(mapped), mmap.PROT_READ | mmap.PROT_WRITE)
+
+
 def test_release_of_a_file_not_mapped_does_nothing(tmp_path):
     assert release(tmp_path / "absent.bin") == 0 and release(None) == 0
 

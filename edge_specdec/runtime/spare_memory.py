@@ -9,7 +9,8 @@ process all the same, about the size of the weights file again (the 1.5B int4 ta
 resident pages beside its repacked weights). They are clean pages of a read-only mapping of a file, so telling the
 kernel that the process does not need them now (madvise MADV_DONTNEED) drops them from the process without
 changing a byte it can read: a page read again (a row the embedding's Gather looks up) is read back from the file,
-as after any eviction. Mappings that could hold written pages (writable ones) are left alone. Around a model's
+as after any eviction. Mappings that could hold written pages (writable ones, and private ones that hold copies of
+written pages) are left alone. Around a model's
 first inference (`releasing_mapped`) the pages go back as the device reads them, so that the load's peak does not
 hold the file and the repacked weights at once either.
 
@@ -32,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-MAPS = Path("/proc/self/maps")
+MAPS, SMAPS = Path("/proc/self/maps"), Path("/proc/self/smaps")
 
 
 def mappings(path: Union[str, Path]) -> list[tuple[int, int, str]]:
@@ -51,29 +52,55 @@ def mappings(path: Union[str, Path]) -> list[tuple[int, int, str]]:
     return found
 
 
+def _holding_copies() -> Optional[set[int]]:
+    """The start addresses of this process's mappings that hold anonymous pages (private copies of written pages),
+    from /proc/self/smaps; None where it cannot be read."""
+    held, start = set(), None
+    try:
+        with open(SMAPS) as f:
+            for line in f:
+                key, _, rest = line.partition(" ")
+                if "-" in key and not key.endswith(":"):  # a mapping's header line
+                    start = int(key.split("-")[0], 16)
+                elif key == "Anonymous:" and int(rest.split()[0]) > 0:
+                    held.add(start)
+    except (OSError, ValueError):
+        return None
+    return held
+
+
 @lru_cache(maxsize=None)
-def _libc(name: str):
-    """The C library's function `name`, or None where it cannot be called (not Linux, not in this libc)."""
+def _libc(name: str, argtypes: tuple, restype):
+    """The C library's function `name` with its signature, or None where it cannot be called (not Linux, not in
+    this libc)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return getattr(ctypes.CDLL(None, use_errno=True), name)
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
+    function.argtypes, function.restype = list(argtypes), restype
+    return function
+
+
+def _madvise():
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    return _libc("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int)
 
 
 def release_mapped(path: Optional[Union[str, Path]]) -> int:
     """Drop from this process the resident pages of its read-only mappings of the file `path` (see "Weights pages"
     above); the bytes of the mappings advised, 0 where there are none or nothing can be done. Call it once the
     model that maps the file has run its first inference: pages it has not read yet would only be read again."""
-    madvise = _libc("madvise")
-    if path is None or madvise is None or not hasattr(mmap, "MADV_DONTNEED"):
+    madvise = _madvise()
+    if path is None or madvise is None:
         return 0
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    advised = 0
-    for start, end, permissions in mappings(path):
-        if "w" in permissions:  # a writable private mapping may hold pages that differ from the file: keep them
+    advised, found = 0, mappings(path)
+    # a private mapping may hold copies of pages written (before it became read-only): those differ from the file
+    copies = _holding_copies() if any(p[3:4] != "s" for _, _, p in found) else set()
+    for start, end, permissions in found:
+        if "w" in permissions or (permissions[3:4] != "s" and (copies is None or start in copies)):
             continue
         if madvise(start, end - start, mmap.MADV_DONTNEED) == 0:
             advised += end - start
@@ -82,11 +109,9 @@ def release_mapped(path: Optional[Union[str, Path]]) -> int:
 
 def trim_heap() -> bool:
     """Give the heap's free pages back to the system (see "The heap" above); whether it could be asked."""
-    trim = _libc("malloc_trim")
+    trim = _libc("malloc_trim", (ctypes.c_size_t,), ctypes.c_int)
     if trim is None:
         return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
     trim(0)
     return True
 
@@ -97,6 +122,9 @@ def releasing_mapped(path: Optional[Union[str, Path]], interval: float = 0.05) -
     its own) and once more at its end: around a model's first inference, in which the device reads every weight
     once to repack it, so that the pages it has read and the repacked copies are never resident at once. A page
     dropped while the device still reads it is read back from the file (see "Weights pages" above)."""
+    if path is None or _madvise() is None:  # nothing to give back here
+        yield
+        return
     stop = threading.Event()
 
     def loop() -> None:
