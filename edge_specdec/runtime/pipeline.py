@@ -55,6 +55,7 @@ from .measurements import MeasurementCache, machine_key
 from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
 from .session import CALL_LAYOUT, BlockPool, ModelSession, open_model
 from .sources import FreeFirst
+from .spare_memory import releasing_mapped
 from .suffix import DraftPool
 from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig
 from .text import PromptTokenizer, TextStream, decode
@@ -201,8 +202,12 @@ class Engine:
             if model is None or model.rollback_method == "npuw":
                 continue
             session = model.session()
-            session.feed([0] * WARM_UP_BLOCK, rows=1)
-            session.feed([0], rows=1)
+            # the plugin repacks the weights on the first call and computes with its own copies from then on: the
+            # mapped file's pages it reads go back to the system as it goes (spare_memory.py), so that the file and
+            # the repacked copies are never resident at once (the load's peak memory)
+            with releasing_mapped(model.weights_file):
+                session.feed([0] * WARM_UP_BLOCK, rows=1)
+                session.feed([0], rows=1)
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks

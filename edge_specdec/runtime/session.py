@@ -66,6 +66,7 @@ from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .probes import passes_block_invariance
+from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
 # the most tokens one call of a block-invariant session holds (see "Long blocks" above)
@@ -117,6 +118,9 @@ class CompiledLM:
         self._lock = threading.Lock()  # static copies are compiled once, whoever asks
         self._plan_lock = threading.Lock()  # who compiles which planned size (held only to take one)
         self.kv_cache = ""  # the KV cache's element type asked for (open_model; "" where the device keeps its own)
+        # the weights file the compiled model maps (open_model): its pages are given back while and after the model
+        # first runs, when the device repacks the weights (spare_memory.py)
+        self.weights_file: Optional[Path] = None
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
 
     @property
@@ -158,11 +162,14 @@ class CompiledLM:
             trial = copy.copy(self)  # the same model, with the new copies: sessions on it run them
             trial.static = {**self.static, **staged}
             scratch = trial.session()
-            for n in staged:
-                scratch.feed([0] * n, rows=1)
+            with releasing_mapped(self.weights_file):  # each copy reads the mapped weights to repack its own
+                for n in staged:
+                    scratch.feed([0] * n, rows=1)
             if self.block_invariant:
                 scratch.reset()
                 exact = invariant(scratch) if invariant is not None else passes_block_invariance(scratch)
+            release_mapped(self.weights_file)  # the pages the check read (embedding rows)
+            if self.block_invariant:
                 if not exact:
                     self.static, self.planned = {}, frozenset()
                     return
@@ -622,10 +629,19 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                         block_invariant=block_invariant and rollback == "paged", vocab_size=vocab_size,
                         output_ids=output_ids, compile_static=compile_static)
         lm.kv_cache = kv_cache or device_profile.kv_cache
+        lm.weights_file = Path(model_xml).with_suffix(".bin")
         if not lm.block_invariant:
             return lm
         if attempt not in checks:
-            checks[attempt] = passes_block_invariance(lm.session())
+            # the probe's first call repacks the weights, their mapped pages given back as it goes, before its
+            # long past takes memory for its KV cache (LONG_PAST tokens)
+            probe = lm.session()
+            with releasing_mapped(lm.weights_file):
+                probe.feed([0, 0], rows=1)
+            checks[attempt] = passes_block_invariance(probe)
+            del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
+            trim_heap()
+            release_mapped(lm.weights_file)
         if checks[attempt] is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             return lm
         first = first or lm
