@@ -95,7 +95,7 @@ def quarter_ms(calls: list[tuple[int, float]], first: bool) -> float:
     return ms / count
 
 
-def times(models: dict, tokens: list[int], pieces: list[int], repeats: int) -> None:
+def times(models: dict, tokens: list[int], pieces: list[int], repeats: int, verbose: bool = True) -> None:
     variants = [(name, piece) for name in models for piece in pieces]
     per_token = {v: [] for v in variants}
     first_q = {v: [] for v in variants}
@@ -107,6 +107,8 @@ def times(models: dict, tokens: list[int], pieces: list[int], repeats: int) -> N
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for name, piece in order:
             calls = prefill(sessions[name], tokens, piece)
+            if verbose:
+                print(f"    {name} in pieces of {piece or 'one call'}: {sum(s for _, s in calls):.2f} s", flush=True)
             if r == 0:
                 continue  # uncounted: each variant's call sizes prepared once
             per_token[name, piece].append(sum(s for _, s in calls) * 1000 / len(tokens))
