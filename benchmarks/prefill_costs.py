@@ -72,16 +72,19 @@ def even_pieces(n: int, piece: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
 
-def prefill(session, tokens: list[int], piece: int) -> list[tuple[int, float]]:
+def prefill(session, tokens: list[int], piece: int) -> tuple[list[tuple[int, float]], float]:
     """Feed tokens into the emptied session in even pieces, each call alone (its 2 last rows' logits, as an exact
-    session computes); the (tokens, seconds) of each call."""
+    session computes); the (tokens, wall seconds) of each call, and the CPU seconds of the process over all of them
+    (every thread's: on a machine other jobs share, the work done, which their competition inflates less than the
+    wall time)."""
     session.reset()
     calls = []
+    cpu = time.process_time()
     for start, end in even_pieces(len(tokens), piece):
         began = time.perf_counter()
         session.feed(tokens[start:end], rows=2)
         calls.append((end - start, time.perf_counter() - began))
-    return calls
+    return calls, time.process_time() - cpu
 
 
 def quarter_ms(calls: list[tuple[int, float]], first: bool) -> float:
@@ -100,25 +103,30 @@ def times(models: dict, tokens: list[int], pieces: list[int], repeats: int, verb
     per_token = {v: [] for v in variants}
     first_q = {v: [] for v in variants}
     last_q = {v: [] for v in variants}
+    cpu_ms = {v: [] for v in variants}
     sessions = {name: model.session() for name, model in models.items()}
     for name in models:
         sessions[name].block_invariant = False  # the script cuts the pieces itself; a call is never re-cut
     for r in range(repeats + 1):
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for name, piece in order:
-            calls = prefill(sessions[name], tokens, piece)
+            calls, cpu = prefill(sessions[name], tokens, piece)
             if verbose:
-                print(f"    {name} in pieces of {piece or 'one call'}: {sum(s for _, s in calls):.2f} s", flush=True)
+                print(f"    {name} in pieces of {piece or 'one call'}: {sum(s for _, s in calls):.2f} s "
+                      f"(CPU {cpu:.2f} s)", flush=True)
             if r == 0:
                 continue  # uncounted: each variant's call sizes prepared once
             per_token[name, piece].append(sum(s for _, s in calls) * 1000 / len(tokens))
             first_q[name, piece].append(quarter_ms(calls, True))
             last_q[name, piece].append(quarter_ms(calls, False))
+            cpu_ms[name, piece].append(cpu * 1000 / len(tokens))
         print(f"  repeat {r}{' (uncounted)' if r == 0 else ''} done, load average {loadavg()}", flush=True)
     med = {v: statistics.median(x) for v, x in per_token.items()}
-    print(f"\nprefill of {len(tokens)} tokens: median ms per token over {repeats} repeats")
+    cpu = {v: statistics.median(x) for v, x in cpu_ms.items()}
+    print(f"\nprefill of {len(tokens)} tokens: median ms per token over {repeats} repeats (wall; CPU: the process's "
+          f"CPU ms per token, all threads)")
     print(f"{'precision':>9} {'piece':>6} {'ms/token':>9} {'vs one call':>12} {'vs dq one call':>15} "
-          f"{'first 1/4':>10} {'last 1/4':>9} {'prompt s':>9}")
+          f"{'first 1/4':>10} {'last 1/4':>9} {'prompt s':>9} {'CPU ms/tok':>11} {'CPU vs one':>11}")
     reference = med.get(("dq", 0))
     for name, piece in variants:
         one = med.get((name, 0))
@@ -126,7 +134,8 @@ def times(models: dict, tokens: list[int], pieces: list[int], repeats: int, verb
         vs_dq = f"{med[name, piece] / reference:.3f}x" if reference else "-"
         print(f"{name:>9} {piece or 'one':>6} {med[name, piece]:>9.3f} {ratio:>12} {vs_dq:>15} "
               f"{statistics.median(first_q[name, piece]):>10.3f} {statistics.median(last_q[name, piece]):>9.3f} "
-              f"{med[name, piece] * len(tokens) / 1000:>9.2f}")
+              f"{med[name, piece] * len(tokens) / 1000:>9.2f} {cpu[name, piece]:>11.3f} "
+              f"{(f'{cpu[name, piece] / cpu[name, 0]:.3f}x' if (name, 0) in cpu else '-'):>11}")
 
 
 def bits(models: dict, sizes: list[int], prompt_tokens: int = 40) -> None:

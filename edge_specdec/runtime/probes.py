@@ -16,8 +16,9 @@ LONG_PAST = 8192
 REAL_PAST = 160
 # The call sizes longest_exact_call tries, ascending. The CPU plugin picks its matmul kernels by the number of rows:
 # on an AVX2 CPU the real 1.5B int4 target's rows change bits beyond about 80 tokens a call; on a Xeon with AMX they
-# stay the same up to 256 at least. A long prompt is fed in pieces of the longest exact size (session.py, "Long
-# blocks"), and larger pieces cost less per token where the matmuls run on AMX.
+# stay the same up to 1024 at least. A long prompt is fed in pieces of the longest exact size (session.py, "Long
+# blocks"): fewer, larger calls cost less per token on the Xeon. The probe's own cost grows with the largest size
+# (its reference rows come from calls of SHORT_CALL tokens), which is why it stops at 256.
 CALL_SIZES = (16, 32, 64, 128, 256)
 # the calls the reference rows of longest_exact_call are fed in: sizes the block-invariance probe covers
 SHORT_CALL = 8
