@@ -10,7 +10,8 @@ then has sizes the block-invariance check covers. This script measures, on the r
   one call, and the ms per token of the first and last quarter of the prompt (paged attention's cost of the past).
 - bits: after a 40-token prompt, the rows of a block of n tokens against the same tokens fed in pieces of 8, for
   n up to 256 (--bits-sizes), at each precision: "equal" or the largest difference;
-- the runtime's own check (probes.passes_block_invariance) at each precision, with the session's longest block;
+- the runtime's own probes at each precision: the longest exact call (probes.longest_exact_call), then the check
+  (probes.passes_block_invariance) with calls of at most that many tokens;
 - --profile N: the CPU plugin's per-operation times of one call of N tokens after a 1024-token past (matmuls
   against attention), at each precision.
 
@@ -35,8 +36,8 @@ import openvino as ov
 from edge_specdec.bundle import load_bundle
 from edge_specdec.runtime.devices import compile_config, profile
 from edge_specdec.runtime.graph import int4_group_size
-from edge_specdec.runtime.probes import passes_block_invariance
-from edge_specdec.runtime.session import open_model
+from edge_specdec.runtime.probes import longest_exact_call, passes_block_invariance
+from edge_specdec.runtime.session import LONGEST_BLOCK, open_model
 
 # name -> (the runtime precision whose properties it starts from, properties laid over them)
 PRECISIONS = {
@@ -55,10 +56,11 @@ def loadavg() -> str:
 
 
 def open_precision(core: ov.Core, model_xml: Path, name: str, threads: int):
-    """The target compiled as the runtime compiles it, at one precision (the check skipped: this script runs it)."""
+    """The target compiled as the runtime compiles it, at one precision (its probes skipped: this script runs them)."""
     base, extra = PRECISIONS[name]
     config = {**compile_config("CPU", None, threads), **extra}
-    model = open_model(model_xml, "CPU", core=core, precision=base, config=config, known_invariant={base: True})
+    model = open_model(model_xml, "CPU", core=core, precision=base, config=config, known_invariant={base: True},
+                       known_longest={base: LONGEST_BLOCK})
     hint = model.compiled.get_property("INFERENCE_PRECISION_HINT")
     return model, str(hint)
 
@@ -166,13 +168,15 @@ def bits(models: dict, sizes: list[int], prompt_tokens: int = 40) -> None:
 
 
 def checks(models: dict) -> None:
-    print("\nthe runtime's check (passes_block_invariance: empty cache, after a 160-token prefill, after 8192 tokens)")
+    print("\nthe runtime's probes at load: the longest exact call (longest_exact_call), then the check with calls of at "
+          "most that many tokens (passes_block_invariance: empty cache, after a 160-token prefill, after 8192 tokens)")
     for name, model in models.items():
         session = model.session()
         began = time.perf_counter()
+        session.longest_call = longest = longest_exact_call(session)
         verdict = passes_block_invariance(session)
-        print(f"{name:>9}: {'block-invariant' if verdict else 'NOT block-invariant'} with calls of at most "
-              f"{session.longest_block} tokens ({time.perf_counter() - began:.1f} s)")
+        print(f"{name:>9}: longest exact call {longest} tokens, {'block-invariant' if verdict else 'NOT block-invariant'}"
+              f" ({time.perf_counter() - began:.1f} s)")
 
 
 def profile_call(core, model_xml: Path, models: dict, n: int, threads: int) -> None:
@@ -182,7 +186,8 @@ def profile_call(core, model_xml: Path, models: dict, n: int, threads: int) -> N
     for name in models:
         base, extra = PRECISIONS[name]
         config = {**compile_config("CPU", None, threads), **extra, "PERF_COUNT": True}
-        model = open_model(model_xml, "CPU", core=core, precision=base, config=config, known_invariant={base: True})
+        model = open_model(model_xml, "CPU", core=core, precision=base, config=config, known_invariant={base: True},
+                           known_longest={base: LONGEST_BLOCK})
         session = model.session()
         session.block_invariant = False
         prompt = rng.integers(0, model.vocab_size, 1024 + n).tolist()
