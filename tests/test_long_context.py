@@ -76,11 +76,11 @@ def test_open_model_checks_the_long_past_once_and_keeps_the_answer(bundle_dir, m
         pasts.append(past)
         return probe(session, past, copy)
     monkeypatch.setitem(session_module.passes_block_invariance.__globals__, "is_block_invariant", spy)
-    known: dict = {}
-    model = open_model(load_target_xml(bundle_dir), known_invariant=known)
+    known, longest = {}, {}
+    model = open_model(load_target_xml(bundle_dir), known_invariant=known, known_longest=longest)
     assert model.block_invariant and known == {"dq": True}
     assert pasts == [0, REAL_PAST, LONG_PAST]  # capped to the tiny model's context inside the probe
-    open_model(load_target_xml(bundle_dir), known_invariant=known)
+    open_model(load_target_xml(bundle_dir), known_invariant=known, known_longest=longest)
     assert pasts == [0, REAL_PAST, LONG_PAST]  # the answer came from `known` (the measurement cache), not measured again
 
 

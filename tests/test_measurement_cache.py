@@ -55,6 +55,8 @@ def test_a_file_that_is_not_a_cache_is_measured_again(tmp_path, capsys, text):
     ("target/step", "x"), ("target/step", 1000), ("target/step", 0), ("target/step", True), ("target/step", 2.0),
     ("target/invariant", {"dq": "no"}), ("target/invariant", {"dq": 1}), ("target/invariant", []),
     ("target/batch_invariant", "yes"), ("draft/fixed_block/4", None),
+    ("target/longest_block", {"dq": "256"}), ("target/longest_block", {"dq": True}),
+    ("target/longest_block", {"dq": 1}), ("target/longest_block", {"dq": 1 << 20}), ("target/longest_block", 256),
     ("guard/slem", {"mode": False}), ("guard/slem", {**GUARD, "drafting": "fast"}),
     ("guard/slem", {**GUARD, "interval": -1}), ("guard/slem", {**GUARD, "alone": [1.0, float("nan")]}),
     ("draft_device/GPU,CPU", {"GPU": 1.0}), ("no/such/measurement", True),
@@ -74,6 +76,7 @@ def test_an_entry_of_the_wrong_shape_type_or_range_is_dropped(tmp_path, capsys, 
     ("target/invariant", {"dq": False, "f32": True}, {"dq": True, "f32": True}),
     ("target/invariant", {"dq": True}, {"dq": False}),
     ("target/batch_invariant", False, True),
+    ("target/longest_block", {"dq": 64}, {"dq": 256}),
     ("target/step", 2, 3),
     ("guard/slem", GUARD, {**GUARD, "mode": True}),
 ])
@@ -164,6 +167,7 @@ def spy_checks(monkeypatch) -> list:
 
 
 BAD_ENTRIES = {
+    "longest call edited": ("target/longest_block", {"dq": 16}),
     "invariant flipped to false": ("target/invariant", {"dq": False}),
     "invariant as a string": ("target/invariant", {"dq": "no"}),
     "invariant not a dict": ("target/invariant", True),
@@ -194,10 +198,27 @@ def test_an_engine_measures_a_bad_entry_again_and_writes_what_a_cache_off_engine
     for algorithm in ("none", "auto"):
         result = engine.session().generate("def f(x):", CONFIG, algorithm=algorithm)
         assert (result.token_ids, logprob_bits(result), result.exact) == cache_off[algorithm], algorithm
-    if name == "target/invariant":
+    if name in ("target/invariant", "target/longest_block"):  # a verdict is read only with its longest call
         assert checks and engine.target_model.precision == first.target_model.precision  # measured again
+        assert engine.target_model.longest_block == first.target_model.longest_block
     if name == "target/step":
         assert steps and engine.measurements.values["target/step"] in (1, 2, 3)
+
+
+@pytest.mark.core
+def test_an_engine_keeps_the_longest_call_with_its_verdict(bundle_dir, tmp_path, monkeypatch):
+    """The longest exact call is measured once per cache key, beside the verdict measured with it, and a later
+    engine reads both without probing."""
+    bundle = bundle_dir(*SAME_VOCAB)
+    first = Engine(bundle, cache_dir=tmp_path, static_shapes=False)
+    assert first.measurements.values["target/longest_block"] == {"dq": first.target_model.longest_block}
+    assert first.target_model.longest_block > session_module.LONGEST_BLOCK  # the tiny model: the longest size tried
+    checks, longest = spy_checks(monkeypatch), []
+    probe = session_module.longest_exact_call
+    monkeypatch.setattr(session_module, "longest_exact_call", lambda s: longest.append(1) or probe(s))
+    engine = Engine(bundle, cache_dir=tmp_path, static_shapes=False)
+    assert not checks and not longest
+    assert engine.target_model.longest_block == first.target_model.longest_block and engine.target_model.block_invariant
 
 
 @pytest.mark.core

@@ -1,7 +1,8 @@
 """The measurement cache: what an engine measured about its models on this machine, remembered for later processes.
 
 Opening a bundle measures a few things on the device: whether the target's blocks are bit-identical to single
-steps at each precision (exactness, `probes.passes_block_invariance`), whether fixed block sizes pay
+steps at each precision (exactness, `probes.passes_block_invariance`) and the longest call that keeps the bits of
+short calls (`probes.longest_exact_call`, the pieces a long prompt is fed in), whether fixed block sizes pay
 (`probes.fixed_block_pays`), which single step is cheapest (`probes.cheapest_step`), and what the drafting guard
 learned. They depend on the machine (the instruction sets the CPU plugin picks its kernels by, and the threads it
 runs on), the OpenVINO version, the bundle's files, the settings and the way an exact session forms its calls, so
@@ -105,10 +106,17 @@ def _is_precision_verdicts(value: Any) -> bool:
     return type(value) is dict and all(re.fullmatch(r"[a-z0-9]{1,8}", k) and _is_bool(v) for k, v in value.items())
 
 
+def _is_precision_calls(value: Any) -> bool:
+    """The longest exact call per precision name (probes.longest_exact_call: a size of 8 to a few hundred tokens)."""
+    return type(value) is dict and all(re.fullmatch(r"[a-z0-9]{1,8}", k) and type(v) is int and 2 <= v <= 4096
+                                       for k, v in value.items())
+
+
 # name pattern -> is the value one that measurement gives? (cheapest_step gives the least block, 1 or 2, or one
 # more; a fixed block is at most a long draft's k + 1)
 VALID: list[tuple[str, Callable[[str, Any], bool]]] = [
     (r"target/invariant", lambda name, v: _is_precision_verdicts(v)),
+    (r"target/longest_block", lambda name, v: _is_precision_calls(v)),
     (r"target/batch_invariant", lambda name, v: _is_bool(v)),
     (r"target/static_invariant/\d{1,2}(,\d{1,2})*", lambda name, v: _is_bool(v)),
     (r"(target|draft)/fixed_block/\d{1,2}", lambda name, v: _is_bool(v)),

@@ -174,7 +174,8 @@ class Engine:
             "rollback": config.kv_rollback, "kv_cache": config.kv_cache, "configs": configs,
             "draft_vocab": config.draft_vocab, "call_layout": CALL_LAYOUT})
         known = dict(self.measurements.known("target/invariant") or {})  # exactness per precision, from the cache
-        checked_before = dict(known)
+        longest = dict(self.measurements.known("target/longest_block") or {})  # the longest exact call, the same
+        checked_before, longest_before = dict(known), dict(longest)
         self.vocab_map = self.bundle.load_vocab_map()
         common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
                       kv_cache=config.kv_cache)
@@ -185,8 +186,11 @@ class Engine:
                 max_context=draft.info.get("max_position_embeddings"), config=configs["draft"], **self._npu("draft"))
             self.target_model = open_model(target.model_xml, self.placement.target, **common,
                                            max_context=target.info.get("max_position_embeddings"),
-                                           config=configs["target"], known_invariant=known, **self._npu("target"))
+                                           config=configs["target"], known_invariant=known,
+                                           known_longest=longest, **self._npu("target"))
             self.draft_model = draft_job.result() if draft_job else None
+        if longest != longest_before:  # written before the verdicts measured with it
+            self.measurements.put("target/longest_block", longest)
         if known != checked_before:  # open_model checked a precision on this machine for the first time
             self.measurements.put("target/invariant", known)
 

@@ -11,9 +11,17 @@ import numpy as np
 # the past of the long block-invariance probe: attention kernels may take other paths for a long context (split
 # across threads, another tiling), and prompts of documents or tool schemas reach thousands of tokens
 LONG_PAST = 8192
-# the past of the probe after a real prefill: a prompt longer than a few dozen tokens is prefilled in one long call,
+# the past of the probe after a real prefill: a prompt longer than a few dozen tokens is prefilled in long calls,
 # whose kernels may write K/V (and attend) otherwise than short calls do, which a copied past cannot show
 REAL_PAST = 160
+# The call sizes longest_exact_call tries, ascending. The CPU plugin picks its matmul kernels by the number of rows:
+# on an AVX2 CPU the real 1.5B int4 target's rows change bits beyond about 80 tokens a call; on a Xeon with AMX they
+# stay the same up to 1024 at least. A long prompt is fed in pieces of the longest exact size (session.py, "Long
+# blocks"): fewer, larger calls cost less per token on the Xeon. The probe's own cost grows with the largest size
+# (its reference rows come from calls of SHORT_CALL tokens), which is why it stops at 256.
+CALL_SIZES = (16, 32, 64, 128, 256)
+# the calls the reference rows of longest_exact_call are fed in: sizes the block-invariance probe covers
+SHORT_CALL = 8
 
 
 @contextmanager
@@ -148,6 +156,39 @@ def is_block_invariant(session, past: int = 0, copy: bool = True) -> bool:
     pieces = np.concatenate([session.feed(tokens[end - n:end]) for n, end in zip(sizes, ends)])
     session.reset()
     return bool(np.array_equal(whole, pieces))
+
+
+def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = 40) -> int:
+    """The most tokens one call may hold and still write and compute what short calls do: the largest of `sizes`
+    for which a call of that many tokens, and a call of every smaller size, gives bit for bit the rows of the same
+    tokens fed in calls of SHORT_CALL tokens, and so does a short call after it (which reads the key/value slots the
+    long call wrote). All after a prompt of `prompt` tokens; SHORT_CALL if even the smallest size differs. Leaves
+    the session empty."""
+    sizes = sorted(n for n in sizes if session.max_context is None or prompt + n + 4 <= session.max_context)
+    if not sizes:
+        return SHORT_CALL
+    top = sizes[-1]
+    tokens = np.random.default_rng(2).integers(0, session.vocab_size, prompt + top + 4).tolist()
+    head, block = tokens[:prompt], tokens[prompt:]
+    saved, session.longest_call = session.longest_call, None  # the calls below go to the device as they are
+    try:
+        session.reset()
+        for start in range(0, prompt, SHORT_CALL):
+            session.feed(head[start:start + SHORT_CALL], rows=1)
+        reference = np.concatenate([session.feed(block[start:start + SHORT_CALL])
+                                    for start in range(0, len(block), SHORT_CALL)])
+        longest = SHORT_CALL
+        for n in sizes:
+            session.truncate(prompt)
+            rows = session.feed(block[:n])
+            after = session.feed(block[n:n + 4])
+            if not (np.array_equal(rows, reference[:n]) and np.array_equal(after, reference[n:n + 4])):
+                break
+            longest = n
+        return longest
+    finally:
+        session.longest_call = saved
+        session.reset()
 
 
 def passes_block_invariance(session) -> bool:

@@ -27,13 +27,15 @@ checks the property on the device when the model opens. In a masked session the 
 slots changes the attention sums, so it is exact only up to float noise (a near-tie can flip a greedy token),
 and it always runs f32: a run on it reports `exact` False.
 
-Long blocks (`LONGEST_BLOCK`): the same holds only up to a point. On an AVX2 CPU the real 1.5B int4 target's rows
-change bits once a call has more than about 80 tokens (the plugin picks other matmul kernels for many rows), so a
-prompt prefilled in one call leaves other key/value bits in its slots than the same tokens fed in blocks, and a
-reused prefix, a re-fed token or a later block sees them. A block-invariant session therefore feeds a long block
-in even pieces of at most LONGEST_BLOCK tokens, and a batched call holds at most that many (batching.py):
-every call it makes has between 2 and LONGEST_BLOCK tokens, the sizes the invariance check covers. A prompt's
-cost per token is the same in pieces of this size as in one call on a CPU.
+Long blocks (`CompiledLM.longest_block`): the same holds only up to a number of tokens a call, which depends on
+the CPU. On an AVX2 CPU the real 1.5B int4 target's rows change bits once a call has more than about 80 tokens (the
+plugin picks other matmul kernels for many rows), so a prompt prefilled in one call leaves other key/value bits in
+its slots than the same tokens fed in blocks, and a reused prefix, a re-fed token or a later block sees them; on a
+Xeon with AMX they stay the same up to 256 tokens at least. So open_model measures, with the precision, the longest
+call that gives the bits of short calls (`probes.longest_exact_call`, one of `probes.CALL_SIZES`; an earlier
+process's answer from the measurement cache, which keeps it with the verdict of exactness measured with it), and a
+block-invariant session feeds a long block in even pieces of at most that many tokens; a batched call holds at
+most that many (batching.py). Every call it makes has between 2 and that many tokens, the sizes the checks cover.
 
 Fixed block sizes (`min_block`): OpenVINO's CPU plugin prepares every operation again when a call has another
 number of tokens than the call before, and speculative decoding changes the block size all the time (a draft
@@ -65,16 +67,18 @@ import openvino as ov
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
-from .probes import passes_block_invariance
+from .probes import longest_exact_call, passes_block_invariance
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
-# the most tokens one call of a block-invariant session holds (see "Long blocks" above)
+# the most tokens one call of a block-invariant session holds where open_model did not measure it (a CompiledLM made
+# otherwise): the longest piece measured exact on an AVX2 CPU (see "Long blocks" above)
 LONGEST_BLOCK = 64
-# How an exact session forms its calls (paged attention, blocks cut into pieces of at most LONGEST_BLOCK tokens, at
-# least least_block tokens a call): a verdict of exactness holds for one layout only, so the measurement cache keys
-# its verdicts on this. Change it with any change to how calls are formed.
-CALL_LAYOUT = f"paged-v1-longest{LONGEST_BLOCK}"
+# How an exact session forms its calls (paged attention, blocks cut into pieces of at most the model's measured
+# longest block, at least least_block tokens a call): a verdict of exactness holds for one layout only, so the
+# measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest block measured
+# with it. Change it with any change to how calls are formed.
+CALL_LAYOUT = "paged-v2-longest-measured"
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -121,6 +125,8 @@ class CompiledLM:
         # the weights file the compiled model maps (open_model): its pages are given back while and after the model
         # first runs, when the device repacks the weights (spare_memory.py)
         self.weights_file: Optional[Path] = None
+        # the most tokens a call of its block-invariant sessions holds (see "Long blocks" above; open_model measures it)
+        self.longest_block = LONGEST_BLOCK
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
 
     @property
@@ -214,6 +220,8 @@ class ModelSession:
         self.device, self.precision, self.vocab_size = model.device, model.precision, model.vocab_size
         self.max_context, self.output_ids = model.max_context, model.output_ids
         self.block_invariant = model.block_invariant
+        # the most tokens one call holds while the session is block-invariant (None: no bound; see longest_block)
+        self.longest_call: Optional[int] = getattr(model, "longest_block", LONGEST_BLOCK)
         self.min_block = 1  # widen shorter blocks to this many tokens (see "Fixed block sizes" above)
         self.last_block = 0  # the tokens of the latest call on the device (a widened block's re-fed ones too)
         self.tokens: list[int] = []  # the logical sequence the cache holds
@@ -240,7 +248,7 @@ class ModelSession:
     @property
     def longest_block(self) -> Optional[int]:
         """The most tokens one call holds (see "Long blocks" above); None: no bound."""
-        return LONGEST_BLOCK if self.block_invariant else None
+        return self.longest_call if self.block_invariant else None
 
     @property
     def static_sizes(self) -> frozenset:
@@ -585,6 +593,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
                block_invariant: bool = True, output_ids: Optional[np.ndarray] = None,
                config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None,
+               known_longest: Optional[dict] = None,
                npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS,
                kv_cache: Optional[str] = None) -> CompiledLM:
     """Compile one model for decoding.
@@ -596,7 +605,9 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     model that is checked on the device, trying the profile's precisions in order ("dq" falls back to "f32"); if
     none passes, the model is exact only up to float noise, and its runs say so (`Result.exact`).
     known_invariant: the outcome of that check per precision from an earlier process on this machine (see
-    measurements.py); filled with what is measured.
+    measurements.py); filled with what is measured. known_longest: the same for the longest exact call per
+    precision (see "Long blocks" above), measured before the check, whose prefill it sets; a verdict is reused only
+    with the longest call it was measured with, so where that is measured again, so is the verdict.
     output_ids: compute logits for these token ids only (a draft's smaller output layer, see keep_output_rows);
     the others come out as -inf.
     kv_cache: the KV cache's element type, f32, f16 or u8 (devices.KV_CACHES; None: the device's, f16 on the CPU
@@ -620,6 +631,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     output_ids, config = _prepare_graph(model, rollback, device_profile.kind, vocab_size, output_ids, config)
     int4_group = int4_group_size(model)
     checks = known_invariant if known_invariant is not None else {}
+    longest = known_longest if known_longest is not None else {}
     first = None  # the precision asked for (the fastest), kept when none passes the check
     for attempt in device_profile.precision_attempts(precision):
         cfg = {**device_profile.precision_properties(attempt, int4_group), **(config or {}),
@@ -632,16 +644,23 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         lm.weights_file = Path(model_xml).with_suffix(".bin")
         if not lm.block_invariant:
             return lm
-        if attempt not in checks:
+        measure_longest = type(longest.get(attempt)) is not int
+        if measure_longest or attempt not in checks:
             # the probe's first call repacks the weights, their mapped pages given back as it goes, before its
             # long past takes memory for its KV cache (LONG_PAST tokens)
             probe = lm.session()
             with releasing_mapped(lm.weights_file):
                 probe.feed([0, 0], rows=1)
-            checks[attempt] = passes_block_invariance(probe)
+            if measure_longest:
+                longest[attempt] = longest_exact_call(probe)
+                checks.pop(attempt, None)  # a verdict holds for the calls of the longest block it was measured with
+            lm.longest_block = probe.longest_call = longest[attempt]
+            if attempt not in checks:
+                checks[attempt] = passes_block_invariance(probe)
             del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
             trim_heap()
             release_mapped(lm.weights_file)
+        lm.longest_block = longest[attempt]
         if checks[attempt] is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             return lm
         first = first or lm
