@@ -204,3 +204,24 @@ def test_a_batched_call_holds_at_most_the_longest_block(monkeypatch):
     assert sorted(n for group in groups for n in group) == sorted(sizes)
     assert all(sum(group) <= LONGEST_BLOCK for group in groups), groups
     assert len(groups) == 3  # [5], [60], [6, 6, 3]
+
+
+def test_a_short_context_keeps_its_longest_call_to_itself(bundle_dir):
+    """A context too short for the probe's longest sizes gives a shorter answer, which is that model's only: neither
+    it nor the verdict measured with it goes to the measurement cache, where an engine of the same bundle with
+    the whole context would read it (before, it did, and fed every prompt in pieces of 8)."""
+    known, longest = {}, {}
+    model = open_model(load_target_xml(bundle_dir), max_context=120, known_invariant=known, known_longest=longest)
+    assert model.block_invariant and model.longest_block == 64  # 40 + 64 + 4 tokens fit in 120; 40 + 128 + 4 do not
+    assert known == {} and longest == {}
+    whole = open_model(load_target_xml(bundle_dir), known_invariant=known, known_longest=longest)
+    assert whole.longest_block == max(CALL_SIZES) and longest == {"dq": max(CALL_SIZES)} and known == {"dq": True}
+
+
+def test_the_batching_check_runs_where_the_longest_exact_call_is_short(bundle_dir):
+    """The batching check's new prompt fits the longest exact call of any machine (before, under 33 tokens it drew
+    from an empty range and raised)."""
+    from edge_specdec.runtime.batching import batch_invariant
+
+    model = open_model(load_target_xml(bundle_dir), known_invariant={"dq": True}, known_longest={"dq": SHORT_CALL})
+    assert model.longest_block == SHORT_CALL and batch_invariant(model)

@@ -217,8 +217,9 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
             rows = [int(rng.integers(1, len(block) + 1)) for block in blocks]
             newcomer = int(rng.integers(0, sessions))  # this one starts over with a prompt
             group[newcomer].reset()
-            longest = group[newcomer].longest_block or 120  # with the others' blocks of up to 6: one call
-            blocks[newcomer] = rng.integers(0, model.vocab_size, int(rng.integers(20, longest - 12))).tolist()
+            # with the others' blocks of up to 6: one call (a machine whose longest exact call is short: a short one)
+            most = max(3, (group[newcomer].longest_block or 120) - 12)
+            blocks[newcomer] = rng.integers(0, model.vocab_size, int(rng.integers(min(20, most - 1), most))).tolist()
             rows[newcomer] = 1
             alone = [s.infer_alone(block, r)[-r:] for s, block, r in zip(group, blocks, rows)]
             together = queue.together([Call(s, block, r) for s, block, r in zip(group, blocks, rows)])

@@ -158,7 +158,16 @@ def is_block_invariant(session, past: int = 0, copy: bool = True) -> bool:
     return bool(np.array_equal(whole, pieces))
 
 
-def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = 40) -> int:
+PROBE_PROMPT = 40  # the prompt before longest_exact_call's calls
+
+
+def context_cuts_the_probe(max_context) -> bool:
+    """Does a context of max_context tokens leave out some of longest_exact_call's sizes? Its answer is then this
+    context's, not the machine's, and is not kept as the machine's measurement."""
+    return max_context is not None and PROBE_PROMPT + max(CALL_SIZES) + 4 > max_context
+
+
+def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = PROBE_PROMPT) -> int:
     """The most tokens one call may hold and still write and compute what short calls do: the largest of `sizes`
     for which a call of that many tokens, and a call of every smaller size, gives bit for bit the rows of the same
     tokens fed in calls of SHORT_CALL tokens, and so does a short call after it (which reads the key/value slots the

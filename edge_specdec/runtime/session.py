@@ -67,7 +67,7 @@ import openvino as ov
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
-from .probes import longest_exact_call, passes_block_invariance
+from .probes import context_cuts_the_probe, longest_exact_call, passes_block_invariance
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -645,23 +645,28 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         if not lm.block_invariant:
             return lm
         measure_longest = type(longest.get(attempt)) is not int
-        if measure_longest or attempt not in checks:
+        passed = None if measure_longest else checks.get(attempt)  # a verdict holds for the longest call it had
+        lm.longest_block = longest.get(attempt, LONGEST_BLOCK)
+        if passed is None:
             # the probe's first call repacks the weights, their mapped pages given back as it goes, before its
             # long past takes memory for its KV cache (LONG_PAST tokens)
             probe = lm.session()
             with releasing_mapped(lm.weights_file):
                 probe.feed([0, 0], rows=1)
             if measure_longest:
-                longest[attempt] = longest_exact_call(probe)
-                checks.pop(attempt, None)  # a verdict holds for the calls of the longest block it was measured with
-            lm.longest_block = probe.longest_call = longest[attempt]
-            if attempt not in checks:
-                checks[attempt] = passes_block_invariance(probe)
+                lm.longest_block = longest_exact_call(probe)
+            probe.longest_call = lm.longest_block
+            passed = passes_block_invariance(probe)
+            # both are the machine's, for later processes; but a short context leaves the longest sizes untried,
+            # and what it found then is this model's only: neither is kept
+            if context_cuts_the_probe(max_context) and measure_longest:
+                checks.pop(attempt, None)
+            else:
+                longest[attempt], checks[attempt] = lm.longest_block, passed
             del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
             trim_heap()
             release_mapped(lm.weights_file)
-        lm.longest_block = longest[attempt]
-        if checks[attempt] is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
+        if passed is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             return lm
         first = first or lm
     lm = first  # no precision passed the bitwise check: exact up to float noise, like "masked"
