@@ -206,3 +206,20 @@ def test_a_verdict_is_written_to_disk_only_when_its_mode_or_interval_changes(tmp
     assert len(writes) == 1 and engine.guard_prior("slem")["alone"] == [1.1, 0.1]
     engine.remember_guard("slem", {**verdict, "interval": 128})
     assert len(writes) == 2
+
+
+def test_the_benchmarks_guard_row_runs_the_default_with_its_guard(bundle_dir, monkeypatch):
+    """`bench`'s rows name their algorithm, which turns the guard off; its -conf-guard row is the default as `auto`
+    runs it, guard on (opt-in, not a default row), with the output unchanged."""
+    from edge_specdec.benchmark.setups import candidate_specs
+
+    specs = {s.name: s for s in candidate_specs("heterogeneous", [3])}
+    row = specs["ours-slem-conf-guard"]
+    assert not row.default and row.speculative().guard is True and specs["ours-slem-conf"].speculative().guard is None
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting always loses here
+    guarded = pipe.generate("def f(x):", config, row.speculative())
+    plain = pipe.generate("def f(x):", config, specs["ours-slem-conf"].speculative())
+    assert guarded.stats.rounds_drafting_paused > 0 and plain.stats.rounds_drafting_paused == 0
+    assert guarded.token_ids == plain.token_ids
