@@ -243,7 +243,8 @@ class DraftingGuard:
     alone's. The target alone is then measured again (`probe` rounds) and the faster mode runs. A sure loss also
     sets aside the drafting and alone rates measured before it (an earlier prompt's, a prior's): the two modes are
     compared on this request's rounds. So a short answer whose draft keeps almost nothing (a translation the draft
-    does not know) pays a few rounds for drafting, not the whole answer.
+    does not know) pays a few rounds for drafting, not the whole answer, and the next request (another prompt) starts
+    from what the guard knew before it (`learned`).
 
     prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
     starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again
@@ -262,6 +263,9 @@ class DraftingGuard:
         self.before, self.interval = True, recheck  # the mode before the running probe; rounds between probes
         self.probing = False
         self.alone_rounds = 0  # rounds this guard ran the target alone
+        # a sure loss speaks of this prompt (what the target keeps of its drafts), not of the machine: what the guard
+        # had learned before the first one is what the next run starts from (see learned)
+        self.sure_lost, self.before_loss = False, None
         if prior:
             self.rates = {True: list(prior["drafting"]), False: list(prior["alone"])}
             self.mode = self.before = bool(prior["mode"])
@@ -269,7 +273,11 @@ class DraftingGuard:
             self.left = 1 + min(self.interval, 4 * recheck)  # + the run's first round, which carries the prompt
 
     def learned(self) -> Optional[dict]:
-        """What this guard found, JSON-ready, as the next run's `prior`; None before both modes were measured."""
+        """What this guard found, JSON-ready, as the next run's `prior`; None before both modes were measured. After
+        a sure loss, what it had found before it: the next request, another prompt, starts where the runs before
+        this prompt left it."""
+        if self.sure_lost:
+            return self.before_loss
         if not self.rates[True][1] or not self.rates[False][1]:
             return None
         return {"mode": self.before if self.probing else self.mode, "interval": self.interval,
@@ -294,6 +302,8 @@ class DraftingGuard:
         self.left -= 1
         if stretch and self.left > 0:
             if self.sure_loss():
+                if not self.sure_lost:
+                    self.before_loss, self.sure_lost = self.learned(), True
                 # this request's drafting rounds are the measurement: earlier rates (another prompt's) are set aside
                 s = self.stretch
                 self.rates = {True: [s[0] + s[1], s[2] + s[3]], False: [0.0, 0.0]}
