@@ -10,6 +10,8 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
                                 draft probability (its top one) is under 0.7
     ours-ALG-conf-nolookup      the same without looking up the next tokens in the prompt and output first
                                 (the draft model drafts every round; no free copies)
+    ours-ALG-conf-guard         ours-ALG-conf with the drafting guard `auto` runs (a row names its algorithm, which
+                                turns the guard off): the target alone while drafting loses; not a default row
     ours-ALG-POLICY             the same with an adaptive draft length, one row per adaptive draft policy of the
                                 runtime (schedule: +2 after a fully accepted round, -1 otherwise; cost: the K
                                 that maximizes measured tokens/s), starting at the smallest K
