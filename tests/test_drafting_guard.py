@@ -174,6 +174,21 @@ def test_a_prior_verdict_skips_the_warm_up_and_is_still_checked():
     assert not winning[0] and all(winning[-20:])
 
 
+def test_a_verdict_is_checked_again_across_requests_shorter_than_its_interval():
+    """Each request shorter than the verdict's interval (a busy moment made the target alone win): the countdown
+    to the next check goes on from one request to the next, so drafting is measured again and wins back, where
+    each request restarting the countdown would run the target alone for ever."""
+    guard = DraftingGuard()
+    simulate(guard, 12, drafting=(2, 0.3), alone=(1, 0.1))  # drafting lost on a busy machine
+    prior, drafted = guard.learned(), []
+    assert prior["mode"] is False
+    for request in range(6):  # 30-token answers on the machine, quiet again: drafting wins
+        guard = DraftingGuard(prior=prior)
+        drafted.append(sum(simulate(guard, 30, drafting=(3, 0.2), alone=(1, 0.1))))
+        prior = guard.learned()
+    assert drafted[0] + drafted[1] > 0 and drafted[-1] >= 28 and prior["mode"] is True
+
+
 def test_nothing_is_learned_before_both_modes_ran():
     guard = DraftingGuard()
     simulate(guard, 3)  # still in its warm-up: only drafting measured
@@ -191,9 +206,9 @@ def test_the_next_run_of_an_engine_starts_from_the_guards_verdict(bundle_dir, mo
     second = pipe.generate("def f(x):", config, lookup=False)
     assert first.token_ids == second.token_ids == alone.token_ids
     drafted = [r.stats.rounds - r.stats.rounds_drafting_paused for r in (first, second)]
-    # the first run drafts its warm-up rounds; the second starts where it ended and has no round to spare for a
-    # probe (its verdict came 32 rounds before the next check)
-    assert drafted[0] >= 5 and drafted[1] == 0
+    # the first run drafts its warm-up rounds; the second starts where it ended, the target alone, and drafts only
+    # when the first run's countdown to the next check runs out: one probe of drafting (2 * probe rounds)
+    assert drafted[0] >= 5 and drafted[1] <= 4 and second.stats.rounds_drafting_paused > drafted[1]
     # another kind of request (a repetition penalty moves acceptance) does not take this verdict
     other = pipe.generate("def f(x):", dataclasses.replace(config, repetition_penalty=1.3), lookup=False)
     assert other.stats.rounds - other.stats.rounds_drafting_paused > drafted[1]
@@ -205,6 +220,8 @@ def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):
     verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
     plan.put("guard/slem", verdict)
     assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"] == verdict
+    plan.put("guard/slem", {**verdict, "left": 7})  # with the countdown to its next check
+    assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"]["left"] == 7
 
 
 def test_a_verdict_is_written_to_disk_only_when_its_mode_or_interval_changes(tmp_path, monkeypatch):

@@ -248,8 +248,9 @@ class DraftingGuard:
 
     prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
     starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again
-    within `4 * recheck` rounds (sooner if it lost only lately, or as soon as drafting loses on this request, see
-    above), so a prompt on which it wins is followed. Without a prior, a short run on which drafting loses would
+    when the countdown the earlier run left runs out (at most `4 * recheck` rounds, sooner if it lost only lately,
+    or as soon as drafting loses on this request, see above), so a prompt on which it wins is followed, and a
+    verdict is checked again even when every request is shorter than its interval. Without a prior, a short run on which drafting loses would
     spend a tenth of its rounds finding that out, every time."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
@@ -270,7 +271,9 @@ class DraftingGuard:
             self.rates = {True: list(prior["drafting"]), False: list(prior["alone"])}
             self.mode = self.before = bool(prior["mode"])
             self.interval = int(prior["interval"])
-            self.left = 1 + min(self.interval, 4 * recheck)  # + the run's first round, which carries the prompt
+            # the countdown to the next check goes on from where the last run left it (its "left"): runs shorter than
+            # the interval would otherwise each start it again, and never check the other mode
+            self.left = 1 + min(int(prior.get("left", self.interval)), self.interval, 4 * recheck)  # (+ the first round)
 
     def learned(self) -> Optional[dict]:
         """What this guard found, JSON-ready, as the next run's `prior`; None before both modes were measured. After
@@ -281,6 +284,7 @@ class DraftingGuard:
         if not self.rates[True][1] or not self.rates[False][1]:
             return None
         return {"mode": self.before if self.probing else self.mode, "interval": self.interval,
+                "left": 0 if self.probing else max(0, self.left),  # (a probe cut short: the next run checks at once)
                 "drafting": [round(v, 6) for v in self.rates[True]], "alone": [round(v, 6) for v in self.rates[False]]}
 
     def drafting(self) -> bool:
