@@ -21,9 +21,12 @@ SPEC_BENCH_CATEGORIES = {"code_generation", "code_editing", "chat", "summarizati
                          "translation"}
 
 
-def ours_rows(algorithm: str, ks=(3, 5)) -> list[str]:
+def ours_rows(algorithm: str, ks=(3, 5), guard: bool = False) -> list[str]:
+    """An algorithm's rows, in report order; guard: with its -conf-guard row (not a default row, but a pattern
+    such as ours-slem-* selects it)."""
     # free drafts have no probabilities to stop on, and are no draft model to copy before
     conf = [] if algorithm == "suffix" else [f"ours-{algorithm}-conf", f"ours-{algorithm}-conf-nolookup"]
+    conf += [f"ours-{algorithm}-conf-guard"] if guard and conf else []
     return [f"ours-{algorithm}-k{k}" for k in ks] + conf + [f"ours-{algorithm}-{p}" for p in adaptive_policies()]
 
 
@@ -131,7 +134,7 @@ def test_different_vocabulary_rows_and_machine_info(bundle_dir, tmp_path):
     report = run_benchmark(bundle_dir(*OTHER_VOCAB), setups=["ours-slem-k3", "ours-tli-*"], categories=["chat"],
                            max_new_tokens=8, repeats=1, ks=[3], out=tmp_path, progress=lines.append, plot=False)
     names = [r["setup"] for r in report["setups"]]
-    assert names == ["ours-none", "ours-slem-k3", *ours_rows("tli", ks=[3])]
+    assert names == ["ours-none", "ours-slem-k3", *ours_rows("tli", ks=[3], guard=True)]
     assert any("added ours-none" in line for line in lines)
     assert all(r["identical"] is True for r in report["setups"][1:])
     assert not (tmp_path / "speedup.png").exists()

@@ -7,19 +7,73 @@ import pytest
 
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig, Pipeline
-from edge_specdec.runtime.drafters import DraftingGuard
+from edge_specdec.runtime.drafters import DraftingGuard, DraftLength
 from support import OTHER_VOCAB
 
 
 def simulate(guard: DraftingGuard, rounds: int, drafting=(3, 0.25), alone=(1, 0.1)) -> list[bool]:
-    """Rounds on a made-up machine: (tokens, seconds) per drafting round and per round of the target alone."""
+    """Rounds on a made-up machine: (tokens, seconds) per drafting round and per round of the target alone; a
+    third figure for drafting rounds gives the draft's part of their seconds."""
     modes = []
     for i in range(rounds):
         mode = guard.drafting()
-        tokens, seconds = drafting if mode else alone
-        guard.update(mode, tokens, seconds, first=i == 0)
+        tokens, seconds, *draft_seconds = drafting if mode else alone
+        guard.update(mode, tokens, seconds, first=i == 0, draft_seconds=draft_seconds[0] if draft_seconds else None)
         modes.append(mode)
     return modes
+
+
+def test_a_draft_whose_tokens_the_target_rejects_stops_within_a_few_rounds_whatever_the_prior():
+    """A prompt the draft does not know (a translation): its rounds keep almost no drafted token, so each costs
+    the draft's seconds for nothing. A prior from prompts where drafting won (its verdict checked again only 65
+    rounds on) must not keep a short answer drafting to its end: the run's own rounds stop it."""
+    won = {"mode": True, "interval": 64, "drafting": [20.0, 0.2], "alone": [1.8, 0.06]}  # another prompt's
+    for prior in (None, won):
+        guard = DraftingGuard(prior=prior)
+        length = DraftLength(8, guard=guard)
+        modes = []
+        for i in range(64):
+            drafting = length.round_k() > 0
+            modes.append(drafting)
+            # a drafting round: a 0.04 s draft, a 0.12 s block and nothing kept; the target alone: 0.1 s a token
+            length.update(0, 1, 0.04, 0.12, drafted=True, first=i == 0) if drafting else \
+                length.update(0, 0, 0.0, 0.1, drafted=False, first=i == 0)
+        assert all(modes[:4]) and not any(modes[4:36])  # the first round and 3 measured ones, then the target alone
+        # the loss was this prompt's: the next request starts from what the guard knew before it (nothing, or the
+        # prior's verdict)
+        learned = guard.learned()
+        assert learned is None if prior is None else (learned["mode"], learned["interval"]) == (True, 64)
+
+
+def test_a_prompt_whose_drafts_miss_does_not_keep_the_next_prompt_from_drafting():
+    """A translation the draft does not know, then a prompt on which drafting wins: the first stops drafting after a
+    few rounds, and the second, starting from the verdict the first leaves, drafts from its start."""
+    won = {"mode": True, "interval": 64, "drafting": [20.0, 0.2], "alone": [1.8, 0.06]}
+    translation = DraftingGuard(prior=won)
+    modes = simulate(translation, 40, drafting=(1, 0.16, 0.04), alone=(1, 0.1))
+    assert sum(modes) <= 4 + 4  # (the first round, 3 lost ones, and one probe of 4 rounds 32 rounds on)
+    code = simulate(DraftingGuard(prior=translation.learned()), 64, drafting=(3, 0.2, 0.04), alone=(1, 0.1))
+    assert code[0] and sum(not m for m in code) <= 2  # at most one probe of the target alone (the prior's rate)
+
+
+def test_a_draft_that_keeps_enough_is_never_cut_short():
+    """kept * t >= rounds * d: the kept tokens pay for the draft's seconds; the stretch runs its course."""
+    guard = DraftingGuard(prior={"mode": True, "interval": 64, "drafting": [20.0, 0.4], "alone": [1.8, 0.2]})
+    modes = simulate(guard, 66, drafting=(2, 0.15, 0.03), alone=(1, 0.11))  # 1 kept of 2 drafted a round
+    assert all(modes[:65])
+    guard = DraftingGuard()
+    guard.stretch = [3, 1, 0.03, 0.12]  # 1 kept in 3 rounds: 0.12 > 3 * 0.03 - not a sure loss
+    assert not guard.sure_loss()
+    guard.stretch = [3, 0, 0.01, 0.36]
+    assert guard.sure_loss()
+
+
+def test_a_prior_that_drafting_wins_is_checked_once_drafting_loses_on_this_request():
+    """Drafting keeps some tokens (no sure loss) but its rate falls under the target alone's: the stretch the
+    prior granted (65 rounds) ends after `warmup` rounds, and the target alone is measured again."""
+    prior = {"mode": True, "interval": 64, "drafting": [3.0, 0.3], "alone": [1.8, 0.18]}
+    modes = simulate(DraftingGuard(prior=prior), 40, drafting=(2, 0.3, 0.03), alone=(1, 0.1))  # 6.7 vs 10 a s
+    assert not all(modes[:20]) and sum(modes) < 20
 
 
 def test_drafting_that_loses_is_paused_and_retried_now_and_then():
@@ -120,6 +174,21 @@ def test_a_prior_verdict_skips_the_warm_up_and_is_still_checked():
     assert not winning[0] and all(winning[-20:])
 
 
+def test_a_verdict_is_checked_again_across_requests_shorter_than_its_interval():
+    """Each request shorter than the verdict's interval (a busy moment made the target alone win): the countdown
+    to the next check goes on from one request to the next, so drafting is measured again and wins back, where
+    each request restarting the countdown would run the target alone for ever."""
+    guard = DraftingGuard()
+    simulate(guard, 12, drafting=(2, 0.3), alone=(1, 0.1))  # drafting lost on a busy machine
+    prior, drafted = guard.learned(), []
+    assert prior["mode"] is False
+    for request in range(6):  # 30-token answers on the machine, quiet again: drafting wins
+        guard = DraftingGuard(prior=prior)
+        drafted.append(sum(simulate(guard, 30, drafting=(3, 0.2), alone=(1, 0.1))))
+        prior = guard.learned()
+    assert drafted[0] + drafted[1] > 0 and drafted[-1] >= 28 and prior["mode"] is True
+
+
 def test_nothing_is_learned_before_both_modes_ran():
     guard = DraftingGuard()
     simulate(guard, 3)  # still in its warm-up: only drafting measured
@@ -130,14 +199,16 @@ def test_the_next_run_of_an_engine_starts_from_the_guards_verdict(bundle_dir, mo
     pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
     config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
     alone = pipe.generate("def f(x):", config, algorithm="none")
-    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting always loses here
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting always loses here, by its rate
+    # (a sure loss speaks of the prompt, and carries nothing over: the test above)
+    monkeypatch.setattr(DraftingGuard, "sure_loss", lambda self: False)
     first = pipe.generate("def f(x):", config, lookup=False)  # the guard governs the draft model's rounds
     second = pipe.generate("def f(x):", config, lookup=False)
     assert first.token_ids == second.token_ids == alone.token_ids
     drafted = [r.stats.rounds - r.stats.rounds_drafting_paused for r in (first, second)]
-    # the first run drafts its warm-up rounds; the second starts where it ended and has no round to spare for a
-    # probe (its verdict came 32 rounds before the next check)
-    assert drafted[0] >= 5 and drafted[1] == 0
+    # the first run drafts its warm-up rounds; the second starts where it ended, the target alone, and drafts only
+    # when the first run's countdown to the next check runs out: one probe of drafting (2 * probe rounds)
+    assert drafted[0] >= 5 and drafted[1] <= 4 and second.stats.rounds_drafting_paused > drafted[1]
     # another kind of request (a repetition penalty moves acceptance) does not take this verdict
     other = pipe.generate("def f(x):", dataclasses.replace(config, repetition_penalty=1.3), lookup=False)
     assert other.stats.rounds - other.stats.rounds_drafting_paused > drafted[1]
@@ -149,6 +220,8 @@ def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):
     verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
     plan.put("guard/slem", verdict)
     assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"] == verdict
+    plan.put("guard/slem", {**verdict, "left": 7})  # with the countdown to its next check
+    assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"]["left"] == 7
 
 
 def test_a_verdict_is_written_to_disk_only_when_its_mode_or_interval_changes(tmp_path, monkeypatch):
@@ -165,3 +238,20 @@ def test_a_verdict_is_written_to_disk_only_when_its_mode_or_interval_changes(tmp
     assert len(writes) == 1 and engine.guard_prior("slem")["alone"] == [1.1, 0.1]
     engine.remember_guard("slem", {**verdict, "interval": 128})
     assert len(writes) == 2
+
+
+def test_the_benchmarks_guard_row_runs_the_default_with_its_guard(bundle_dir, monkeypatch):
+    """`bench`'s rows name their algorithm, which turns the guard off; its -conf-guard row is the default as `auto`
+    runs it, guard on (opt-in, not a default row), with the output unchanged."""
+    from edge_specdec.benchmark.setups import candidate_specs
+
+    specs = {s.name: s for s in candidate_specs("heterogeneous", [3])}
+    row = specs["ours-slem-conf-guard"]
+    assert not row.default and row.speculative().guard is True and specs["ours-slem-conf"].speculative().guard is None
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting always loses here
+    guarded = pipe.generate("def f(x):", config, row.speculative())
+    plain = pipe.generate("def f(x):", config, specs["ours-slem-conf"].speculative())
+    assert guarded.stats.rounds_drafting_paused > 0 and plain.stats.rounds_drafting_paused == 0
+    assert guarded.token_ids == plain.token_ids

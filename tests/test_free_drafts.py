@@ -11,9 +11,9 @@ import pytest
 
 from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import Proposal
-from edge_specdec.runtime.sources import FIRST_PAUSE, STRONG_MATCH, TRIAL_ROUNDS, FreeFirst
-from edge_specdec.runtime.suffix import (RESUME_SHARE, RESUME_SPAN, RESUME_TRIES, RESUMED_MATCH, DraftPool,
-                                         SuffixDrafter, TokenIndex, as_proposal, best_copy)
+from edge_specdec.runtime.sources import FIRST_PAUSE, OPENING_MATCH, STRONG_MATCH, TRIAL_ROUNDS, FreeFirst
+from edge_specdec.runtime.suffix import (RESUME_FROM_MATCH, RESUME_SHARE, RESUME_SPAN, RESUME_TRIES, RESUMED_MATCH,
+                                         DraftPool, SuffixDrafter, TokenIndex, as_proposal, best_copy)
 from hostile_text import HOSTILE_STRINGS
 from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, forced_logprobs, homogeneity_pvalue,
                      logprob_bits)
@@ -21,6 +21,13 @@ from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, 
 REPEATING = ["def f(x):\n    return x\n" * 3 + "def f(x):\n", "a b a b a b a b",
              "def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):\n",
              "one two three four. one two three four. one two"]
+
+
+def opened(drafter: FreeFirst) -> FreeFirst:
+    """The drafter as it is once the target kept a copied token in its request: copies on short matches go out too
+    (before that, only those on a match of OPENING_MATCH tokens or more)."""
+    drafter.opened = True
+    return drafter
 
 
 class Recorder:
@@ -101,7 +108,7 @@ def test_documents_of_the_pool_do_not_run_into_each_other():
 
 def test_a_copy_goes_first_the_model_drafts_otherwise_and_after_a_short_sure_copy():
     model = Recorder()
-    drafter = FreeFirst(model, SuffixDrafter([1, 2, 3, 4, 5, 6, 9]))
+    drafter = opened(FreeFirst(model, SuffixDrafter([1, 2, 3, 4, 5, 6, 9])))
     proposal = drafter.propose([1, 2, 3, 4, 5, 6, 9, 1, 2], 4)  # (1, 2) recurs: copied, and nothing chained
     assert proposal.tokens == [3, 4, 5, 6] and proposal.copied == 4 and model.calls == []
     assert drafter.propose([8, 8, 5, 7], 4).tokens == [7, 7] and len(model.calls) == 1  # nothing repeats
@@ -112,6 +119,23 @@ def test_a_copy_goes_first_the_model_drafts_otherwise_and_after_a_short_sure_cop
     assert drafter.propose([8, 8, 5, 7], 0).tokens == [] and len(model.calls) == 2
 
 
+def test_until_a_copy_is_kept_only_long_matches_are_copied():
+    """Text that does not repeat: a copy on a two-token match is mostly chance, and would take the round from the
+    draft model. A request's copies go out on short matches only once the target kept a copied token."""
+    model = Recorder()
+    drafter = FreeFirst(model, SuffixDrafter([1, 2, 3, 4, 5, 6, 9]))
+    short = [1, 2, 3, 4, 5, 6, 9, 1, 2]  # (1, 2) recurs: a match of 2
+    assert drafter.propose(short, 4).tokens == [7, 7] and len(model.calls) == 1  # the model drafts
+    assert OPENING_MATCH <= 6
+    long_match = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 5, 6]  # a match of 6: copied at once
+    proposal = drafter.propose(long_match, 2).head(2)
+    assert proposal.copied == 2 and proposal.tokens == [9, 1] and len(model.calls) == 1
+    drafter.verified(proposal, 0, 0.1)  # the target kept none of it: short matches still wait
+    assert not drafter.propose(short, 4).copied
+    drafter.verified(proposal, 1, 0.1)  # it kept one: short matches are copied from now on
+    assert drafter.propose(short, 4).copied == 2  # (its length halved after the copy it kept 0 of)
+
+
 def test_a_copy_ends_at_an_end_of_sequence_token_and_is_not_chained_past_it():
     eos = 2
     drafter = SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6], ends=(eos,))
@@ -120,14 +144,14 @@ def test_a_copy_ends_at_an_end_of_sequence_token_and_is_not_chained_past_it():
     lone = SuffixDrafter([3, 4, eos, 9, 3, 4], ends=(eos,))
     assert lone.copy([3, 4, eos, 9, 3, 4]).tokens == [eos]  # one token, but it ends the answer: worth its round
     model = Recorder()
-    free_first = FreeFirst(model, SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6], ends=(eos,)))
+    free_first = opened(FreeFirst(model, SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6], ends=(eos,))))
     proposal = free_first.propose([5, 6, 7, 8, eos, 9, 5, 6], 8)
     assert proposal.tokens == [7, 8, eos] and model.calls == []  # the model is not asked to go on after the end
 
 
 def test_a_free_source_that_loses_is_paused_and_measured_again():
     model = Recorder()
-    drafter = FreeFirst(model, SuffixDrafter(list(range(10, 30)) + [5]))
+    drafter = opened(FreeFirst(model, SuffixDrafter(list(range(10, 30)) + [5])))
     sequence = list(range(10, 30)) + [5, 10, 11]  # a short match: (10, 11)
     for _ in range(3):  # model rounds: 3 tokens in 0.1 s
         drafter.verified(Proposal([7, 7]), 2, 0.1)
@@ -141,7 +165,7 @@ def test_a_free_source_that_loses_is_paused_and_measured_again():
 
 
 def test_without_a_clock_the_source_is_judged_by_what_the_target_kept():
-    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]), clock=False)
+    drafter = opened(FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]), clock=False))
     sequence = list(range(10, 30)) + [5, 10, 11]
     for _ in range(TRIAL_ROUNDS):
         drafter.verified(drafter.propose(sequence, 4), 0, 1e-9)  # absurd clocks do not matter: nothing kept
@@ -149,7 +173,7 @@ def test_without_a_clock_the_source_is_judged_by_what_the_target_kept():
 
 
 def test_before_any_model_round_the_copies_are_judged_by_what_the_target_kept():
-    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]))
+    drafter = opened(FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5])))
     sequence = list(range(10, 30)) + [5, 10, 11]
     for _ in range(TRIAL_ROUNDS):  # copies only, all rejected: no model round to compare their rate with
         drafter.verified(drafter.propose(sequence, 4), 0, 0.1)
@@ -157,7 +181,7 @@ def test_before_any_model_round_the_copies_are_judged_by_what_the_target_kept():
 
 
 def test_a_paused_free_source_still_copies_a_long_match():
-    drafter = FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5]))
+    drafter = opened(FreeFirst(Recorder(), SuffixDrafter(list(range(10, 30)) + [5])))
     short = list(range(10, 30)) + [5, 10, 11]
     for _ in range(3):  # model rounds: 3 tokens in 0.1 s
         drafter.verified(Proposal([7, 7]), 2, 0.1)
@@ -172,17 +196,34 @@ def test_a_paused_free_source_still_copies_a_long_match():
 # --- resuming a copy where the target parted from it (an edit) --------------------------------------------------
 
 SOURCE = [50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61]
+LEAD = [9, 8, 7, 6, 5, 4, 3]  # before SOURCE: a copy after LEAD + [50, 51] matches 9 tokens (text that repeats)
 
 
-def copied_then_parted(kept: int, written: list[int]):
-    """A drafter whose copy of SOURCE (after the request's end, [1, 50, 51]) the target kept `kept` tokens of,
-    then wrote `written` itself: (the drafter, the sequence)."""
-    drafter = SuffixDrafter([9] + SOURCE + [1])
-    sequence = [9] + SOURCE + [1, 50, 51]
-    proposal = as_proposal(drafter.copy(sequence))
-    assert proposal.tokens == [52, 53, 54, 55]
+def copied_then_parted(kept: int, written: list[int], lead: list[int] = LEAD):
+    """A drafter whose copy of SOURCE (after the request's end, lead + [50, 51]: a match of len(lead) + 2 tokens)
+    the target kept `kept` tokens of, then wrote `written` itself: (the drafter, the sequence)."""
+    drafter = SuffixDrafter(lead + SOURCE + [1])
+    sequence = lead + SOURCE + [1] + lead + [50, 51]
+    found = drafter.copy(sequence)
+    assert found.match == len(lead) + 2
+    proposal = as_proposal(found)
+    assert proposal.tokens[:4] == [52, 53, 54, 55]
     drafter.verified(proposal, kept, 0.1)
     return drafter, sequence + proposal.tokens[:kept] + written
+
+
+def test_a_copy_on_a_short_match_leaves_no_place_to_resume():
+    """In text that does not repeat, a copy on a two-token match is mostly chance: where the target parts from it,
+    no copy resumes (the draft model drafts), while after a long match the same parting resumes."""
+    assert RESUME_FROM_MATCH > 2
+    drafter, sequence = copied_then_parted(1, [99], lead=[9])  # a match of 2 tokens ([50, 51] after the end)
+    assert drafter.anchor is None and drafter.copy(sequence) is None
+    drafter, sequence = copied_then_parted(1, [99])
+    assert drafter.copy(sequence).match == RESUMED_MATCH
+    # a resumed copy the target kept keeps its anchor's match: the copy after it resumes again
+    found = drafter.copy(sequence)
+    drafter.verified(as_proposal(found), 1, 0.1)
+    assert drafter.anchor is not None and drafter.anchor.match == len(LEAD) + 2
 
 
 def test_a_copy_resumes_after_the_tokens_the_target_replaced():
@@ -379,5 +420,5 @@ def test_copies_of_a_match_length_that_keeps_missing_are_expected_to_keep_less()
     assert drafter.copy(short).expected < 0.5 * first
     long_match = list(range(10, 30)) + [5] + list(range(10, 22))  # a match of 12: its own record, still whole
     assert drafter.copy(long_match).expected == pytest.approx(min(len(drafter.copy(long_match).tokens), 16))
-    free_first = FreeFirst(Recorder(), drafter)
+    free_first = opened(FreeFirst(Recorder(), drafter))
     assert not free_first.propose(short, 4).copied and free_first.propose(long_match, 4).copied

@@ -10,6 +10,8 @@ Row names (the --setups vocabulary), with ALG an algorithm of ours and K a draft
                                 draft probability (its top one) is under 0.7
     ours-ALG-conf-nolookup      the same without looking up the next tokens in the prompt and output first
                                 (the draft model drafts every round; no free copies)
+    ours-ALG-conf-guard         ours-ALG-conf with the drafting guard `auto` runs (a row names its algorithm, which
+                                turns the guard off): the target alone while drafting loses; not a default row
     ours-ALG-POLICY             the same with an adaptive draft length, one row per adaptive draft policy of the
                                 runtime (schedule: +2 after a fully accepted round, -1 otherwise; cost: the K
                                 that maximizes measured tokens/s), starting at the smallest K
@@ -58,6 +60,9 @@ class Spec:
     confidence: float = 0.0  # stop drafting under this top probability (ours and GenAI; 0 = never)
     concurrent: bool = False
     lookup: bool = True  # ours, with a draft model: each round first looks for the next tokens in the text so far
+    # ours: run the target alone while drafting loses to it (the drafting guard, which `auto` runs); None: the
+    # algorithm's rule (off for an algorithm named, as every row names one)
+    guard: Optional[bool] = None
     family: str = "core"  # the option that adds the row: core, genai, genai-ours, concurrent or hf
 
     @property
@@ -71,7 +76,7 @@ class Spec:
 
         return SpeculativeConfig(algorithm=self.algorithm, num_assistant_tokens=self.k or 1,
                                  draft_policy=self.policy, confidence=self.confidence, lookup=self.lookup,
-                                 pool_scope=None)
+                                 pool_scope=None, guard=self.guard)
 
 
 @dataclass
@@ -159,6 +164,12 @@ def candidate_specs(relation: str, ks: list[int], genai_ours: bool = False, conc
                                   f"without looking up the next tokens in the text first (the draft drafts every "
                                   f"round)", default=on, algorithm=alg, k=DRAFT_TOKENS, confidence=CONFIDENCE,
                                   concurrent=is_concurrent, lookup=False, family=family))
+                if not is_concurrent:  # (a concurrent row drafts during the target's pass: no guard measures it)
+                    specs.append(Spec(f"{prefix}-{alg}-conf-guard", "ours", f"ours, {what}, the runtime's default "
+                                      f"with the drafting guard `auto` runs: the target alone while drafting loses, "
+                                      f"measured as it runs (its verdict carries over to the next prompt)",
+                                      default=False, algorithm=alg, k=DRAFT_TOKENS, confidence=CONFIDENCE,
+                                      guard=True, family=family))
             specs += [Spec(f"{prefix}-{alg}-{policy}", "ours", f"ours, {what}, draft policy {policy} (first K={k0})",
                            default=on, algorithm=alg, k=k0, policy=policy, concurrent=is_concurrent,
                            family=family) for policy in adaptive_policies()]

@@ -237,45 +237,86 @@ class DraftingGuard:
     followed. The output never depends on it: the target alone is exact, and a greedy run writes the same tokens
     either way; runs that must reproduce a seeded sample do not use it (their rounds would depend on the clock).
 
+    A stretch of drafting rounds is cut short, before its rounds are up, when this run's own rounds show it losing:
+    after `early` rounds (the first round not counted) in which the target kept so few drafted tokens that drafting
+    cannot beat the target alone (`sure_loss`), or after `warmup` rounds in which its rate fell under the target
+    alone's. The target alone is then measured again (`probe` rounds) and the faster mode runs. A sure loss also
+    sets aside the drafting and alone rates measured before it (an earlier prompt's, a prior's): the two modes are
+    compared on this request's rounds. So a short answer whose draft keeps almost nothing (a translation the draft
+    does not know) pays a few rounds for drafting, not the whole answer, and the next request (another prompt) starts
+    from what the guard knew before it (`learned`).
+
     prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
     starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again
-    within `4 * recheck` rounds (sooner if it lost only lately), so a prompt on which it wins is followed. Without a prior, a short
-    run on which drafting loses would spend a tenth of its rounds finding that out, every time."""
+    when the countdown the earlier run left runs out (at most `4 * recheck` rounds, sooner if it lost only lately,
+    or as soon as drafting loses on this request, see above), so a prompt on which it wins is followed, and a
+    verdict is checked again even when every request is shorter than its interval. Without a prior, a short run on which drafting loses would
+    spend a tenth of its rounds finding that out, every time."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
-                 prior: Optional[dict] = None):
-        self.warmup, self.probe, self.recheck, self.decay = warmup, probe, recheck, decay
+                 prior: Optional[dict] = None, early: int = 3):
+        self.warmup, self.probe, self.recheck, self.decay, self.early = warmup, probe, recheck, decay, early
+        # this stretch of drafting rounds (since drafting last started, probes apart): [rounds, drafted tokens the
+        # target kept, draft seconds, target seconds], for the sure-loss test
+        self.stretch = [0, 0, 0.0, 0.0]
         self.rates = {True: [0.0, 0.0], False: [0.0, 0.0]}  # drafting? -> decayed [tokens, seconds]
         self.mode, self.left = True, warmup + 1  # the mode that runs, and its rounds until the next switch
         self.before, self.interval = True, recheck  # the mode before the running probe; rounds between probes
         self.probing = False
         self.alone_rounds = 0  # rounds this guard ran the target alone
+        # a sure loss speaks of this prompt (what the target keeps of its drafts), not of the machine: what the guard
+        # had learned before the first one is what the next run starts from (see learned)
+        self.sure_lost, self.before_loss = False, None
         if prior:
             self.rates = {True: list(prior["drafting"]), False: list(prior["alone"])}
             self.mode = self.before = bool(prior["mode"])
             self.interval = int(prior["interval"])
-            self.left = 1 + min(self.interval, 4 * recheck)  # + the run's first round, which carries the prompt
+            # the countdown to the next check goes on from where the last run left it (its "left"): runs shorter than
+            # the interval would otherwise each start it again, and never check the other mode
+            self.left = 1 + min(int(prior.get("left", self.interval)), self.interval, 4 * recheck)  # (+ the first round)
 
     def learned(self) -> Optional[dict]:
-        """What this guard found, JSON-ready, as the next run's `prior`; None before both modes were measured."""
+        """What this guard found, JSON-ready, as the next run's `prior`; None before both modes were measured. After
+        a sure loss, what it had found before it: the next request, another prompt, starts where the runs before
+        this prompt left it."""
+        if self.sure_lost:
+            return self.before_loss
         if not self.rates[True][1] or not self.rates[False][1]:
             return None
         return {"mode": self.before if self.probing else self.mode, "interval": self.interval,
+                "left": 0 if self.probing else max(0, self.left),  # (a probe cut short: the next run checks at once)
                 "drafting": [round(v, 6) for v in self.rates[True]], "alone": [round(v, 6) for v in self.rates[False]]}
 
     def drafting(self) -> bool:
         """Whether the round that starts now drafts."""
         return self.mode
 
-    def update(self, drafted: bool, tokens: int, seconds: float, first: bool = False) -> None:
-        """One round: whether it drafted, the tokens it added and its seconds (draft and target)."""
+    def update(self, drafted: bool, tokens: int, seconds: float, first: bool = False,
+               draft_seconds: Optional[float] = None) -> None:
+        """One round: whether it drafted, the tokens it added and its seconds (draft and target), of which
+        draft_seconds the draft's (None: not known apart, so no sure-loss test)."""
         self.alone_rounds += not drafted
+        stretch = drafted and self.mode and not self.probing and not first
         if not first:
             rate = self.rates[drafted]
             rate[0], rate[1] = self.decay * rate[0] + tokens, self.decay * rate[1] + seconds
+        if stretch and draft_seconds is not None:
+            s = self.stretch
+            s[0], s[1], s[2], s[3] = s[0] + 1, s[1] + tokens - 1, s[2] + draft_seconds, s[3] + seconds - draft_seconds
         self.left -= 1
+        if stretch and self.left > 0:
+            if self.sure_loss():
+                if not self.sure_lost:
+                    self.before_loss, self.sure_lost = self.learned(), True
+                # this request's drafting rounds are the measurement: earlier rates (another prompt's) are set aside
+                s = self.stretch
+                self.rates = {True: [s[0] + s[1], s[2] + s[3]], False: [0.0, 0.0]}
+                self.left = 0
+            elif self.stretch[0] >= self.warmup and self.rates[False][1] and not self._faster():
+                self.left = 0  # drafting's rate fell under the target alone's: measure the target alone now
         if self.left > 0:
             return
+        self.stretch = [0, 0, 0.0, 0.0]
         if self.probing:  # a probe ends: keep whichever mode is faster
             faster = self._faster()
             # a mode that keeps winning is checked less and less often (up to 8x the interval): its probes of the
@@ -287,6 +328,15 @@ class DraftingGuard:
             self.before = self.mode
             self.probing, self.mode = True, not self.mode
             self.left = self.probe * (2 if self.mode else 1)
+
+    def sure_loss(self) -> bool:
+        """Has this stretch of drafting, `early` rounds or more, lost to the target alone whatever a single step of
+        the target costs? A round that kept `kept` drafted tokens wrote kept + 1 tokens in d + t seconds (draft,
+        target); the target alone writes one token per step, a step costing at most the round's block t. So
+        drafting lost for sure when (rounds + kept) / (d + t) < rounds / t, that is kept * t < rounds * d: the
+        tokens kept did not pay for the draft's own seconds."""
+        rounds, kept, draft_s, target_s = self.stretch
+        return rounds >= self.early and kept * target_s < rounds * draft_s
 
     def _faster(self) -> bool:
         (dt, ds), (at, as_) = self.rates[True], self.rates[False]
@@ -336,7 +386,7 @@ class DraftLength:
         """One round's outcome: accepted of proposed tokens, its clocks, whether it drafted (k > 0) and whether
         it was the run's first (whose target pass carries the prompt)."""
         if self.guard is not None:
-            self.guard.update(drafted, accepted + 1, draft_seconds + target_seconds, first)
+            self.guard.update(drafted, accepted + 1, draft_seconds + target_seconds, first, draft_seconds)
         if self.prices:
             draft_token, target_one, per_token = self.prices
             draft_seconds, target_seconds = draft_token * proposed, target_one + per_token * proposed

@@ -3,7 +3,9 @@
 A copy costs the target one block and no draft time; the draft model costs its own steps on the same cores. Each
 round of a draft model's algorithm therefore asks the free source first, and `FreeFirst` takes its copy where the
 copy is expected to keep at least MIN_EXPECTED of its tokens; the model drafts otherwise, and also after a short,
-sure copy, on from its end (chained), within the round's k. What each source earns is measured as the run goes (a
+sure copy, on from its end (chained), within the round's k. Until the target has kept a copied token in the request,
+only copies on a match of OPENING_MATCH tokens or more go out: where nothing repeats, the copies of short matches
+are mostly chance, and each took a round from the draft model. What each source earns is measured as the run goes (a
 decayed tokens per second of the rounds it served, against the other rounds'): a free source that keeps losing is
 paused (but for copies of long matches), for longer each time it loses again, and tried again after (llama.cpp
 switches its n-gram drafts off per sequence after empty drafts; this follows the same idea with rates). A seeded
@@ -15,13 +17,17 @@ from __future__ import annotations
 from typing import Optional
 
 from .drafters import Drafter, Proposal
-from .suffix import FREE_TOKENS, SuffixDrafter, as_proposal
+from .suffix import FREE_TOKENS, RESUMED_MATCH, SuffixDrafter, as_proposal
 
 MIN_EXPECTED = 1.0   # a copy goes to the target when it is expected to keep at least this many of its tokens
 SURE = 0.9           # a copy whose every step at least this many of its occurrences agree on may be chained
 FIRST_PAUSE, LONGEST_PAUSE = 16, 256  # rounds a losing free source sits out (doubling while it keeps losing)
 TRIAL_ROUNDS = 4     # free rounds measured before the free source is judged
 STRONG_MATCH = 8     # a copy matching at least this many tokens is taken even while the free source is paused
+# a request's copies go out only on a match at least this long until the target has kept a copied token: in text
+# that does not repeat, a short match is mostly chance and its copy takes the round from the draft model, while text
+# that repeats soon shows it in a long match
+OPENING_MATCH = 5
 DECAY = 0.8
 
 
@@ -38,6 +44,7 @@ class FreeFirst(Drafter):
         self.rates = {True: [0.0, 0.0], False: [0.0, 0.0]}  # served by a copy? -> decayed [tokens, seconds]
         self.kept = [0.0, 0.0]  # decayed [copied tokens kept, copied tokens proposed]
         self.trial, self.paused, self.pause = 0, 0, FIRST_PAUSE
+        self.opened = False  # the target kept a copied token in this request (see OPENING_MATCH)
         self.free_rounds = self.chained_rounds = self.paused_rounds = 0
         self.grammar = None
 
@@ -59,6 +66,8 @@ class FreeFirst(Drafter):
             self.paused_rounds += 1
             if found is not None and found.match < STRONG_MATCH:
                 found = None
+        if found is not None and not self.opened and RESUMED_MATCH < found.match < OPENING_MATCH:
+            found = None  # (a resumed copy resumes text first copied on a long match, see suffix.RESUME_FROM_MATCH)
         if found is not None and self.grammar is not None:  # a copy the grammar refuses is cut to what it allows
             found.tokens = found.tokens[:self.grammar.valid_prefix(sequence, found.tokens)]
         if found is None or found.expected < MIN_EXPECTED:
@@ -75,6 +84,7 @@ class FreeFirst(Drafter):
 
     def verified(self, proposal: Proposal, accepted: int, seconds: Optional[float]) -> None:
         self.free.verified(proposal, accepted, seconds)
+        self.opened = self.opened or (proposal.copied > 0 and accepted > 0)
         if seconds is None:  # the run's first round: its clock prices the prompt, not the source
             return
         copied = proposal.copied > 0

@@ -22,7 +22,8 @@ match exists, looks for the sequence's last token just after that place: found, 
 target inserted or dropped tokens); otherwise, for the first few tokens after the parting, it resumes as many source
 tokens on as the target has written since (the target replaced them), so an edit costs a round or two, not the
 rounds of matching two tokens again. An anchor whose copies the target keeps nothing of RESUME_TRIES times is
-dropped.
+dropped, and only text first copied on a match of RESUME_FROM_MATCH tokens or more gets one: in text that does not
+repeat, a copy on a short match is mostly chance, and so is what follows its parting.
 
 What the target keeps of copies depends on how long their match was: two matching tokens are often chance, eight
 rarely. The drafter keeps a record per class of match length (how often the target kept a copy's first token,
@@ -53,6 +54,10 @@ RESUME_SPAN = 24         # tokens the sequence may grow past the parting before 
 RESUME_REPLACED = 4      # at most this many tokens after the parting are taken as replacing as many source tokens
 RESUME_TRIES = 3         # resumed copies of one anchor the target may keep nothing of before it is dropped
 RESUMED_MATCH = 1        # the match length a resumed copy counts as (one token, near its anchor)
+# a copy resumes only in text first copied on a match at least this long: text that long repeats (code being edited,
+# a quote), so a parting there is likely an edit; after a shorter match it more likely means the text no longer
+# repeats, and a resumed copy would take a round from the draft model for nothing
+RESUME_FROM_MATCH = 8
 MATCH_CLASSES = (1, 2, 4, 7)  # copies are judged apart by their match's length: 1, 2, 3-4, 5-7, 8 or more
 RECORD_DECAY = 0.9       # the weight of a class's earlier copies in its record, per copy
 RESUME_SHARE = 0.7       # the chance counted per step of a resumed copy (one occurrence, matched on one token)
@@ -241,6 +246,7 @@ class Anchor:
     length: int
     exact: bool
     tries: int = 0  # resumed copies of this anchor the target kept nothing of
+    match: int = 0  # the match the text at this place was first copied on (resumed copies keep their anchor's)
 
 
 class SuffixDrafter(Drafter):
@@ -363,8 +369,10 @@ class SuffixDrafter(Drafter):
             if anchor.tries >= RESUME_TRIES:
                 self.anchor = None
         elif kept or match >= LONG_MATCH:  # the copy stood where the target writes: its place is the anchor
+            first = anchor.match if match == RESUMED_MATCH and anchor is not None else match
             exact = accepted <= proposal.copied
-            self.anchor = Anchor(tokens, before + 1 + kept, proposal.source, length + kept + 1, exact)
+            self.anchor = (Anchor(tokens, before + 1 + kept, proposal.source, length + kept + 1, exact, match=first)
+                           if first >= RESUME_FROM_MATCH else None)
 
     def stats(self) -> dict:
         return {"resumed_copies": self.resumed} if self.resumed else {}

@@ -111,6 +111,7 @@ setups (--setups takes names or shell patterns; the target alone of each engine 
                              vocabulary), slem and tli (other vocabulary), suffix
   ours-ALG-schedule, ours-ALG-cost   the same with an adaptive draft length (--draft-policy of `run`)
   ours-ALG-conf              the runtime's default: up to 8 tokens, stopping under draft probability 0.7
+  ours-ALG-conf-guard        the same with the drafting guard `auto` runs (the target alone while drafting loses)
   ours-concurrent-ALG-...    drafting during verification, from a Pipeline(concurrent=True)  (--concurrent)
   genai-none, genai-sd-kK    OpenVINO GenAI alone / speculative, its default CPU properties  (same vocabulary)
   genai-sd-conf              GenAI speculative with its assistant_confidence_threshold 0.7
