@@ -343,7 +343,10 @@ def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_
         assert rows[name]["identical"] is True, name  # every row writes the target alone's tokens
     assert rows["ours-auto-no-free"]["figures"]["suffix_share"] == rows["ours-auto-no-free"]["figures"]["pool_share"] == 0
     assert rows["ours-auto"]["figures"]["pool_share"] == 0  # cold: nothing from earlier runs
-    assert rows["ours-auto-warm-pool"]["figures"]["pool_share"] > 0  # warm: the other requests' answers
+    # warm: the other requests' answers, never the request's own (which the ceiling copies nearly whole); before
+    # a request keeps a copy, a copy needs a long match (sources.OPENING_MATCH), which the demo's short answers
+    # rarely share with each other
+    assert rows["ours-auto-warm-pool"]["figures"]["pool_share"] < 0.5 <= rows["ours-ceiling"]["figures"]["pool_share"]
     table = (tmp_path / "workloads" / "report.md").read_text()
     assert "per category" in table and all(f"| {c} |" in table for c in WORKLOADS)
 
