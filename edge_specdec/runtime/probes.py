@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from typing import Optional
 
 import numpy as np
 
@@ -159,12 +160,18 @@ def is_block_invariant(session, past: int = 0, copy: bool = True) -> bool:
 
 
 PROBE_PROMPT = 40  # the prompt before longest_exact_call's calls
+AFTER_CALL = 4  # the tokens of the short call after each long one
 
 
-def context_cuts_the_probe(max_context) -> bool:
+def _probe_fits(n: int, max_context: Optional[int], prompt: int = PROBE_PROMPT) -> bool:
+    """Does longest_exact_call's probe of a call of n tokens fit a context of max_context tokens?"""
+    return max_context is None or prompt + n + AFTER_CALL <= max_context
+
+
+def context_cuts_the_probe(max_context: Optional[int]) -> bool:
     """Does a context of max_context tokens leave out some of longest_exact_call's sizes? Its answer is then this
     context's, not the machine's, and is not kept as the machine's measurement."""
-    return max_context is not None and PROBE_PROMPT + max(CALL_SIZES) + 4 > max_context
+    return not _probe_fits(max(CALL_SIZES), max_context)
 
 
 def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = PROBE_PROMPT) -> int:
@@ -173,11 +180,11 @@ def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = PROBE_PROMPT) ->
     tokens fed in calls of SHORT_CALL tokens, and so does a short call after it (which reads the key/value slots the
     long call wrote). All after a prompt of `prompt` tokens; SHORT_CALL if even the smallest size differs. Leaves
     the session empty."""
-    sizes = sorted(n for n in sizes if session.max_context is None or prompt + n + 4 <= session.max_context)
+    sizes = sorted(n for n in sizes if _probe_fits(n, session.max_context, prompt))
     if not sizes:
         return SHORT_CALL
     top = sizes[-1]
-    tokens = np.random.default_rng(2).integers(0, session.vocab_size, prompt + top + 4).tolist()
+    tokens = np.random.default_rng(2).integers(0, session.vocab_size, prompt + top + AFTER_CALL).tolist()
     head, block = tokens[:prompt], tokens[prompt:]
     saved, session.longest_call = session.longest_call, None  # the calls below go to the device as they are
     try:
@@ -190,8 +197,8 @@ def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = PROBE_PROMPT) ->
         for n in sizes:
             session.truncate(prompt)
             rows = session.feed(block[:n])
-            after = session.feed(block[n:n + 4])
-            if not (np.array_equal(rows, reference[:n]) and np.array_equal(after, reference[n:n + 4])):
+            after = session.feed(block[n:n + AFTER_CALL])
+            if not (np.array_equal(rows, reference[:n]) and np.array_equal(after, reference[n:n + AFTER_CALL])):
                 break
             longest = n
         return longest
