@@ -68,6 +68,36 @@ def test_a_draft_that_keeps_enough_is_never_cut_short():
     assert guard.sure_loss()
 
 
+def test_a_few_rounds_that_keep_nothing_inside_a_winning_stretch_do_not_stop_drafting():
+    """Inside an answer on which drafting wins (15 tokens/s against the target alone's 10), five rounds in a row
+    keep nothing (6 tokens/s): the stretch as a whole still wins, so drafting goes on. A rate that forgets within a
+    few rounds would judge those five alone, and run the target alone for the rest of the answer."""
+    guard = DraftingGuard(prior={"mode": True, "interval": 64, "drafting": [15.0, 1.0], "alone": [10.0, 1.0]})
+    modes = []
+    for i, (tokens, seconds) in enumerate([(3, 0.2)] * 12 + [(1, 0.16)] * 5 + [(3, 0.2)] * 12):
+        drafting = guard.drafting()
+        modes.append(drafting)
+        guard.update(drafting, tokens if drafting else 1, seconds if drafting else 0.1, first=i == 0,
+                     draft_seconds=0.04 if drafting else None)
+    assert all(modes)
+
+
+def test_a_probe_compares_the_target_alone_with_the_whole_stretch_of_drafting_before_it():
+    """A stretch of drafting that wins as a whole (about 12 tokens/s against 10) ends in five rounds that keep
+    nothing, just before its probe of the target alone: the probe's verdict weighs the whole stretch, so drafting
+    runs again after it."""
+    guard = DraftingGuard(prior={"mode": True, "interval": 12, "left": 12, "drafting": [15.0, 1.0],
+                                 "alone": [10.0, 1.0]})
+    modes = []
+    for i, (tokens, seconds) in enumerate([(3, 0.2)] * 8 + [(1, 0.16)] * 5 + [(3, 0.2)] * 10):
+        drafting = guard.drafting()
+        modes.append(drafting)
+        guard.update(drafting, tokens if drafting else 1, seconds if drafting else 0.1, first=i == 0,
+                     draft_seconds=0.04 if drafting else None)
+    assert modes[:13] == [True] * 13 and not any(modes[13:15])  # the stretch, then the probe
+    assert all(modes[15:])
+
+
 def test_a_prior_that_drafting_wins_is_checked_once_drafting_loses_on_this_request():
     """Drafting keeps some tokens (no sure loss) but its rate falls under the target alone's: the stretch the
     prior granted (65 rounds) ends after `warmup` rounds, and the target alone is measured again."""

@@ -230,28 +230,29 @@ class DraftingGuard:
     """Keeps a run at least as fast as the target alone: it measures, as the run goes, the tokens per second of
     its drafting rounds and of rounds of the target alone, and runs the target alone while drafting loses.
 
-    After `warmup` drafting rounds (the first round, which carries the prompt, is not counted) the target alone
-    runs `probe` rounds, so both rates are measured; the faster mode then runs, and the other is measured again
-    every `recheck` rounds, less often while the same mode keeps winning (`probe` rounds for the target alone,
-    twice as many for drafting, whose rounds vary more). Rates decay, so a machine whose load changes is
+    After `warmup` drafting rounds (the first round, which carries the prompt, is not counted) the target alone runs
+    `probe` rounds, so both rates are measured; the faster mode then runs, and the other is measured again every
+    `recheck` rounds, less often while the same mode keeps winning (`probe` rounds for the target alone, twice as
+    many for drafting, whose rounds vary more). Drafting's rate is that of its last stretch, all its rounds together
+    (its acceptance swings from round to round); the target alone's decays, so a machine whose load changes is
     followed. The output never depends on it: the target alone is exact, and a greedy run writes the same tokens
     either way; runs that must reproduce a seeded sample do not use it (their rounds would depend on the clock).
 
     A stretch of drafting rounds is cut short, before its rounds are up, when this run's own rounds show it losing:
     after `early` rounds (the first round not counted) in which the target kept so few drafted tokens that drafting
-    cannot beat the target alone (`sure_loss`), or after `warmup` rounds in which its rate fell under the target
-    alone's. The target alone is then measured again (`probe` rounds) and the faster mode runs. A sure loss also
-    sets aside the drafting and alone rates measured before it (an earlier prompt's, a prior's): the two modes are
-    compared on this request's rounds. So a short answer whose draft keeps almost nothing (a translation the draft
-    does not know) pays a few rounds for drafting, not the whole answer, and the next request (another prompt) starts
-    from what the guard knew before it (`learned`).
+    cannot beat the target alone (`sure_loss`), or after `warmup` rounds once its rate, all the stretch's rounds
+    together, fell under the target alone's. The target alone is then measured again (`probe` rounds) and the faster
+    mode runs. A sure loss also sets aside the drafting and alone rates measured before it (an earlier prompt's, a
+    prior's): the two modes are compared on this request's rounds. So a short answer whose draft keeps almost
+    nothing (a translation the draft does not know) pays a few rounds for drafting, not the whole answer, and the
+    next request (another prompt) starts from what the guard knew before it (`learned`).
 
     prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
-    starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again
-    when the countdown the earlier run left runs out (at most `4 * recheck` rounds, sooner if it lost only lately,
-    or as soon as drafting loses on this request, see above), so a prompt on which it wins is followed, and a
-    verdict is checked again even when every request is shorter than its interval. Without a prior, a short run on which drafting loses would
-    spend a tenth of its rounds finding that out, every time."""
+    starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again when
+    the countdown the earlier run left runs out (at most `4 * recheck` rounds, sooner if it lost only lately, or as
+    soon as drafting loses on this request, see above), so a prompt on which it wins is followed, and a verdict is
+    checked again even when every request is shorter than its interval. Without a prior, a short run on which
+    drafting loses would spend a tenth of its rounds finding that out, every time."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
                  prior: Optional[dict] = None, early: int = 3):
@@ -312,10 +313,13 @@ class DraftingGuard:
                 s = self.stretch
                 self.rates = {True: [s[0] + s[1], s[2] + s[3]], False: [0.0, 0.0]}
                 self.left = 0
-            elif self.stretch[0] >= self.warmup and self.rates[False][1] and not self._faster():
-                self.left = 0  # drafting's rate fell under the target alone's: measure the target alone now
+            elif self.stretch[0] >= self.warmup and self.rates[False][1] and not self._stretch_faster():
+                self.left = 0  # this stretch's rate fell under the target alone's: measure the target alone now
         if self.left > 0:
             return
+        if stretch and self.stretch[0] >= self.warmup:  # a stretch ends: its rounds together are drafting's rate
+            s = self.stretch
+            self.rates[True] = [s[0] + s[1], s[2] + s[3]]
         self.stretch = [0, 0, 0.0, 0.0]
         if self.probing:  # a probe ends: keep whichever mode is faster
             faster = self._faster()
@@ -337,6 +341,14 @@ class DraftingGuard:
         tokens kept did not pay for the draft's own seconds."""
         rounds, kept, draft_s, target_s = self.stretch
         return rounds >= self.early and kept * target_s < rounds * draft_s
+
+    def _stretch_faster(self) -> bool:
+        """Has this stretch of drafting, all its rounds together, written tokens at least as fast as the target
+        alone? The whole stretch, not the decayed rate: a few rounds in a row that keep nothing are common inside an
+        answer on which drafting wins, and a rate that forgets within a few rounds would stop drafting there."""
+        rounds, kept, draft_s, target_s = self.stretch
+        at, as_ = self.rates[False]
+        return (rounds + kept) * as_ >= at * (draft_s + target_s)
 
     def _faster(self) -> bool:
         (dt, ds), (at, as_) = self.rates[True], self.rates[False]
