@@ -352,9 +352,10 @@ def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_
 
 
 @pytest.mark.slow  # opens the demo's engine and runs its cells
-def test_a_conversation_cell_is_timed_with_its_earlier_turns_in_the_kv_cache():
+def test_a_conversation_cell_is_timed_with_its_earlier_turns_in_the_kv_cache(monkeypatch):
     from edge_specdec.benchmark.suites.workloads import WORKLOADS, earlier_turns, load_cells, runner
     from edge_specdec.runtime import Engine
+    from edge_specdec.runtime.pipeline import DecodingSession
 
     engine = Engine(DEMO_BUNDLE)
     cells = {c.key: c for c in load_cells(engine, None)}
@@ -362,10 +363,20 @@ def test_a_conversation_cell_is_timed_with_its_earlier_turns_in_the_kv_cache():
     assert earlier_turns(engine, WORKLOADS["chat"][0], chat_ids) == []  # one turn: nothing earlier to keep
     category, index, ids, earlier = cells["tool_loop/1"].value
     assert earlier and ids[:len(earlier)] == earlier and len(earlier) < len(ids)
-    run = runner(engine, 4, "auto")
+    draft_held = []  # what the draft's cache holds when each generate call starts
+    generate = DecodingSession.generate
+
+    def spy(self, prompt, *args, **kwargs):
+        draft_held.append(self.draft.length)
+        return generate(self, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(DecodingSession, "generate", spy)
+    run = runner(engine, 4, engine.resolve_algorithm("auto"))
     measured = run(cells["tool_loop/1"], 0)
-    # the untimed previous turn left its KV: the timed run prefills only the last turn
+    # the untimed previous turn left its KV: the timed run prefills only the last turn, and the draft model, which
+    # drafted in the previous turn, holds it too
     assert measured.figures["prompt_reused"] >= len(earlier) - 1
+    assert draft_held[0] == 0 and draft_held[1] >= len(earlier) // 2
     assert run(cells["chat/1"], 0).figures["prompt_reused"] < 8
 
 

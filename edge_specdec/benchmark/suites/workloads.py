@@ -106,8 +106,9 @@ METHOD = ("Each request is a chat in the target's template (its own prompts, or 
           "pool holds the target alone's answer to the very request, so it shows the most copying can give on this "
           "machine (the last turn's prefill and one block per copied run). A conversation's earlier turns (a request with more "
           "than one user message) are in the session's KV cache before its run is timed, as its previous turn left "
-          "them in a chat app or a tool loop, for every row alike: the timed run prefills only the last turn (the "
-          "draft model catches up on the conversation when it first drafts). A share is the part of the run's "
+          "them in a chat app or a tool loop, for every row alike: the timed run prefills only the last turn, in the "
+          "target and, where a row drafts with the draft model, in the draft (whose cache holds the earlier turns, "
+          "as drafting the previous answer left it). A share is the part of the run's "
           "tokens that came from that source and that the target kept.")
 
 
@@ -137,12 +138,14 @@ def runner(engine, max_new_tokens: int, algorithm: str, lookup: bool = True, war
 
     session = engine.session()
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0).with_defaults(engine.default_config)
-    one_token = GenerationConfig(max_new_tokens=1, temperature=0.0).with_defaults(engine.default_config)
+    # the previous turn's run: two tokens, so that its one round drafts with the draft model, which then holds the
+    # conversation as it would after drafting that turn's answer in a chat app
+    previous_turn = GenerationConfig(max_new_tokens=2, temperature=0.0).with_defaults(engine.default_config)
 
     def run(c: Cell, repeat: int) -> Measured:
         category, index, ids, earlier = c.value
-        if earlier:  # the previous turn, untimed: its KV stays in the session for the timed run to reuse
-            session.generate(earlier, one_token, algorithm=algorithm, lookup=lookup, pool_scope=None)
+        if earlier:  # the previous turn, untimed: both models' KV stays in the session for the timed run to reuse
+            session.generate(earlier, previous_turn, algorithm=algorithm, lookup=False, pool_scope=None)
         engine.forget()
         if warm is not None:
             for other, answer in warm[category].items():
