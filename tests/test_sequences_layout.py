@@ -167,3 +167,16 @@ def test_a_batched_call_gives_each_session_its_rows_alone(model, small_threshold
             assert np.array_equal(a, t), sizes
         for s, b in zip(group, blocks):
             s.tokens.extend(b)
+
+
+def test_the_batching_probe_covers_the_layout(model, monkeypatch):
+    """batch_invariant puts a session in the sequences layout among the others: it passes, and fails where such a
+    session's rows alone are not its rows in the batched call."""
+    from edge_specdec.runtime.batching import batch_invariant
+
+    real = PagedSession.infer_sequences
+    seen: list[int] = []
+    monkeypatch.setattr(PagedSession, "infer_sequences", lambda self, t, r: seen.append(len(t)) or real(self, t, r))
+    assert batch_invariant(model) and seen
+    monkeypatch.setattr(PagedSession, "infer_sequences", lambda self, t, r: real(self, t, r) + 1e-3)
+    assert not batch_invariant(model)

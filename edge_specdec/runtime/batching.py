@@ -211,7 +211,9 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
     Random prompts of different lengths, then blocks of 2 to 6 tokens of which each session asks for the logits
     of its last 1 to all rows, alone and together, over three rounds with rollbacks in between, and in each
     round one session starting over with a new prompt of 20 tokens or more (a prompt joins a batched call, which
-    holds at most the session's longest_block tokens); the sessions are left empty."""
+    holds at most the session's longest_block tokens), and where the model takes the one-token-sequences layout
+    (session.py), in each round another session in that layout, from its length then on; the sessions are left
+    empty."""
     from .session import BlockPool
 
     rng = np.random.default_rng(seed)
@@ -230,8 +232,13 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
             most = max(3, (group[newcomer].longest_block or 120) - 12)
             blocks[newcomer] = rng.integers(0, model.vocab_size, int(rng.integers(min(20, most - 1), most))).tolist()
             rows[newcomer] = 1
-            alone = [s.infer_alone(block, r)[-r:] for s, block, r in zip(group, blocks, rows)]
-            together = queue.together([Call(s, block, r) for s, block, r in zip(group, blocks, rows)])
+            after = group[(newcomer + 1) % sessions]
+            if after.takes_sequences and after.sequences_from is None:
+                after.sequences_from = after.length
+            layouts = [s.sequences_from is not None for s in group]
+            alone = [(s.infer_sequences if seq else s.infer_alone)(block, r)[-r:]
+                     for s, block, r, seq in zip(group, blocks, rows, layouts)]
+            together = queue.together([Call(s, block, r, seq) for s, block, r, seq in zip(group, blocks, rows, layouts)])
             if not all(np.array_equal(a, b) for a, b in zip(alone, together)):
                 return False
             for s, block in zip(group, blocks):  # keep part of each block, as verification does
