@@ -180,3 +180,21 @@ def test_the_batching_probe_covers_the_layout(model, monkeypatch):
     assert batch_invariant(model) and seen
     monkeypatch.setattr(PagedSession, "infer_sequences", lambda self, t, r: real(self, t, r) + 1e-3)
     assert not batch_invariant(model)
+
+
+def test_sequences_calls_run_on_the_dynamic_model(bundle_dir, small_threshold):
+    """A static copy is compiled for one number of tokens in one sequence: a call of one-token sequences never
+    runs on it (its session makes no request on a copy), while a block of that size does."""
+    model = open_model(load_target_xml(bundle_dir), known_invariant={"dq": True}, known_longest={"dq": 64})
+    model.add_static({2, 3}, invariant=lambda session: True)
+    assert set(model.static) == {2, 3}
+    session = model.session()
+    prompt = _tokens(30, 60, model.vocab_size)
+    session.feed(prompt, rows=1)
+    session.end_prompt(len(prompt))
+    session.feed(_tokens(31, 2, model.vocab_size))
+    session.feed(_tokens(32, 3, model.vocab_size))
+    assert session._static == {}
+    session.truncate(len(prompt))  # the boundary goes: blocks again
+    session.feed(_tokens(31, 2, model.vocab_size))
+    assert set(session._static) == {2}
