@@ -238,7 +238,8 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
             layouts = [s.sequences_from is not None for s in group]
             alone = [(s.infer_sequences if seq else s.infer_alone)(block, r)[-r:]
                      for s, block, r, seq in zip(group, blocks, rows, layouts)]
-            together = queue.together([Call(s, block, r, seq) for s, block, r, seq in zip(group, blocks, rows, layouts)])
+            together = queue.together([Call(s, block, r, seq)
+                                       for s, block, r, seq in zip(group, blocks, rows, layouts)])
             if not all(np.array_equal(a, b) for a, b in zip(alone, together)):
                 return False
             for s, block in zip(group, blocks):  # keep part of each block, as verification does
