@@ -222,7 +222,8 @@ def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
         past = max(0, min(past, session.max_context - len(tokens) - 64))
     try:
         session.reset()
-        fill_past(session, past)
+        if past:  # (a short context leaves none: the tokens then start at position 0)
+            fill_past(session, past)
         session.sequences_from = session.length
         whole = session.feed(tokens)
         session.rollback(len(tokens))
