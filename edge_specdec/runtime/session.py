@@ -90,7 +90,8 @@ ROLLBACK_METHODS = ("paged", "masked", "npuw")
 # otherwise): the longest piece measured exact on an AVX2 CPU (see "Long blocks" above)
 LONGEST_BLOCK = 64
 # How an exact session forms its calls (paged attention, blocks cut into pieces of at most the model's measured
-# longest block, at least least_block tokens a call): a verdict of exactness holds for one layout only, so the
+# longest block, at least least_block tokens a call; on the CPU, the tokens after a long prompt as one-token
+# sequences with their pad sequences, which the probe checks too): a verdict of exactness holds for one layout only, so the
 # measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest block measured
 # with it. Change it with any change to how calls are formed.
 CALL_LAYOUT = "paged-v3-sequences-after-long-prompts"
