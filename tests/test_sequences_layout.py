@@ -141,9 +141,32 @@ def test_the_probe_passes_and_fails_with_the_layout(model, monkeypatch):
         return real(self, tokens, rows) + (1e-3 if len(tokens) > 3 else 0.0)
     monkeypatch.setattr(PagedSession, "infer_sequences", drifts)
     assert not passes_sequences_layout(session, past=PAST)
-    assert not passes_block_invariance(session)
-    session.block_invariant = False  # a session that does not take the layout is not probed for it
-    assert not session.takes_sequences
+    assert passes_block_invariance(session)  # the block layout's check does not depend on it
+
+
+def test_a_model_that_fails_the_layouts_probe_stays_exact_in_blocks(bundle_dir, monkeypatch, small_threshold):
+    """open_model probes the layout on an exact CPU model, once per machine (known_sequences keeps the verdict):
+    a model that fails it is still exact and its sessions keep the block layout after long prompts."""
+    probed: list[bool] = []
+    real_probe = session_module.passes_sequences_layout
+    monkeypatch.setattr(session_module, "passes_sequences_layout",
+                        lambda s: probed.append(True) or real_probe(s))
+    xml = load_target_xml(bundle_dir)
+    known: dict = {}
+    assert open_model(xml, known_invariant={"dq": True}, known_longest={"dq": 64}, known_sequences=known).sequences
+    assert known == {"dq": True} and len(probed) == 1
+    assert open_model(xml, known_invariant={"dq": True}, known_longest={"dq": 64}, known_sequences=known).sequences
+    assert len(probed) == 1  # from the verdict kept
+    real = PagedSession.infer_sequences
+    monkeypatch.setattr(PagedSession, "infer_sequences",
+                        lambda self, t, r: real(self, t, r) + (1e-3 if len(t) > 3 else 0.0))
+    known = {}
+    failed = open_model(xml, known_invariant={}, known_longest={"dq": 64}, known_sequences=known)
+    assert failed.block_invariant and failed.precision == "dq" and not failed.sequences and known == {"dq": False}
+    session = failed.session()
+    session.feed(_tokens(40, 60, failed.vocab_size), rows=1)
+    session.end_prompt(60)
+    assert session.sequences_from is None
 
 
 def test_a_batched_call_gives_each_session_its_rows_alone(model, small_threshold):

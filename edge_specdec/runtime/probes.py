@@ -211,6 +211,12 @@ def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = PROBE_PROMPT) ->
 SEQUENCE_CALLS = (1, 2, 5)
 
 
+def context_cuts_sequences_probe(max_context: Optional[int]) -> bool:
+    """Does a context of max_context tokens leave passes_sequences_layout a shorter past than LONG_PAST? Its answer
+    is then this context's, not the machine's."""
+    return max_context is not None and max_context < LONG_PAST + sum(SEQUENCE_CALLS) + 64
+
+
 def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
     """Do tokens fed as one-token sequences after a past of about `past` tokens (session.py, "One-token sequences";
     the past cheap, see `fill_past`, capped by the model's context) get the same rows, bit for bit, in one call of
@@ -237,8 +243,7 @@ def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
 def passes_block_invariance(session) -> bool:
     """The check a target's session must pass to be exact: the probe on an empty cache, after a real prefill of
     REAL_PAST tokens (what a prompt of that length leaves), and after a past of LONG_PAST tokens (capped by the
-    model's context; cheap, see `fill_past`); and, on a session that feeds the tokens after a long prompt as
-    one-token sequences, the probe of that layout."""
+    model's context; cheap, see `fill_past`). The one-token-sequences layout has a probe of its own
+    (passes_sequences_layout): a model that fails it keeps the block layout and stays exact."""
     return (is_block_invariant(session) and is_block_invariant(session, past=REAL_PAST, copy=False)
-            and is_block_invariant(session, past=LONG_PAST)
-            and (not getattr(session, "takes_sequences", False) or passes_sequences_layout(session)))
+            and is_block_invariant(session, past=LONG_PAST))

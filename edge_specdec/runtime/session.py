@@ -57,8 +57,8 @@ always take the same layout: a session fed a prompt of at least SEQUENCES_AFTER 
 token after the prompt in this layout and the prompt in blocks, and a later request reuses only the prompt's part
 of its cache (`keep_prefix`, `reusable_tokens`), so that a reused prefix still equals a fresh prefill. Shorter
 prompts keep the block layout throughout. There is no lone-token rule in this layout (no widening, no pad token),
-and the calls run on the dynamic model (a static copy is compiled for one block size). The block-invariance probe
-checks the layout where a model takes it (`probes.passes_sequences_layout`).
+and the calls run on the dynamic model (a static copy is compiled for one block size). open_model probes the layout
+on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
 
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
@@ -82,7 +82,8 @@ import openvino as ov
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
-from .probes import context_cuts_the_probe, longest_exact_call, passes_block_invariance
+from .probes import (context_cuts_sequences_probe, context_cuts_the_probe, longest_exact_call,
+                     passes_block_invariance, passes_sequences_layout)
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -91,9 +92,9 @@ ROLLBACK_METHODS = ("paged", "masked", "npuw")
 LONGEST_BLOCK = 64
 # How an exact session forms its calls (paged attention, blocks cut into pieces of at most the model's measured
 # longest block, at least least_block tokens a call; on the CPU, the tokens after a long prompt as one-token
-# sequences with their pad sequences, which the probe checks too): a verdict of exactness holds for one layout only, so the
-# measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest block measured
-# with it. Change it with any change to how calls are formed.
+# sequences with their pad sequences, which a probe of its own checks): a verdict of exactness holds for one layout
+# only, so the measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest
+# block measured with it. Change it with any change to how calls are formed.
 CALL_LAYOUT = "paged-v3-sequences-after-long-prompts"
 # A prompt of at least this many tokens makes an exact paged session on the CPU feed every later token as a
 # one-token sequence (see "One-token sequences" above). Below it the mixed loop's re-laying of the past costs less
@@ -764,7 +765,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
                block_invariant: bool = True, output_ids: Optional[np.ndarray] = None,
                config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None,
-               known_longest: Optional[dict] = None,
+               known_longest: Optional[dict] = None, known_sequences: Optional[dict] = None,
                npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS,
                kv_cache: Optional[str] = None) -> CompiledLM:
     """Compile one model for decoding.
@@ -778,7 +779,9 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     known_invariant: the outcome of that check per precision from an earlier process on this machine (see
     measurements.py); filled with what is measured. known_longest: the same for the longest exact call per
     precision (see "Long blocks" above), measured before the check, whose prefill it sets; a verdict is reused only
-    with the longest call it was measured with, so where that is measured again, so is the verdict.
+    with the longest call it was measured with, so where that is measured again, so is the verdict. known_sequences:
+    the same for the one-token-sequences layout (see "One-token sequences" above; probed on an exact CPU model): a
+    model that fails it stays exact in the block layout.
     output_ids: compute logits for these token ids only (a draft's smaller output layer, see keep_output_rows);
     the others come out as -inf.
     kv_cache: the KV cache's element type, f32, f16 or u8 (devices.KV_CACHES; None: the device's, f16 on the CPU
@@ -803,6 +806,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     int4_group = int4_group_size(model)
     checks = known_invariant if known_invariant is not None else {}
     longest = known_longest if known_longest is not None else {}
+    sequences = known_sequences if known_sequences is not None else {}
     first = None  # the precision asked for (the fastest), kept when none passes the check
     for attempt in device_profile.precision_attempts(precision):
         cfg = {**device_profile.precision_properties(attempt, int4_group), **(config or {}),
@@ -814,13 +818,14 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         lm.kv_cache = kv_cache or device_profile.kv_cache
         lm.weights_file = Path(model_xml).with_suffix(".bin")
         # the CPU plugin's PagedAttention takes one-token sequences in a loop of their own (see "One-token
-        # sequences" above); the probe below checks the layout's bits with the rest
+        # sequences" above), if the layout's probe below passes
         lm.sequences = lm.block_invariant and device_profile.kind == "CPU"
         if not lm.block_invariant:
             return lm
         measure_longest = type(longest.get(attempt)) is not int
         passed = None if measure_longest else checks.get(attempt)  # a verdict holds for the longest call it had
         lm.longest_block = longest.get(attempt, LONGEST_BLOCK)
+        probe = None
         if passed is None:
             # the probe's first call repacks the weights, their mapped pages given back as it goes, before its
             # long past takes memory for its KV cache (LONG_PAST tokens)
@@ -837,6 +842,19 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                 checks.pop(attempt, None)
             else:
                 longest[attempt], checks[attempt] = lm.longest_block, passed
+        if passed is True and lm.sequences:  # an exact model: may it feed one-token sequences after long prompts?
+            known = sequences.get(attempt)
+            if type(known) is bool:
+                lm.sequences = known
+            else:
+                if probe is None:
+                    probe = lm.session()
+                    probe.longest_call = lm.longest_block
+                with releasing_mapped(lm.weights_file):
+                    lm.sequences = passes_sequences_layout(probe)
+                if not context_cuts_sequences_probe(max_context):
+                    sequences[attempt] = lm.sequences
+        if probe is not None:
             del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
             trim_heap()
             release_mapped(lm.weights_file)
