@@ -211,12 +211,6 @@ def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = PROBE_PROMPT) ->
 SEQUENCE_CALLS = (1, 2, 5)
 
 
-def context_cuts_sequences_probe(max_context: Optional[int]) -> bool:
-    """Does a context of max_context tokens leave passes_sequences_layout a shorter past than LONG_PAST? Its answer
-    is then this context's, not the machine's."""
-    return max_context is not None and max_context < LONG_PAST + sum(SEQUENCE_CALLS) + 64
-
-
 def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
     """Do tokens fed as one-token sequences after a past of about `past` tokens (session.py, "One-token sequences";
     the past cheap, see `fill_past`, capped by the model's context) get the same rows, bit for bit, in one call of

@@ -82,8 +82,7 @@ import openvino as ov
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
-from .probes import (context_cuts_sequences_probe, context_cuts_the_probe, longest_exact_call,
-                     passes_block_invariance, passes_sequences_layout)
+from .probes import context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_sequences_layout
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -852,8 +851,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                     probe.longest_call = lm.longest_block
                 with releasing_mapped(lm.weights_file):
                     lm.sequences = passes_sequences_layout(probe)
-                if not context_cuts_sequences_probe(max_context):
-                    sequences[attempt] = lm.sequences
+                sequences[attempt] = lm.sequences  # (the cache's key holds the bundle: its context too)
         if probe is not None:
             del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
             trim_heap()
