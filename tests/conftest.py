@@ -38,7 +38,7 @@ def _offline():
 # What an engine measures of its models (measurements.py) that the tests may share: the exactness probes' verdicts
 # and the block-size choices (the longest exact call among them). Not the drafting guard's verdicts (a run's
 # history, which tests start without) nor the draft device's timings.
-SHARED_MEASUREMENTS = (r"target/(invariant|longest_block|batch_invariant|static_invariant/.*)"
+SHARED_MEASUREMENTS = (r"target/(invariant|sequences|longest_block|batch_invariant|static_invariant/.*)"
                        r"|(target|draft)/(fixed_block/\d+|step)")
 _shared_plans: dict[str, dict] = {}  # MeasurementCache.digest -> the shared measurements of that key
 _sharing = [False]  # whether the running test shares them (see _share_measurements)

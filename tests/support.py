@@ -146,11 +146,13 @@ def bits(logprobs) -> list:
 
 
 def forced_logprobs(pipe, prompt_ids: list[int], tokens: list[int], config):
-    """The target alone's logprobs of `tokens`, computed in one block from scratch (teacher forcing)."""
+    """The target alone's logprobs of `tokens`, computed in one feed from scratch (teacher forcing), in the layouts
+    a run on that prompt has (session.py, "One-token sequences")."""
     from edge_specdec.runtime.sampling import penalize, token_logprobs
 
     session = pipe.target
     session.reset()
+    session.end_prompt(len(prompt_ids))  # the layout a run on that prompt feeds the positions after it in
     rows = session.feed(prompt_ids + tokens, rows=len(tokens) + 1)[:-1]
     session.reset()
     return token_logprobs(penalize(rows, config, prompt_ids, tokens), tokens, config)

@@ -86,8 +86,8 @@ def run_clients(engine, jobs, join_running: bool = False, **options):
     if join_running:
         infer = engine.scheduler.infer
 
-        def infer_and_tell(session, tokens, rows):
-            out = infer(session, tokens, rows)
+        def infer_and_tell(session, tokens, rows, **layout):
+            out = infer(session, tokens, rows, **layout)
             called[index[threading.get_ident()]].set()
             return out
         engine.scheduler.infer = infer_and_tell

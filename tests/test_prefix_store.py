@@ -219,3 +219,28 @@ def test_serve_takes_prefix_cache_mb():
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(EdgeSpecdecError, match="--prefix-cache-mb"):
             ServerSettings(prefix_cache_mb=bad).check()
+
+
+def test_after_a_long_prompt_the_store_keeps_only_the_prompts_part(engine, monkeypatch):
+    """After a prompt of SEQUENCES_AFTER tokens or more (made small here) the tokens after it were fed as one-token
+    sequences (session.py): the copy holds the prompt's tokens only, and the conversation restored from it writes
+    what a fresh session writes."""
+    import edge_specdec.runtime.session as session_module
+
+    monkeypatch.setattr(session_module, "SEQUENCES_AFTER", 16)
+    encode = engine.tokenizer.encode
+    store = PrefixStore(64 * 2**20, min_tokens=1)
+    slot = engine.session()
+    first = slot.generate(A, GREEDY)
+    prompt = encode(A)
+    assert len(prompt) >= 16 and slot.target.sequences_from == len(prompt)
+    assert export_cache(slot.target).tokens == prompt
+    turn2 = prompt + first.token_ids + encode("\n    return None\n")
+    assert store.prepare(slot, encode(B)).stored
+    slot.generate(B, GREEDY)
+    assert store.prepare(slot, turn2).restored
+    assert slot.target.tokens == prompt and slot.target.sequences_from is None
+    restored = slot.generate(turn2, GREEDY)
+    fresh = engine.session().generate(turn2, GREEDY)
+    assert restored.token_ids == fresh.token_ids and bits(restored) == bits(fresh)
+    assert restored.stats.prompt_tokens_reused == len(prompt)

@@ -103,6 +103,9 @@ class ReplayTarget:
         del self.tokens[keep:]
         return keep
 
+    def end_prompt(self, length: int) -> None:
+        pass  # its rows do not depend on how they are fed
+
     def rollback(self, n: int) -> None:
         if n > 0:
             del self.tokens[-n:]

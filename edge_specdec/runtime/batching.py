@@ -41,6 +41,7 @@ class Call:
     session: "PagedSession"  # noqa: F821 (session.py imports this module's users, not the other way)
     tokens: list[int]
     rows: int
+    sequences: bool = False  # the tokens go as one-token sequences (session.py, "One-token sequences")
     since: float = field(default_factory=time.perf_counter)
     logits: Optional[np.ndarray] = None
     error: Optional[BaseException] = None
@@ -78,7 +79,9 @@ class ModelQueue:
         for group in groups:
             try:
                 if len(group) == 1:
-                    group[0].logits = group[0].session.infer_alone(group[0].tokens, group[0].rows)
+                    call = group[0]
+                    infer = call.session.infer_sequences if call.sequences else call.session.infer_alone
+                    call.logits = infer(call.tokens, call.rows)
                 else:
                     for call, logits in zip(group, self.together(group)):
                         call.logits = logits
@@ -87,27 +90,32 @@ class ModelQueue:
                     call.error = exc
 
     def together(self, calls: list[Call]) -> list[np.ndarray]:
-        """One call over several sessions' blocks; each session's last `rows` rows."""
-        lengths = [len(c.tokens) for c in calls]
-        past = [c.session.length for c in calls]
-        for call, p, n in zip(calls, past, lengths):
-            call.session.reserve(p + n)
-        used = [-(-(p + n) // self.pool.block_size) for p, n in zip(past, lengths)]
-        begins = np.cumsum([0] + lengths).astype(np.int32)
-        x = {"input_ids": np.concatenate([np.asarray(c.tokens, np.int64) for c in calls]),
-             "position_ids": np.concatenate([np.arange(p, p + n) for p, n in zip(past, lengths)]).astype(np.int64),
-             "past_lens": np.asarray(past, np.int32), "subsequence_begins": begins,
-             "block_indices": np.concatenate([c.session.blocks[:u] for c, u in zip(calls, used)]).astype(np.int32),
-             "block_indices_begins": np.cumsum([0] + used).astype(np.int32),
-             "max_context_len": np.asarray(max(p + n for p, n in zip(past, lengths)), np.int32)}
-        if self.picks_rows:  # each sequence's last rows only
-            x[LOGITS_ROWS] = np.concatenate([np.arange(end - c.rows, end) for c, end in zip(calls, begins[1:])])
+        """One call over several sessions' blocks; each session's last `rows` rows. A block goes as one sequence,
+        the tokens of a session in the sequences layout as one-token sequences each; a call that holds those gets
+        pad sequences when it has too few sequences for them (session.sequence_pads)."""
+        from .session import call_inputs, sequence_pads
+
+        sequences = []
+        for call in calls:
+            if call.sequences:
+                sequences += call.session.sequences(call.tokens)
+            else:
+                session, past = call.session, call.session.length
+                session.reserve(past + len(call.tokens))
+                used = -(-(past + len(call.tokens)) // self.pool.block_size)
+                sequences.append((call.tokens, past, np.asarray(session.blocks[:used], np.int32)))
+        ends = np.cumsum([len(c.tokens) for c in calls])
+        pads = (sequence_pads(len(sequences), int(ends[-1]), calls[0].session.model.threads)
+                if any(c.sequences for c in calls) else 0)
+        x = call_inputs(sequences, pads, self.pool.scratch)
+        if self.picks_rows:  # each session's last rows only
+            x[LOGITS_ROWS] = np.concatenate([np.arange(end - c.rows, end) for c, end in zip(calls, ends)])
         with self.pool.lock:
             self.request.infer(x)
             logits = self.request.get_tensor("logits").data
             logits = logits.reshape(len(logits), -1)
-            ends = np.cumsum([c.rows for c in calls]) if self.picks_rows else begins[1:]
-            out = [logits[end - c.rows:end].copy() for c, end in zip(calls, ends)]
+            rows_end = np.cumsum([c.rows for c in calls]) if self.picks_rows else ends
+            out = [logits[end - c.rows:end].copy() for c, end in zip(calls, rows_end)]
         self.calls += 1
         self.sequences += len(calls)
         return out
@@ -139,9 +147,10 @@ class Scheduler:
                 self.active -= 1
                 self.cond.notify_all()
 
-    def infer(self, session, tokens: list[int], rows: int) -> np.ndarray:
-        """The session's logits for its block, computed in a batch with other sessions' blocks when they come."""
-        call = Call(session, list(tokens), rows)
+    def infer(self, session, tokens: list[int], rows: int, sequences: bool = False) -> np.ndarray:
+        """The session's logits for its block, computed in a batch with other sessions' blocks when they come;
+        sequences: its tokens go as one-token sequences (session.py, "One-token sequences")."""
+        call = Call(session, list(tokens), rows, sequences)
         with self.cond:
             queue = self.queues.get(id(session.pool))
             if queue is None:
@@ -202,7 +211,9 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
     Random prompts of different lengths, then blocks of 2 to 6 tokens of which each session asks for the logits
     of its last 1 to all rows, alone and together, over three rounds with rollbacks in between, and in each
     round one session starting over with a new prompt of 20 tokens or more (a prompt joins a batched call, which
-    holds at most the session's longest_block tokens); the sessions are left empty."""
+    holds at most the session's longest_block tokens), and where the model takes the one-token-sequences layout
+    (session.py), in each round another session in that layout, from its length then on; the sessions are left
+    empty."""
     from .session import BlockPool
 
     rng = np.random.default_rng(seed)
@@ -221,8 +232,14 @@ def batch_invariant(model, sessions: int = 3, seed: int = 0) -> bool:
             most = max(3, (group[newcomer].longest_block or 120) - 12)
             blocks[newcomer] = rng.integers(0, model.vocab_size, int(rng.integers(min(20, most - 1), most))).tolist()
             rows[newcomer] = 1
-            alone = [s.infer_alone(block, r)[-r:] for s, block, r in zip(group, blocks, rows)]
-            together = queue.together([Call(s, block, r) for s, block, r in zip(group, blocks, rows)])
+            after = group[(newcomer + 1) % sessions]
+            if after.takes_sequences and after.sequences_from is None:
+                after.sequences_from = after.length
+            layouts = [s.sequences_from is not None for s in group]
+            alone = [(s.infer_sequences if seq else s.infer_alone)(block, r)[-r:]
+                     for s, block, r, seq in zip(group, blocks, rows, layouts)]
+            together = queue.together([Call(s, block, r, seq)
+                                       for s, block, r, seq in zip(group, blocks, rows, layouts)])
             if not all(np.array_equal(a, b) for a, b in zip(alone, together)):
                 return False
             for s, block in zip(group, blocks):  # keep part of each block, as verification does

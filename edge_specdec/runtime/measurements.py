@@ -1,7 +1,8 @@
 """The measurement cache: what an engine measured about its models on this machine, remembered for later processes.
 
 Opening a bundle measures a few things on the device: whether the target's blocks are bit-identical to single
-steps at each precision (exactness, `probes.passes_block_invariance`) and the longest call that keeps the bits of
+steps at each precision (exactness, `probes.passes_block_invariance`), whether the tokens after a long prompt may go
+as one-token sequences (`probes.passes_sequences_layout`) and the longest call that keeps the bits of
 short calls (`probes.longest_exact_call`, the pieces a long prompt is fed in), whether fixed block sizes pay
 (`probes.fixed_block_pays`), which single step is cheapest (`probes.cheapest_step`), and what the drafting guard
 learned. They depend on the machine (the instruction sets the CPU plugin picks its kernels by, and the threads it
@@ -117,6 +118,7 @@ def _is_precision_calls(value: Any) -> bool:
 # more; a fixed block is at most a long draft's k + 1)
 VALID: list[tuple[str, Callable[[str, Any], bool]]] = [
     (r"target/invariant", lambda name, v: _is_precision_verdicts(v)),
+    (r"target/sequences", lambda name, v: _is_precision_verdicts(v)),
     (r"target/longest_block", lambda name, v: _is_precision_calls(v)),
     (r"target/batch_invariant", lambda name, v: _is_bool(v)),
     (r"target/static_invariant/\d{1,2}(,\d{1,2})*", lambda name, v: _is_bool(v)),

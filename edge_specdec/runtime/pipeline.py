@@ -175,7 +175,8 @@ class Engine:
             "draft_vocab": config.draft_vocab, "call_layout": CALL_LAYOUT})
         known = dict(self.measurements.known("target/invariant") or {})  # exactness per precision, from the cache
         longest = dict(self.measurements.known("target/longest_block") or {})  # the longest exact call, the same
-        checked_before, longest_before = dict(known), dict(longest)
+        sequences = dict(self.measurements.known("target/sequences") or {})  # the one-token-sequences layout's
+        checked_before, longest_before, sequences_before = dict(known), dict(longest), dict(sequences)
         self.vocab_map = self.bundle.load_vocab_map()
         common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
                       kv_cache=config.kv_cache)
@@ -187,12 +188,15 @@ class Engine:
             self.target_model = open_model(target.model_xml, self.placement.target, **common,
                                            max_context=target.info.get("max_position_embeddings"),
                                            config=configs["target"], known_invariant=known,
-                                           known_longest=longest, **self._npu("target"))
+                                           known_longest=longest, known_sequences=sequences,
+                                           **self._npu("target"))
             self.draft_model = draft_job.result() if draft_job else None
         if longest != longest_before:  # written before the verdicts measured with it
             self.measurements.put("target/longest_block", longest)
         if known != checked_before:  # open_model checked a precision on this machine for the first time
             self.measurements.put("target/invariant", known)
+        if sequences != sequences_before:
+            self.measurements.put("target/sequences", sequences)
 
     def _warm_up(self) -> None:
         """Run each model on a scratch session: a block as long as a short prompt and a single step (a static copy

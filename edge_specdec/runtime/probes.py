@@ -207,9 +207,37 @@ def longest_exact_call(session, sizes=CALL_SIZES, prompt: int = PROBE_PROMPT) ->
         session.reset()
 
 
+# the calls passes_sequences_layout feeds its tokens in, one after another, against one call of them all
+SEQUENCE_CALLS = (1, 2, 5)
+
+
+def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
+    """Do tokens fed as one-token sequences after a past of about `past` tokens (session.py, "One-token sequences";
+    the past cheap, see `fill_past`, capped by the model's context) get the same rows, bit for bit, in one call of
+    them all as in calls of SEQUENCE_CALLS tokens one after another (which read the key/value slots the calls
+    before wrote)? Leaves the session empty."""
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, session.vocab_size, sum(SEQUENCE_CALLS)).tolist()
+    if session.max_context is not None:
+        past = max(0, min(past, session.max_context - len(tokens) - 64))
+    try:
+        session.reset()
+        if past:  # (a short context leaves none: the tokens then start at position 0)
+            fill_past(session, past)
+        session.sequences_from = session.length
+        whole = session.feed(tokens)
+        session.rollback(len(tokens))
+        ends = np.cumsum(SEQUENCE_CALLS)
+        pieces = np.concatenate([session.feed(tokens[end - n:end]) for n, end in zip(SEQUENCE_CALLS, ends)])
+        return bool(np.array_equal(whole, pieces))
+    finally:
+        session.reset()
+
+
 def passes_block_invariance(session) -> bool:
     """The check a target's session must pass to be exact: the probe on an empty cache, after a real prefill of
     REAL_PAST tokens (what a prompt of that length leaves), and after a past of LONG_PAST tokens (capped by the
-    model's context; cheap, see `fill_past`)."""
+    model's context; cheap, see `fill_past`). The one-token-sequences layout has a probe of its own
+    (passes_sequences_layout): a model that fails it keeps the block layout and stays exact."""
     return (is_block_invariant(session) and is_block_invariant(session, past=REAL_PAST, copy=False)
             and is_block_invariant(session, past=LONG_PAST))

@@ -45,6 +45,21 @@ same values (`fixed_block_pays` measures whether that wins). The same widening m
 a block of 3 costs less than a block of 2 (`cheapest_step`: the plugin picks its matmul kernels by the number of
 rows).
 
+One-token sequences after a long prompt (`ModelSession.sequences_from`): the CPU plugin's PagedAttention runs a
+call with more than one token in a sequence through its mixed loop, which lays the whole past out again in scratch
+buffers on every call; after a prompt of thousands of tokens that makes an exact 2-token step cost far more than a
+lone token. Fed as one-token sequences over the session's same block table (past lengths p, p+1, ..., p+n-1), each
+token takes a kernel that sums over the past in block order and re-lays nothing; pad sequences (token 0 at position
+0 of a scratch block, no past) make more sequences than the model's threads and at least 2 rows, so that the
+plugin's choice of loop and its split of the work never depend on the call's size or the thread count. A token's row
+is then the same whatever the call that holds it, but not the row the block layout gives it, so a position must
+always take the same layout: a session fed a prompt of at least SEQUENCES_AFTER tokens (`end_prompt`) feeds every
+token after the prompt in this layout and the prompt in blocks, and a later request reuses only the prompt's part
+of its cache (`keep_prefix`, `reusable_tokens`), so that a reused prefix still equals a fresh prefill. Shorter
+prompts keep the block layout throughout. There is no lone-token rule in this layout (no widening, no pad token),
+and the calls run on the dynamic model (a static copy is compiled for one block size). open_model probes the layout
+on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
+
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
 shape change, and static kernels. Each copy holds its own repacked weights, so the engine gives them only to
@@ -67,7 +82,7 @@ import openvino as ov
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
-from .probes import context_cuts_the_probe, longest_exact_call, passes_block_invariance
+from .probes import context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_sequences_layout
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -75,10 +90,16 @@ ROLLBACK_METHODS = ("paged", "masked", "npuw")
 # otherwise): the longest piece measured exact on an AVX2 CPU (see "Long blocks" above)
 LONGEST_BLOCK = 64
 # How an exact session forms its calls (paged attention, blocks cut into pieces of at most the model's measured
-# longest block, at least least_block tokens a call): a verdict of exactness holds for one layout only, so the
-# measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest block measured
-# with it. Change it with any change to how calls are formed.
-CALL_LAYOUT = "paged-v2-longest-measured"
+# longest block, at least least_block tokens a call; on the CPU, the tokens after a long prompt as one-token
+# sequences with their pad sequences, which a probe of its own checks): a verdict of exactness holds for one layout
+# only, so the measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest
+# block measured with it. Change it with any change to how calls are formed.
+CALL_LAYOUT = "paged-v3-sequences-after-long-prompts"
+# A prompt of at least this many tokens makes an exact paged session on the CPU feed every later token as a
+# one-token sequence (see "One-token sequences" above). Below it the mixed loop's re-laying of the past costs less
+# than the one-token kernels' per-token price on a verification block, and a short prompt's chat keeps reusing its
+# whole cache from turn to turn.
+SEQUENCES_AFTER = 2048
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -128,6 +149,20 @@ class CompiledLM:
         # the most tokens a call of its block-invariant sessions holds (see "Long blocks" above; open_model measures it)
         self.longest_block = LONGEST_BLOCK
         self.exactness_note = ""  # why the model is not block-invariant, where open_model found it is not
+        # whether its exact sessions feed the tokens after a long prompt as one-token sequences (see "One-token
+        # sequences" above): a paged model on the CPU that passed the probe of that layout (open_model)
+        self.sequences = False
+        self._threads: Optional[int] = None
+
+    @property
+    def threads(self) -> int:
+        """The compiled model's INFERENCE_NUM_THREADS (1 where the device has no such setting)."""
+        if self._threads is None:
+            try:
+                self._threads = int(self.compiled.get_property("INFERENCE_NUM_THREADS"))
+            except (RuntimeError, TypeError, ValueError):
+                self._threads = 1
+        return self._threads
 
     @property
     def kv_bytes_per_token(self) -> Optional[float]:
@@ -199,6 +234,28 @@ class CompiledLM:
             self.add_static({n}, invariant=self._planned_invariant)
 
 
+def sequence_pads(sequences: int, tokens: int, threads: int) -> int:
+    """The pad sequences a paged call of `sequences` sequences and `tokens` tokens in all gets when it holds
+    one-token sequences of the sequences layout (see "One-token sequences" above): enough for more sequences than
+    the model's threads (the CPU plugin's mixed loop then gives each kernel the query heads of one key/value head,
+    whatever the thread count and the call's size) and at least 2 tokens."""
+    return max(0, threads + 1 - sequences, 2 - tokens)
+
+
+def call_inputs(sequences: list[tuple[list[int], int, np.ndarray]], pads: int, scratch: int) -> dict[str, np.ndarray]:
+    """A paged call's inputs (but the logits rows) for sequences of (tokens, past length, block table), then `pads`
+    pad sequences: token 0 at position 0 of the scratch block, with no past."""
+    sequences = list(sequences) + [([0], 0, np.asarray([scratch], np.int32))] * pads
+    lengths = [len(tokens) for tokens, _, _ in sequences]
+    return {"input_ids": np.concatenate([np.asarray(t, np.int64) for t, _, _ in sequences]),
+            "position_ids": np.concatenate([np.arange(p, p + len(t)) for t, p, _ in sequences]).astype(np.int64),
+            "past_lens": np.asarray([p for _, p, _ in sequences], np.int32),
+            "subsequence_begins": np.cumsum([0] + lengths).astype(np.int32),
+            "block_indices": np.concatenate([table for _, _, table in sequences]).astype(np.int32),
+            "block_indices_begins": np.cumsum([0] + [len(table) for _, _, table in sequences]).astype(np.int32),
+            "max_context_len": np.asarray(max(p + len(t) for t, p, _ in sequences), np.int32)}
+
+
 def kv_bytes_per_token(compiled: ov.CompiledModel) -> float:
     """Bytes a token takes in a paged model's cache: each key_cache.N / value_cache.N input's block of [heads, rows,
     columns] elements (a u8 cache keeps its scales in extra rows or columns) over the tokens a block holds."""
@@ -225,6 +282,8 @@ class ModelSession:
         self.min_block = 1  # widen shorter blocks to this many tokens (see "Fixed block sizes" above)
         self.last_block = 0  # the tokens of the latest call on the device (a widened block's re-fed ones too)
         self.tokens: list[int] = []  # the logical sequence the cache holds
+        # the first position fed as one-token sequences (see "One-token sequences" above; None: none is)
+        self.sequences_from: Optional[int] = None
         self.reset()
 
     @property
@@ -256,12 +315,33 @@ class ModelSession:
         return frozenset()
 
     @property
+    def takes_sequences(self) -> bool:
+        """Whether this session feeds the tokens after a long prompt as one-token sequences (see "One-token
+        sequences" above): an exact session on a model that passed the probe of that layout."""
+        return self.block_invariant and getattr(self.model, "sequences", False)
+
+    @property
+    def reusable_tokens(self) -> list[int]:
+        """The tokens of the cache a later request may reuse: those before the sequences layout's boundary (the
+        later ones were fed in another layout than a prefill gives them)."""
+        return self.tokens if self.sequences_from is None else self.tokens[:self.sequences_from]
+
+    def end_prompt(self, length: int) -> None:
+        """The prompt, `length` tokens, ends here: a prompt of at least SEQUENCES_AFTER tokens on a session that
+        takes the sequences layout makes every later position one-token sequences; a shorter one (or another
+        session) keeps the block layout throughout. The cache must hold at most the prompt."""
+        if self.length > length:
+            raise ValueError(f"the cache holds {self.length} tokens, more than the prompt's {length}")
+        self.sequences_from = length if self.takes_sequences and length >= SEQUENCES_AFTER else None
+
+    @property
     def block_floor(self) -> int:
         """The size short blocks are widened to (see "Fixed block sizes" above)."""
         return self.min_block
 
     def reset(self) -> None:
         self.tokens = []
+        self.sequences_from = None
         self._restart()
 
     def feed(self, tokens: list[int], rows: Optional[int] = None) -> np.ndarray:
@@ -276,6 +356,9 @@ class ModelSession:
         if self.max_context is not None and self.length + n > self.max_context:
             raise ContextOverflowError(f"{self.length + n} tokens exceed the model's context of {self.max_context}")
         rows = n if rows is None else min(n, rows)
+        start = self.sequences_from
+        if start is not None and self.length + n > start:
+            return self._feed_across(list(tokens), rows, start)
         if self.longest_block and n > self.longest_block:
             return self._feed_in_pieces(list(tokens), rows)
         least = self.least_block
@@ -289,44 +372,79 @@ class ModelSession:
         pad = max(0, least - len(block))
         block += [block[-1]] * pad
         self.last_block = len(block)
-        logits = self._infer(block, rows + pad)
+        logits = self._widened(self._infer(block, rows + pad))
         self.tokens.extend(block)
-        if self.output_ids is not None:
-            wide = np.full((len(logits), self.vocab_size), -np.inf, dtype=np.float32)
-            wide[:, self.output_ids] = logits
-            logits = wide
         if pad:
             self.rollback(pad)
             logits = logits[:-pad]
         return logits[-rows:] if widen else logits
 
-    def _feed_in_pieces(self, tokens: list[int], rows: int) -> np.ndarray:
-        """Feed a long block in even pieces of at most longest_block tokens (each at least 2); the last `rows`
-        rows of logits, from the pieces that hold them (the others compute only their fewest rows)."""
+    def _widened(self, logits: np.ndarray) -> np.ndarray:
+        """Rows of the model's output ids widened to the whole vocabulary (-inf for the ids left out)."""
+        if self.output_ids is None:
+            return logits
+        wide = np.full((len(logits), self.vocab_size), -np.inf, dtype=np.float32)
+        wide[:, self.output_ids] = logits
+        return wide
+
+    def _feed_in_pieces(self, tokens: list[int], rows: int, feed=None) -> np.ndarray:
+        """Feed a long block in even pieces of at most longest_block tokens (each at least 2, in the block layout);
+        the last `rows` rows of logits, from the pieces that hold them (the others compute only their fewest
+        rows). feed(tokens, rows): how a piece is fed (default: `feed`)."""
+        feed = feed or self.feed
         count = -(-len(tokens) // self.longest_block)
         bounds = np.linspace(0, len(tokens), count + 1).round().astype(int)
         kept = []
         for start, end in zip(bounds[:-1], bounds[1:]):
             wanted = min(end - start, rows - (len(tokens) - end))
-            logits = self.feed(tokens[start:end], rows=max(wanted, 1))
+            logits = feed(tokens[start:end], max(wanted, 1))
             if wanted > 0:
                 kept.append(logits[-wanted:])
         return np.concatenate(kept)
+
+    def _feed_across(self, tokens: list[int], rows: int, start: int) -> np.ndarray:
+        """Feed tokens that reach the sequences layout's boundary `start`: those before it in the block layout,
+        the others as one-token sequences, in pieces of at most longest_block tokens; the last `rows` rows."""
+        head = max(0, start - self.length)
+        kept = []
+        if head:
+            wanted = rows - (len(tokens) - head)
+            logits = self.feed(tokens[:head], rows=max(wanted, 1))
+            if wanted > 0:
+                kept.append(logits[-wanted:])
+        rest = tokens[head:]
+        wanted = min(rows, len(rest))
+        if self.longest_block and len(rest) > self.longest_block:
+            kept.append(self._feed_in_pieces(rest, wanted, feed=self._feed_sequences)[-wanted:])
+        else:
+            kept.append(self._feed_sequences(rest, wanted))
+        return np.concatenate(kept)
+
+    def _feed_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
+        """One call of tokens as one-token sequences (see "One-token sequences" above); the last `rows` rows."""
+        self.last_block = len(tokens)
+        logits = self._widened(self._infer_sequences(tokens, rows))
+        self.tokens.extend(tokens)
+        return logits[-rows:]
 
     def sync(self, sequence: list[int], extra: tuple[int, ...] | list[int] = ()) -> np.ndarray:
         """Bring the cache to sequence + extra and return the logits from sequence[-1] on (len(extra) + 1 rows).
 
         Keeps the longest prefix the cache shares with `sequence` (short of its last token, which is fed again for
-        its logits), then feeds the rest in one block."""
-        self.keep_prefix(sequence)
+        its logits), then feeds the rest in one block. Within one request: the sequences layout's boundary stays
+        (see keep_prefix for a new request)."""
+        self.rollback(self.length - min(common_prefix(self.tokens, sequence), len(sequence) - 1))
         rows = len(extra) + 1
         return self.feed(sequence[self.length:] + list(extra), rows=rows)[-rows:]
 
     def keep_prefix(self, tokens: list[int]) -> int:
-        """Forget all but the longest prefix of the cache that `tokens` starts with, short of the last token of
-        `tokens` (a call must feed it to get its logits). Returns how many tokens are kept."""
-        keep = min(common_prefix(self.tokens, tokens), len(tokens) - 1)
+        """For a new request: forget all but the longest prefix of the cache that `tokens` starts with, short of the
+        last token of `tokens` (a call must feed it to get its logits), and of the sequences layout's boundary (the
+        tokens after it were fed in another layout than a prefill gives them; the boundary goes with them).
+        Returns how many tokens are kept."""
+        keep = min(common_prefix(self.reusable_tokens, tokens), len(tokens) - 1)
         self.truncate(keep)
+        self.sequences_from = None
         return keep
 
     def rollback(self, n: int) -> None:
@@ -339,13 +457,20 @@ class ModelSession:
         del self.tokens[-n:]
 
     def truncate(self, length: int) -> None:
-        """Keep only the first `length` tokens."""
+        """Keep only the first `length` tokens; down to the sequences layout's boundary or below, the boundary goes
+        too (the tokens kept are all in the block layout)."""
         self.rollback(self.length - length)
+        if self.sequences_from is not None and length <= self.sequences_from:
+            self.sequences_from = None
 
     def reserve(self, n_tokens: int) -> None:
         """Make room for n_tokens in the cache up front (a hint; the cache also grows on demand)."""
 
     def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _infer_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
+        """The logits of the last `rows` tokens, fed as one-token sequences (only where takes_sequences)."""
         raise NotImplementedError
 
     def _forget(self, n: int) -> None:
@@ -374,6 +499,16 @@ class BlockPool:
         self.requests: list[ov.InferRequest] = []
         self.free: list[int] = []
         self.capacity = 0
+        self._scratch: Optional[int] = None
+
+    @property
+    def scratch(self) -> int:
+        """A block of no session's table, for the pad sequences of the one-token-sequences layout (session.py):
+        each writes token 0 at position 0 there, the same values every time."""
+        with self.lock:
+            if self._scratch is None:
+                self._scratch = self.allocate(1)[0]
+            return self._scratch
 
     def attach(self, request: ov.InferRequest) -> None:
         """Let a request run on this pool's tensors (now and after they grow)."""
@@ -495,6 +630,42 @@ class PagedSession(ModelSession):
             logits = request.get_tensor("logits").data
             return logits.reshape(len(logits), -1)[-rows:].copy()
 
+    def _infer_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
+        if self.scheduler is not None:
+            return self.scheduler.infer(self, tokens, rows, sequences=True)
+        return self.infer_sequences(tokens, rows)
+
+    def sequences(self, tokens: list[int]) -> list[tuple[list[int], int, np.ndarray]]:
+        """This session's tokens as one-token sequences after its past, each (its token, its past length, its block
+        table): the same table, as long as each position needs. Reserves the blocks they need."""
+        past = self.length
+        self.reserve(past + len(tokens))
+        blocks = np.asarray(self.blocks, np.int32)
+        return [([token], p, blocks[:-(-(p + 1) // self.block_size)])
+                for p, token in enumerate(tokens, start=past)]
+
+    def infer_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
+        """One call for this session's tokens alone as one-token sequences, with the pad sequences they need (see
+        "One-token sequences" above); the logits of the last `rows` tokens, of at least 2 rows computed (the output
+        layer never runs on a single row: a pad's row makes the second where need be). On the dynamic model: a
+        static copy is compiled for one number of tokens."""
+        n = len(tokens)
+        pads = sequence_pads(n, n, self.model.threads)
+        x = call_inputs(self.sequences(tokens), pads, self.pool.scratch)
+        computed = max(rows, 2)
+        picked = np.arange(n - computed, n) if computed <= n else np.arange(computed)
+        if self.picks_rows:
+            x[LOGITS_ROWS] = picked
+        for name, array in x.items():  # new tensors: the block layout's are bound again on its next call
+            self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
+        self._x.pop(id(self.request), None)
+        with self.pool.lock:
+            self.request.infer()
+            logits = self.request.get_tensor("logits").data
+            logits = logits.reshape(len(logits), -1)
+            return (logits[computed - rows:computed] if self.picks_rows and computed <= n
+                    else logits[n - rows:n]).copy()
+
     def _inputs(self, request: ov.InferRequest, n: int, used: int, rows: int) -> dict[str, np.ndarray]:
         """The request's input tensors as numpy views, written in place each call (handing OpenVINO a dict of
         new arrays costs as much again as a small model's whole step); new ones only when a shape changes."""
@@ -593,7 +764,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                max_context: Optional[int] = None, rollback: Optional[str] = None, precision: str = "dq",
                block_invariant: bool = True, output_ids: Optional[np.ndarray] = None,
                config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None,
-               known_longest: Optional[dict] = None,
+               known_longest: Optional[dict] = None, known_sequences: Optional[dict] = None,
                npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS,
                kv_cache: Optional[str] = None) -> CompiledLM:
     """Compile one model for decoding.
@@ -607,7 +778,9 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     known_invariant: the outcome of that check per precision from an earlier process on this machine (see
     measurements.py); filled with what is measured. known_longest: the same for the longest exact call per
     precision (see "Long blocks" above), measured before the check, whose prefill it sets; a verdict is reused only
-    with the longest call it was measured with, so where that is measured again, so is the verdict.
+    with the longest call it was measured with, so where that is measured again, so is the verdict. known_sequences:
+    the same for the one-token-sequences layout (see "One-token sequences" above; probed on an exact CPU model): a
+    model that fails it stays exact in the block layout.
     output_ids: compute logits for these token ids only (a draft's smaller output layer, see keep_output_rows);
     the others come out as -inf.
     kv_cache: the KV cache's element type, f32, f16 or u8 (devices.KV_CACHES; None: the device's, f16 on the CPU
@@ -632,6 +805,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     int4_group = int4_group_size(model)
     checks = known_invariant if known_invariant is not None else {}
     longest = known_longest if known_longest is not None else {}
+    sequences = known_sequences if known_sequences is not None else {}
     first = None  # the precision asked for (the fastest), kept when none passes the check
     for attempt in device_profile.precision_attempts(precision):
         cfg = {**device_profile.precision_properties(attempt, int4_group), **(config or {}),
@@ -642,11 +816,15 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                         output_ids=output_ids, compile_static=compile_static)
         lm.kv_cache = kv_cache or device_profile.kv_cache
         lm.weights_file = Path(model_xml).with_suffix(".bin")
+        # the CPU plugin's PagedAttention takes one-token sequences in a loop of their own (see "One-token
+        # sequences" above), if the layout's probe below passes
+        lm.sequences = lm.block_invariant and device_profile.kind == "CPU"
         if not lm.block_invariant:
             return lm
         measure_longest = type(longest.get(attempt)) is not int
         passed = None if measure_longest else checks.get(attempt)  # a verdict holds for the longest call it had
         lm.longest_block = longest.get(attempt, LONGEST_BLOCK)
+        probe = None
         if passed is None:
             # the probe's first call repacks the weights, their mapped pages given back as it goes, before its
             # long past takes memory for its KV cache (LONG_PAST tokens)
@@ -663,6 +841,18 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                 checks.pop(attempt, None)
             else:
                 longest[attempt], checks[attempt] = lm.longest_block, passed
+        if passed is True and lm.sequences:  # an exact model: may it feed one-token sequences after long prompts?
+            known = sequences.get(attempt)
+            if type(known) is bool:
+                lm.sequences = known
+            else:
+                if probe is None:
+                    probe = lm.session()
+                    probe.longest_call = lm.longest_block
+                with releasing_mapped(lm.weights_file):
+                    lm.sequences = passes_sequences_layout(probe)
+                sequences[attempt] = lm.sequences  # (the cache's key holds the bundle: its context too)
+        if probe is not None:
             del probe  # its KV cache, which held that past, is freed here, and the heap gives its pages back
             trim_heap()
             release_mapped(lm.weights_file)

@@ -284,7 +284,7 @@ class Server:
         self.fit_context(engine, parsed, len(prompt_ids))
         self.check_settings(engine, parsed)
         session = await acquire_slot(request, self.slots,
-                                     affinity=lambda slot: common_prefix(slot.target.tokens, prompt_ids))
+                                     affinity=lambda slot: common_prefix(slot.target.reusable_tokens, prompt_ids))
         if session is None:
             self.metrics.count("requests_total", endpoint=kind, outcome="cancelled")
             return Response(status_code=499)

@@ -50,13 +50,16 @@ def copyable(session) -> bool:
 
 
 def export_cache(session: PagedSession) -> KVCopy:
-    """A copy of the session's cache: the blocks of its tokens, whole (a last block's slots past the tokens too)."""
-    used = -(-session.length // session.block_size)
+    """A copy of the part of the session's cache a later request may reuse (`reusable_tokens`: not the tokens fed
+    as one-token sequences after a long prompt, see session.py): the blocks of those tokens, whole (a last block's
+    slots past the tokens too)."""
+    tokens = list(session.reusable_tokens)
+    used = -(-len(tokens) // session.block_size)
     pool = session.pool
     with pool.lock:  # no call writes the tensors, nor grows them, meanwhile
         index = np.asarray(session.blocks[:used], dtype=np.int64)
         blocks = {name: pool.tensors[name].data[index].copy() for name in pool.names} if used else {}
-    return KVCopy(list(session.tokens), blocks)
+    return KVCopy(tokens, blocks)
 
 
 def import_cache(session: PagedSession, copy: KVCopy) -> None:
@@ -69,6 +72,7 @@ def import_cache(session: PagedSession, copy: KVCopy) -> None:
         for name, data in copy.blocks.items():
             pool.tensors[name].data[index] = data
         session.tokens = list(copy.tokens)
+        session.sequences_from = None  # a copy holds the block layout's tokens only
 
 
 @dataclass
@@ -113,7 +117,7 @@ class PrefixStore:
         if not copyable(target) or not prompt_ids:
             return done
         limit = len(prompt_ids) - 1  # the run feeds the prompt's last token whatever is cached
-        kept = min(common_prefix(target.tokens, prompt_ids), limit)
+        kept = min(common_prefix(target.reusable_tokens, prompt_ids), limit)
         with self._lock:
             best, match = None, kept
             for key, entry in self.entries.items():
@@ -123,7 +127,7 @@ class PrefixStore:
             restore = self.entries.pop(best) if best is not None else None
             if restore is not None:
                 self.nbytes -= restore.nbytes
-            own = target.tokens
+            own = target.reusable_tokens
             dropped = len(own) - (kept if restore is None else 0)
             covered = restore is not None and common_prefix(own, restore.target.tokens) == len(own)
             if dropped >= self.min_tokens and not covered:
