@@ -160,6 +160,23 @@ def test_a_paused_run_steps_as_the_target_alone_steps(bundle_dir, monkeypatch):
     assert sizes[-10:] == [alone_step] * 10  # the last rounds, all paused
 
 
+def test_free_copies_go_on_while_the_guard_pauses_the_draft_model(bundle_dir, monkeypatch):
+    """The guard pauses the draft model, whose rounds cost draft time; a copy of text the request holds costs none,
+    so a paused run still copies (the output unchanged), and a run the batching cap leaves no token does not."""
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    monkeypatch.setattr(DraftingGuard, "drafting", lambda self: False)  # the model paused in every round
+    config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
+    prompt = "one two three four five six seven eight nine ten. " * 4
+    alone = pipe.generate(prompt, config, algorithm="none")
+    paused = pipe.generate(prompt, config)  # auto: the guard on, free copies first
+    assert paused.token_ids == alone.token_ids
+    assert paused.stats.draft_tokens_proposed == 0 and paused.stats.suffix_tokens_accepted > 0
+    assert paused.stats.rounds < alone.stats.rounds
+    monkeypatch.setattr(DraftLength, "copies_allowed", lambda self: False)  # a cap of 0 tokens a round
+    capped = pipe.generate(prompt, config)
+    assert capped.token_ids == alone.token_ids and capped.stats.suffix_tokens_accepted == 0
+
+
 @pytest.mark.slow
 def test_the_server_keeps_the_guard_of_auto(bundle_dir, monkeypatch):
     """A request that names no algorithm runs `auto` with its guard, as `run` does; one that names the algorithm
@@ -242,6 +259,27 @@ def test_the_next_run_of_an_engine_starts_from_the_guards_verdict(bundle_dir, mo
     # another kind of request (a repetition penalty moves acceptance) does not take this verdict
     other = pipe.generate("def f(x):", dataclasses.replace(config, repetition_penalty=1.3), lookup=False)
     assert other.stats.rounds - other.stats.rounds_drafting_paused > drafted[1]
+
+
+def test_a_verdict_from_long_prompts_does_not_start_a_short_prompts_run(bundle_dir, monkeypatch):
+    """After a long prompt a target step and a verification block cost other times (a longer past, another call
+    layout): the verdict learned there carries over to long prompts only, and a short prompt starts from its own."""
+    from edge_specdec.runtime import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "SEQUENCES_AFTER", 40)  # prompts of 40 tokens and more are long here
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
+    long_prompt, short_prompt = "def f(x):\n    return x\n" * 8, "def f(x):"
+    assert len(pipe.tokenizer.encode(long_prompt)) >= 40 > len(pipe.tokenizer.encode(short_prompt))
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting loses on the long prompt
+    monkeypatch.setattr(DraftingGuard, "sure_loss", lambda self: False)
+    pipe.generate(long_prompt, config, lookup=False)
+    again = pipe.generate(long_prompt, config, lookup=False)  # starts from the long prompt's verdict: alone
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: True)  # drafting wins on the short prompt
+    monkeypatch.setattr(DraftingGuard, "_stretch_faster", lambda self: True)
+    short = pipe.generate(short_prompt, config, lookup=False)
+    assert again.stats.rounds_drafting_paused > again.stats.rounds // 2
+    assert short.stats.rounds_drafting_paused < 5  # its own first run: it drafts but for a probe of the target alone
 
 
 def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):

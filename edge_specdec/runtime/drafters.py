@@ -393,6 +393,12 @@ class DraftLength:
         most = self.cap() if self.cap is not None else None
         return self.k if most is None else min(self.k, most)
 
+    def copies_allowed(self) -> bool:
+        """Whether the round that starts now may propose free copies (no draft model runs for them): yes while the
+        guard pauses the model, not while cap() leaves the round no token at all."""
+        most = self.cap() if self.cap is not None else None
+        return most is None or most > 0
+
     def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0,
                drafted: bool = True, first: bool = False) -> None:
         """One round's outcome: accepted of proposed tokens, its clocks, whether it drafted (k > 0) and whether

@@ -253,7 +253,10 @@ def decode(r: Run, seq: list[int]) -> str:
             t0 = time.perf_counter()
             # draft: up to k tokens in the target's vocabulary (k 0: the target alone this round)
             k = min(r.draft_length.round_k(), r.output.room - 1) if r.drafter and r.draft_length else 0
-            free = min(r.drafter.free_tokens, r.output.room - 1) if r.drafter else 0  # copies: no model runs
+            # copies: no model runs, so they go on while the drafting guard pauses the model (not where the batching
+            # cap leaves a round no token at all)
+            free = (min(r.drafter.free_tokens, r.output.room - 1)
+                    if r.drafter and (r.draft_length is None or r.draft_length.copies_allowed()) else 0)
             r.target.min_block = r.floors[k == 0]  # a round of the target alone steps as the target alone does
             proposal = draft(r, seq, k, free)
             if proposal is None:  # the draft's context is full: the target alone finishes the run
@@ -310,7 +313,7 @@ def draft(r: Run, seq: list[int], k: int, free: int = 0) -> Optional[Proposal]:
     forced = r.grammar.forced(k) if r.grammar is not None else []
     if ready is not None and not forced:
         proposal = ready
-    elif len(forced) < k:
+    elif len(forced) < k or (k == 0 and free):  # (k 0: a copy only, the draft model does not run)
         proposal = propose(r.drafter, seq + forced, k - len(forced))
         if proposal is None:
             return None
