@@ -53,7 +53,7 @@ from .devices import (DRAFT_GENERATION_TOKENS, TARGET_GENERATION_TOKENS, Placeme
                       compile_config, list_devices, measure_draft_device, place, resolve_cache_dir)
 from .measurements import MeasurementCache, machine_key
 from .probes import cheapest_step, fixed_block_pays, is_block_invariant, step_seconds
-from .session import CALL_LAYOUT, BlockPool, ModelSession, open_model
+from .session import CALL_LAYOUT, SEQUENCES_AFTER, BlockPool, ModelSession, open_model
 from .sources import FreeFirst
 from .spare_memory import releasing_mapped
 from .suffix import DraftPool
@@ -485,11 +485,15 @@ def bundle_defaults(bundle: Bundle) -> GenerationConfig:
         raise BundleError(f"{where}: {exc} Fix it or re-export the bundle.") from None
 
 
-def guard_key(entry: Algorithm, config: GenerationConfig) -> str:
+def guard_key(entry: Algorithm, config: GenerationConfig, prompt_tokens: int = 0) -> str:
     """The kind of request whose drafting guard verdicts carry over: what moves acceptance the most (the
-    algorithm, a repetition penalty, sampling, a grammar), not the prompt."""
+    algorithm, a repetition penalty, sampling, a grammar), not the prompt; and whether the prompt is long (at
+    least SEQUENCES_AFTER tokens), after which a target step and a verification block cost other times (a longer
+    past, and another call layout), so a verdict from short prompts does not hold there, nor one from long ones
+    on short prompts."""
     return (f"{entry.name}/penalty={config.repetition_penalty:g}/{'greedy' if config.greedy else 'sampled'}"
-            f"/{'grammar' if config.constraint is not None else 'free'}")
+            f"/{'grammar' if config.constraint is not None else 'free'}"
+            + ("/long-prompt" if prompt_tokens >= SEQUENCES_AFTER else ""))
 
 
 class DecodingSession:
@@ -557,7 +561,7 @@ class DecodingSession:
         drafter = entry.drafter and entry.drafter(context)
         if entry.needs_draft and speculative.lookup:
             drafter = FreeFirst(drafter, context.free_drafter(), clock=clocked)
-        length = self._draft_length(entry, speculative, k, config)
+        length = self._draft_length(entry, speculative, k, config, len(prompt_ids))
         # a seeded sampled run drafts one round at a time: drafting ahead draws from the run's random numbers in
         # another order, so its text would depend on the placement
         concurrent = engine.concurrent and drafter is not None and entry.drafts_ahead and not seeded
@@ -568,7 +572,7 @@ class DecodingSession:
                               alone_block=engine.block_shapes(0, False)["target"], grammar=grammar,
                               record_target_calls=record_target_calls)
         if length.guard is not None:
-            engine.remember_guard(guard_key(entry, config), length.guard.learned())
+            engine.remember_guard(guard_key(entry, config, len(prompt_ids)), length.guard.learned())
         if engine.draft_pool is not None and speculative.pool_scope is not None:
             engine.draft_pool.add(prompt_ids + result.token_ids, speculative.pool_scope)
         result.extra.update(algorithm=entry.name, **(drafter.stats() if drafter else {}))
@@ -592,7 +596,7 @@ class DecodingSession:
                             chat_head=chat_head, draft_special_twins=lambda: engine.draft_special_twins)
 
     def _draft_length(self, entry: Algorithm, speculative: SpeculativeConfig, k: int,
-                      config: GenerationConfig) -> DraftLength:
+                      config: GenerationConfig, prompt_tokens: int) -> DraftLength:
         """How many tokens each round drafts: k, by the policy, under the batching cap and the drafting guard
         (guard None: on for `auto`, unless the run is seeded sampling or reads no clock)."""
         seeded = config.seed is not None and not config.greedy
@@ -604,9 +608,9 @@ class DecodingSession:
             raise EdgeSpecdecError("guard=True would make a seeded sampled run depend on the clock, so that it "
                                    "would not reproduce: leave it off for seeded runs.")
         prices = self.engine.weight_prices(entry.name) if not clocked and policy == "cost" else None
+        prior = self.engine.guard_prior(guard_key(entry, config, prompt_tokens)) if guard else None
         return DraftLength(k, policy, prices=prices, cap=None if seeded else self._draft_cap,
-                           guard=DraftingGuard(prior=self.engine.guard_prior(guard_key(entry, config)))
-                           if guard else None)
+                           guard=DraftingGuard(prior=prior) if guard else None)
 
     def _draft_cap(self) -> Optional[int]:
         """The most tokens this round may draft: no cap (None), unless the engine batches and more than
