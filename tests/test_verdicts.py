@@ -6,7 +6,7 @@ import pytest
 
 from edge_specdec.benchmark.verdict import NO_DIFFERENCE, TARGET_ALONE_THROUGHOUT, speedup_verdict
 from edge_specdec.cli import main
-from edge_specdec.runtime.drafters import DraftingGuard
+from edge_specdec.runtime.drafters import DraftingGuard, DraftLength
 
 from support import SAME_VOCAB
 
@@ -15,8 +15,10 @@ HETERO = ("qwen2-bytelevel", "llama-metaspace")
 
 @pytest.fixture
 def guard_never_drafts(monkeypatch):
-    """The drafting guard of a machine where drafting loses: every round runs the target alone."""
+    """The drafting guard of a machine where drafting loses, on text that repeats nothing: every round runs the
+    target alone (a paused run still copies text that repeats, which the tiny models' text does)."""
     monkeypatch.setattr(DraftingGuard, "drafting", lambda self: False)
+    monkeypatch.setattr(DraftLength, "copies_allowed", lambda self: False)
 
 
 def test_the_verdict_in_words():
