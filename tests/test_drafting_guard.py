@@ -23,6 +23,19 @@ def simulate(guard: DraftingGuard, rounds: int, drafting=(3, 0.25), alone=(1, 0.
     return modes
 
 
+def simulate_rounds(guard: DraftingGuard, drafting: list[tuple[int, float]], alone=(1, 0.1),
+                    draft_seconds: float = 0.04) -> list[bool]:
+    """Like simulate, with each round's (tokens, seconds) had it drafted, in turn: what drafting gives changes from
+    round to round; the target alone's does not."""
+    modes = []
+    for i, (tokens, seconds) in enumerate(drafting):
+        mode = guard.drafting()
+        guard.update(mode, *((tokens, seconds) if mode else alone), first=i == 0,
+                     draft_seconds=draft_seconds if mode else None)
+        modes.append(mode)
+    return modes
+
+
 def test_a_draft_whose_tokens_the_target_rejects_stops_within_a_few_rounds_whatever_the_prior():
     """A prompt the draft does not know (a translation): its rounds keep almost no drafted token, so each costs
     the draft's seconds for nothing. A prior from prompts where drafting won (its verdict checked again only 65
@@ -73,13 +86,7 @@ def test_a_few_rounds_that_keep_nothing_inside_a_winning_stretch_do_not_stop_dra
     keep nothing (6 tokens/s): the stretch as a whole still wins, so drafting goes on. A rate that forgets within a
     few rounds would judge those five alone, and run the target alone for the rest of the answer."""
     guard = DraftingGuard(prior={"mode": True, "interval": 64, "drafting": [15.0, 1.0], "alone": [10.0, 1.0]})
-    modes = []
-    for i, (tokens, seconds) in enumerate([(3, 0.2)] * 12 + [(1, 0.16)] * 5 + [(3, 0.2)] * 12):
-        drafting = guard.drafting()
-        modes.append(drafting)
-        guard.update(drafting, tokens if drafting else 1, seconds if drafting else 0.1, first=i == 0,
-                     draft_seconds=0.04 if drafting else None)
-    assert all(modes)
+    assert all(simulate_rounds(guard, [(3, 0.2)] * 12 + [(1, 0.16)] * 5 + [(3, 0.2)] * 12))
 
 
 def test_a_probe_compares_the_target_alone_with_the_whole_stretch_of_drafting_before_it():
@@ -88,12 +95,7 @@ def test_a_probe_compares_the_target_alone_with_the_whole_stretch_of_drafting_be
     runs again after it."""
     guard = DraftingGuard(prior={"mode": True, "interval": 12, "left": 12, "drafting": [15.0, 1.0],
                                  "alone": [10.0, 1.0]})
-    modes = []
-    for i, (tokens, seconds) in enumerate([(3, 0.2)] * 8 + [(1, 0.16)] * 5 + [(3, 0.2)] * 10):
-        drafting = guard.drafting()
-        modes.append(drafting)
-        guard.update(drafting, tokens if drafting else 1, seconds if drafting else 0.1, first=i == 0,
-                     draft_seconds=0.04 if drafting else None)
+    modes = simulate_rounds(guard, [(3, 0.2)] * 8 + [(1, 0.16)] * 5 + [(3, 0.2)] * 10)
     assert modes[:13] == [True] * 13 and not any(modes[13:15])  # the stretch, then the probe
     assert all(modes[15:])
 
