@@ -97,13 +97,8 @@ class ModelQueue:
 
         sequences = []
         for call in calls:
-            if call.sequences:
-                sequences += call.session.sequences(call.tokens)
-            else:
-                session, past = call.session, call.session.length
-                session.reserve(past + len(call.tokens))
-                used = -(-(past + len(call.tokens)) // self.pool.block_size)
-                sequences.append((call.tokens, past, np.asarray(session.blocks[:used], np.int32)))
+            sequences += (call.session.sequences(call.tokens) if call.sequences
+                          else [call.session.block_sequence(call.tokens)])
         ends = np.cumsum([len(c.tokens) for c in calls])
         pads = (sequence_pads(len(sequences), int(ends[-1]), calls[0].session.model.threads)
                 if any(c.sequences for c in calls) else 0)

@@ -310,16 +310,14 @@ class DraftingGuard:
                 if not self.sure_lost:
                     self.before_loss, self.sure_lost = self.learned(), True
                 # this request's drafting rounds are the measurement: earlier rates (another prompt's) are set aside
-                s = self.stretch
-                self.rates = {True: [s[0] + s[1], s[2] + s[3]], False: [0.0, 0.0]}
+                self.rates = {True: self._stretch_rate(), False: [0.0, 0.0]}
                 self.left = 0
             elif self.stretch[0] >= self.warmup and self.rates[False][1] and not self._stretch_faster():
                 self.left = 0  # this stretch's rate fell under the target alone's: measure the target alone now
         if self.left > 0:
             return
         if stretch and self.stretch[0] >= self.warmup:  # a stretch ends: its rounds together are drafting's rate
-            s = self.stretch
-            self.rates[True] = [s[0] + s[1], s[2] + s[3]]
+            self.rates[True] = self._stretch_rate()
         self.stretch = [0, 0, 0.0, 0.0]
         if self.probing:  # a probe ends: keep whichever mode is faster
             faster = self._faster()
@@ -346,9 +344,13 @@ class DraftingGuard:
         """Has this stretch of drafting, all its rounds together, written tokens at least as fast as the target
         alone? The whole stretch, not the decayed rate: a few rounds in a row that keep nothing are common inside an
         answer on which drafting wins, and a rate that forgets within a few rounds would stop drafting there."""
+        (tokens, seconds), (at, as_) = self._stretch_rate(), self.rates[False]
+        return tokens * as_ >= at * seconds
+
+    def _stretch_rate(self) -> list[float]:
+        """This stretch's [tokens, seconds]: a round wrote its kept tokens and the target's own one."""
         rounds, kept, draft_s, target_s = self.stretch
-        at, as_ = self.rates[False]
-        return (rounds + kept) * as_ >= at * (draft_s + target_s)
+        return [rounds + kept, draft_s + target_s]
 
     def _faster(self) -> bool:
         (dt, ds), (at, as_) = self.rates[True], self.rates[False]

@@ -387,38 +387,44 @@ class ModelSession:
         wide[:, self.output_ids] = logits
         return wide
 
-    def _feed_in_pieces(self, tokens: list[int], rows: int, feed=None) -> np.ndarray:
-        """Feed a long block in even pieces of at most longest_block tokens (each at least 2, in the block layout);
-        the last `rows` rows of logits, from the pieces that hold them (the others compute only their fewest
-        rows). feed(tokens, rows): how a piece is fed (default: `feed`)."""
-        feed = feed or self.feed
+    def _pieces(self, tokens: list[int]) -> list[list[int]]:
+        """The tokens in even pieces of at most longest_block tokens (each at least 2; one piece where there is
+        no bound or they fit)."""
+        if not self.longest_block or len(tokens) <= self.longest_block:
+            return [tokens]
         count = -(-len(tokens) // self.longest_block)
         bounds = np.linspace(0, len(tokens), count + 1).round().astype(int)
-        kept = []
-        for start, end in zip(bounds[:-1], bounds[1:]):
-            wanted = min(end - start, rows - (len(tokens) - end))
-            logits = feed(tokens[start:end], max(wanted, 1))
+        return [tokens[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
+
+    def _feed_parts(self, parts: list[tuple[list[int], Callable[[list[int], int], np.ndarray]]],
+                    rows: int) -> np.ndarray:
+        """Feed consecutive parts, each by its own feed(tokens, rows); the last `rows` rows of logits, from the
+        parts that hold them (the others compute only their fewest rows)."""
+        total, end, kept = sum(len(tokens) for tokens, _ in parts), 0, []
+        for tokens, feed in parts:
+            end += len(tokens)
+            wanted = min(len(tokens), rows - (total - end))
+            logits = feed(tokens, max(wanted, 1))
             if wanted > 0:
                 kept.append(logits[-wanted:])
         return np.concatenate(kept)
+
+    def _feed_blocks(self, tokens: list[int], rows: int) -> np.ndarray:
+        """feed(), as a part of _feed_parts."""
+        return self.feed(tokens, rows=rows)
+
+    def _feed_in_pieces(self, tokens: list[int], rows: int) -> np.ndarray:
+        """Feed a long block in even pieces of at most longest_block tokens (in the block layout); the last `rows`
+        rows of logits."""
+        return self._feed_parts([(piece, self._feed_blocks) for piece in self._pieces(tokens)], rows)
 
     def _feed_across(self, tokens: list[int], rows: int, start: int) -> np.ndarray:
         """Feed tokens that reach the sequences layout's boundary `start`: those before it in the block layout,
         the others as one-token sequences, in pieces of at most longest_block tokens; the last `rows` rows."""
         head = max(0, start - self.length)
-        kept = []
-        if head:
-            wanted = rows - (len(tokens) - head)
-            logits = self.feed(tokens[:head], rows=max(wanted, 1))
-            if wanted > 0:
-                kept.append(logits[-wanted:])
-        rest = tokens[head:]
-        wanted = min(rows, len(rest))
-        if self.longest_block and len(rest) > self.longest_block:
-            kept.append(self._feed_in_pieces(rest, wanted, feed=self._feed_sequences)[-wanted:])
-        else:
-            kept.append(self._feed_sequences(rest, wanted))
-        return np.concatenate(kept)
+        parts = [(tokens[:head], self._feed_blocks)] if head else []
+        return self._feed_parts(parts + [(piece, self._feed_sequences) for piece in self._pieces(tokens[head:])],
+                                rows)
 
     def _feed_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
         """One call of tokens as one-token sequences (see "One-token sequences" above); the last `rows` rows."""
@@ -635,6 +641,13 @@ class PagedSession(ModelSession):
             return self.scheduler.infer(self, tokens, rows, sequences=True)
         return self.infer_sequences(tokens, rows)
 
+    def block_sequence(self, tokens: list[int]) -> tuple[list[int], int, np.ndarray]:
+        """This session's tokens as one sequence after its past (the block layout), as `sequences` gives them:
+        (its tokens, its past length, its block table). Reserves the blocks they need."""
+        past = self.length
+        self.reserve(past + len(tokens))
+        return tokens, past, np.asarray(self.blocks[:-(-(past + len(tokens)) // self.block_size)], np.int32)
+
     def sequences(self, tokens: list[int]) -> list[tuple[list[int], int, np.ndarray]]:
         """This session's tokens as one-token sequences after its past, each (its token, its past length, its block
         table): the same table, as long as each position needs. Reserves the blocks they need."""
@@ -659,12 +672,11 @@ class PagedSession(ModelSession):
         for name, array in x.items():  # new tensors: the block layout's are bound again on its next call
             self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
         self._x.pop(id(self.request), None)
+        first = int(picked[0]) if self.picks_rows else 0  # the position of the logits' first row
         with self.pool.lock:
             self.request.infer()
             logits = self.request.get_tensor("logits").data
-            logits = logits.reshape(len(logits), -1)
-            return (logits[computed - rows:computed] if self.picks_rows and computed <= n
-                    else logits[n - rows:n]).copy()
+            return logits.reshape(len(logits), -1)[n - rows - first:n - first].copy()
 
     def _inputs(self, request: ov.InferRequest, n: int, used: int, rows: int) -> dict[str, np.ndarray]:
         """The request's input tensors as numpy views, written in place each call (handing OpenVINO a dict of
