@@ -210,8 +210,9 @@ def fresh_row(name: str, description: str, function: str, reference: Optional[st
 
 
 def long_prompt_rows(args, bundle: str, say, calls: Optional[dict] = None) -> tuple[list[SuiteRow], list[dict]]:
-    """Ours alone and with the default algorithm (at the default KV cache, each of --kv-caches and each of
-    --draft-windows), then GenAI's; calls (with --per-call): where ours' rows put their target calls."""
+    """Ours alone and with the default algorithm (at the default KV cache, each of --kv-caches, each exact one
+    checked against the target alone on it, and each of --draft-windows), then GenAI's; calls (with --per-call):
+    where ours' rows put their target calls."""
     import importlib.util
 
     common = {"bundle": bundle, "max_new_tokens": args.max_new_tokens, "repeats": args.runs_per_process}
@@ -220,9 +221,14 @@ def long_prompt_rows(args, bundle: str, say, calls: Optional[dict] = None) -> tu
                       kv_cache=None, algorithm="none", **ours),
             fresh_row("ours-auto", "ours, the default algorithm, the default KV cache", "ours_long", "ours-none",
                       kv_cache=None, algorithm="auto", **ours)]
-    rows += [fresh_row(f"ours-auto-kv-{kv}", f"ours, the default algorithm, a {kv} KV cache", "ours_long",
-                       None if kv == "u8" else "ours-none", kv_cache=kv, algorithm="auto", **ours)
-             for kv in dict.fromkeys(args.kv_caches)]
+    for kv in dict.fromkeys(args.kv_caches):
+        # another exact cache type computes other (equally exact) tokens: its reference is the target alone on it
+        reference = None if kv == "u8" else f"ours-none-kv-{kv}"
+        if reference:
+            rows.append(fresh_row(reference, f"ours, the target alone, a {kv} KV cache", "ours_long", None,
+                                  kv_cache=kv, algorithm="none", **ours))
+        rows.append(fresh_row(f"ours-auto-kv-{kv}", f"ours, the default algorithm, a {kv} KV cache", "ours_long",
+                              reference, kv_cache=kv, algorithm="auto", **ours))
     rows += [fresh_row(f"ours-auto-window-{n}" if n else "ours-auto-no-window",
                        "ours, the default algorithm, the draft reading "
                        + (f"a window of {n} tokens" if n else "the whole prompt (no window)"),
@@ -353,7 +359,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="timed runs in each process, after one uncounted run (default 1)")
     p.add_argument("--kv-caches", nargs="*", default=["f32", "u8"], choices=KV_CACHES, metavar="TYPE",
                    help="a row of ours with the default algorithm at each of these KV cache types, beside the default "
-                        "one (default: f32 u8; none: just the flag)")
+                        "one, and for an exact type (f32, f16) the target alone on it as its reference (default: f32 "
+                        "u8; none: just the flag)")
     p.add_argument("--draft-windows", nargs="+", type=int, default=[], metavar="N",
                    help="add a row of ours with the default algorithm whose draft reads a window of N tokens of the "
                         "prompt and output (--draft-window; 0: the whole of them), for each N")
