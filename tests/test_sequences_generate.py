@@ -134,3 +134,24 @@ def test_a_batching_engine_writes_what_a_session_alone_writes(bundle_dir, engine
     for a, g in zip(alone, got):
         assert g.token_ids == a.token_ids and bits(g.logprobs) == bits(a.logprobs)
     assert engine.scheduler.stats()["batched_calls"] > 0
+
+
+def test_after_a_long_prompt_the_first_round_is_the_targets_prefill_alone(engines, small_threshold, monkeypatch):
+    """Its first token waits neither for the draft model's prefill nor for a copy's verification: the first round
+    proposes nothing (the prompt repeats itself, so a copy is there to take); after a short prompt the first round
+    drafts."""
+    import edge_specdec.runtime.generate as generate_module
+
+    engine = engines(OTHER_VOCAB)
+    lengths: list[int] = []
+    real = generate_module.draft
+    monkeypatch.setattr(generate_module, "draft",
+                        lambda r, seq, k, free=0: lengths.append(k + free) or real(r, seq, k, free))
+    config = GenerationConfig(max_new_tokens=12, ignore_eos=True)
+    engine.session().generate(engine.tokenizer.encode(PROMPT), config, algorithm="slem", num_assistant_tokens=4,
+                              confidence=0.0)
+    assert lengths[0] == 0, lengths
+    lengths.clear()
+    engine.session().generate(engine.tokenizer.encode("def f(x):"), config, algorithm="slem",
+                              num_assistant_tokens=4, confidence=0.0)
+    assert lengths[0] > 0, lengths
