@@ -123,17 +123,22 @@ def test_long_prompts_default_to_64_tokens_three_interleaved_repeats_and_both_ta
     assert args.tasks == ["summarize", "quote"]
 
 
-def test_a_long_prompt_row_on_another_exact_kv_cache_is_checked_against_the_target_alone_on_that_cache():
-    """A f32 cache rounds otherwise than the default f16 one, so its tokens may differ from the f16 target alone's
-    and still be exact: the reference is the target alone on the same cache. A u8 cache is not compared."""
+def test_a_long_prompt_row_computed_otherwise_is_checked_against_the_target_alone_computed_so():
+    """A f32 cache rounds otherwise than the default f16 one, and a bf16 prefill computes the prompt otherwise, so
+    their tokens may differ from the default target alone's and still be exact: the reference is the target alone
+    on the same cache or with the same prefill. A u8 cache is not compared."""
     from edge_specdec.benchmark.suites import suite_parser
     from edge_specdec.benchmark.suites.long_prompts import long_prompt_rows
 
-    args = suite_parser("long-prompts").parse_args(["--kv-caches", "f32", "u8", "--no-genai"])
+    args = suite_parser("long-prompts").parse_args(["--kv-caches", "f32", "u8", "--no-genai",
+                                                    "--long-prompt-precisions", "bf16"])
     rows, skipped = long_prompt_rows(args, "BUNDLE", print)
     references = {row.name: row.reference for row in rows}
     assert references == {"ours-none": None, "ours-auto": "ours-none", "ours-none-kv-f32": None,
-                          "ours-auto-kv-f32": "ours-none-kv-f32", "ours-auto-kv-u8": None} and not skipped
+                          "ours-auto-kv-f32": "ours-none-kv-f32", "ours-auto-kv-u8": None,
+                          # a prompt prefilled on the bf16 copy: the target alone with the same copy
+                          "ours-none-prefill-bf16": None, "ours-auto-prefill-bf16": "ours-none-prefill-bf16"}
+    assert not skipped
 
 
 def test_the_quote_task_asks_for_a_function_defined_once_near_the_middle():

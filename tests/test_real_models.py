@@ -130,3 +130,36 @@ def test_real_target_is_exact_after_a_long_prompt():
     fresh = engine.session().generate(longer, config, algorithm="none")
     assert reused.stats.prompt_tokens_reused > 150
     assert reused.token_ids == fresh.token_ids and bits(reused) == bits(fresh)
+
+
+def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt():
+    """With --long-prompt-precision bf16 on a CPU with bf16 arithmetic: a 2100-token prompt prefilled on the bf16
+    copy gives the target alone's logprob bits with `auto`, and a longer second request that reuses the first's
+    prompt cache writes what a fresh session writes (session.py, "A long prompt's prefill in bf16")."""
+    import openvino as ov
+
+    from edge_specdec.runtime import Engine, GenerationConfig
+
+    if not REAL_PAIR_BUNDLE.is_dir():
+        pytest.skip(f"{REAL_PAIR_BUNDLE} missing: run benchmarks/export_real_models.py")
+    if "BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        pytest.skip("this CPU has no bf16 arithmetic")
+    engine = Engine(REAL_PAIR_BUNDLE, long_prompt_precision="bf16")
+    assert engine.target_model.prefill is not None, engine.long_prompt_note
+    text = (Path(__file__).parent.parent / "edge_specdec" / "runtime" / "session.py").read_text()
+    ids = engine.tokenizer.encode(text)[:2100]
+    assert len(ids) == 2100
+    config = GenerationConfig(max_new_tokens=24, logprobs=True, ignore_eos=True)
+
+    def bits(result):
+        return [np.float64(entry.logprob).view(np.int64) for entry in result.logprobs]
+    first = engine.session()
+    alone = first.generate(ids, config, algorithm="none")
+    drafted = engine.session().generate(ids, config, algorithm="auto")
+    assert first.target.prefilled_long and drafted.exact
+    assert drafted.token_ids == alone.token_ids and bits(drafted) == bits(alone)
+    longer = ids + alone.token_ids + ids[:40]
+    reused = first.generate(longer, config, algorithm="auto")
+    fresh = engine.session().generate(longer, config, algorithm="none")
+    assert reused.stats.prompt_tokens_reused == 2100
+    assert reused.token_ids == fresh.token_ids and bits(reused) == bits(fresh)

@@ -33,6 +33,13 @@ CPU_PRECISIONS = {
     "dq": {"INFERENCE_PRECISION_HINT": "f32"},
     "f32": {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
 }
+# The precisions a long prompt's prefill may run at on a copy of the target of its own (session.py, "A long prompt's
+# prefill in bf16"): bf16 arithmetic where the CPU has it (AMX, AVX-512 BF16; elsewhere OpenVINO computes f32 and the
+# copy is not kept), and f32, exact like it but slower than dq (kept for CPUs without bf16: the same machinery).
+PREFILL_PRECISIONS = {
+    "bf16": {"INFERENCE_PRECISION_HINT": "bf16"},
+    "f32": {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
+}
 # The KV cache's element type (KV_CACHE_PRECISION). The CPU's default is f16: half the bytes of f32 and exact as f32
 # is (on the real 1.5B target: block-invariant on an empty cache and after 8192 tokens, the same after rollbacks;
 # benchmarks/RESULTS.md, "The KV cache's precision"). bf16 is refused by the CPU plugin's paged attention on AVX2

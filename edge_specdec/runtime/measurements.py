@@ -2,7 +2,8 @@
 
 Opening a bundle measures a few things on the device: whether the target's blocks are bit-identical to single
 steps at each precision (exactness, `probes.passes_block_invariance`), whether the tokens after a long prompt may go
-as one-token sequences (`probes.passes_sequences_layout`) and the longest call that keeps the bits of
+as one-token sequences (`probes.passes_sequences_layout`), whether a long prompt's bf16 prefill copy keeps its
+bits across call sizes (`probes.passes_prefill_calls`, when asked for), and the longest call that keeps the bits of
 short calls (`probes.longest_exact_call`, the pieces a long prompt is fed in), whether fixed block sizes pay
 (`probes.fixed_block_pays`), which single step is cheapest (`probes.cheapest_step`), and what the drafting guard
 learned. They depend on the machine (the instruction sets the CPU plugin picks its kernels by, and the threads it
@@ -114,11 +115,19 @@ def _is_precision_calls(value: Any) -> bool:
                                        for k, v in value.items())
 
 
+def _is_prefill_verdicts(value: Any) -> bool:
+    """The long-prompt prefill copy's verdict per precision name: the longest call its probe passed with (8 to a few
+    thousand tokens), or false."""
+    return type(value) is dict and all(re.fullmatch(r"[a-z0-9]{1,8}", k) and
+                                       (v is False or (type(v) is int and 8 <= v <= 4096)) for k, v in value.items())
+
+
 # name pattern -> is the value one that measurement gives? (cheapest_step gives the least block, 1 or 2, or one
 # more; a fixed block is at most a long draft's k + 1)
 VALID: list[tuple[str, Callable[[str, Any], bool]]] = [
     (r"target/invariant", lambda name, v: _is_precision_verdicts(v)),
     (r"target/sequences", lambda name, v: _is_precision_verdicts(v)),
+    (r"target/prefill", lambda name, v: _is_prefill_verdicts(v)),
     (r"target/longest_block", lambda name, v: _is_precision_calls(v)),
     (r"target/batch_invariant", lambda name, v: _is_bool(v)),
     (r"target/static_invariant/\d{1,2}(,\d{1,2})*", lambda name, v: _is_bool(v)),

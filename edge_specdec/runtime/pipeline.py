@@ -121,6 +121,17 @@ class Engine:
             self._start_batching(config.batch_wait)
         self._plan_static_copies(static_sizes)
 
+    @property
+    def long_prompt_note(self) -> str:
+        """What long_prompt_precision came to: "" when not asked for, else the precision long prompts are
+        prefilled at, or why they are not (session.py, "A long prompt's prefill in bf16")."""
+        if not self.config.long_prompt_precision:
+            return ""
+        model = self.target_model
+        if model.prefill is not None:
+            return f"prompts of {SEQUENCES_AFTER}+ tokens prefilled at {model.prefill_precision}"
+        return model.prefill_note
+
     def _bundle_models(self) -> list[tuple[str, Any]]:
         """The bundle's models by role: the target, and the draft if it has one."""
         return [(role, model) for role, model in (("target", self.bundle.target), ("draft", self.bundle.draft))
@@ -176,7 +187,9 @@ class Engine:
         known = dict(self.measurements.known("target/invariant") or {})  # exactness per precision, from the cache
         longest = dict(self.measurements.known("target/longest_block") or {})  # the longest exact call, the same
         sequences = dict(self.measurements.known("target/sequences") or {})  # the one-token-sequences layout's
+        prefill = dict(self.measurements.known("target/prefill") or {})  # the long-prompt prefill copy's
         checked_before, longest_before, sequences_before = dict(known), dict(longest), dict(sequences)
+        prefill_before = dict(prefill)
         self.vocab_map = self.bundle.load_vocab_map()
         common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
                       kv_cache=config.kv_cache)
@@ -189,6 +202,7 @@ class Engine:
                                            max_context=target.info.get("max_position_embeddings"),
                                            config=configs["target"], known_invariant=known,
                                            known_longest=longest, known_sequences=sequences,
+                                           prefill_precision=config.long_prompt_precision, known_prefill=prefill,
                                            **self._npu("target"))
             self.draft_model = draft_job.result() if draft_job else None
         if longest != longest_before:  # written before the verdicts measured with it
@@ -197,6 +211,8 @@ class Engine:
             self.measurements.put("target/invariant", known)
         if sequences != sequences_before:
             self.measurements.put("target/sequences", sequences)
+        if prefill != prefill_before:
+            self.measurements.put("target/prefill", prefill)
 
     def _warm_up(self) -> None:
         """Run each model on a scratch session: a block as long as a short prompt and a single step (a static copy
@@ -216,6 +232,10 @@ class Engine:
             with releasing_mapped(model.weights_file):
                 session.feed([0] * WARM_UP_BLOCK, rows=1)
                 session.feed([0], rows=1)
+                if getattr(model, "prefill", None) is not None:  # the long-prompt prefill copy repacks its own
+                    session.reset()
+                    session.sequences_from = 1 << 30  # the next call is a long prompt's (session.py, "prefill in bf16")
+                    session.feed([0] * WARM_UP_BLOCK, rows=1)
 
     def _start_batching(self, max_wait: float) -> None:
         """Sessions of this engine share a block pool per paged model and a scheduler that verifies their blocks

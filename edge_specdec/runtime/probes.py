@@ -119,13 +119,14 @@ def fill_past(session, past: int, seed_tokens: int = 64, copy: bool = True) -> N
         session.feed(rng.integers(0, session.vocab_size, seed).tolist(), rows=1)
         whole = past // block * block
         session.reserve(whole + 64)
+        pool, table = session.cache_blocks()  # (a long prompt's prefill copy has blocks of its own)
         used, have = whole // block, seed // block
         try:
             with pool.lock:
                 for name in pool.names:
-                    data = pool.tensors[name].data  # a view of the block tensor (numpy has no bf16: may raise)
+                    data = pool.tensors[name].data  # a view of the block tensor (bf16 seen as f16: bits copied)
                     for i in range(have, used):
-                        data[session.blocks[i]] = data[session.blocks[i % have]]
+                        data[table[i]] = data[table[i % have]]
         except (RuntimeError, TypeError, ValueError):
             session.reset()
         else:  # the last block is computed for real: a re-fed token rewrites its slot with the model's values
@@ -230,6 +231,45 @@ def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
         ends = np.cumsum(SEQUENCE_CALLS)
         pieces = np.concatenate([session.feed(tokens[end - n:end]) for n, end in zip(SEQUENCE_CALLS, ends)])
         return bool(np.array_equal(whole, pieces))
+    finally:
+        session.reset()
+
+
+# the calls passes_prefill_calls feeds its tokens in, one after another, against one call of them all: each at least
+# session.PREFILL_LEAST tokens
+PREFILL_CALLS = (8, 13, 8, 21, 34)
+
+
+def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
+    """Do tokens fed on a long prompt's prefill model (session.py, "A long prompt's prefill in bf16") get the same
+    last rows, bit for bit, in one call of them all (`longest` tokens, or as many as the context leaves room for;
+    the model's prefill_longest must let a call hold them) as in calls of PREFILL_CALLS tokens and then the rest,
+    one after another (the last reads the key/value slots the others wrote), on an empty cache, after a real
+    prefill of REAL_PAST tokens and after a past of about `past` tokens (cheap, see `fill_past`; capped by the
+    model's context)? Every call of the probe runs on that model. Leaves the session empty."""
+    rng = np.random.default_rng(7)
+    sizes = list(PREFILL_CALLS)
+    room = (session.max_context or 1 << 30) - 64 - sum(sizes)
+    rest = min(longest - sum(sizes), room)
+    if rest >= PREFILL_CALLS[0]:
+        sizes.append(rest)
+    tokens = rng.integers(0, session.vocab_size, sum(sizes)).tolist()
+    limit = None if session.max_context is None else session.max_context - len(tokens) - 64
+    ends = np.cumsum(sizes)
+    rows = PREFILL_CALLS[0]  # the last rows, as a prompt's last call computes them: they read every slot written
+    try:
+        for before, copy in ((0, True), (REAL_PAST, False), (past, True)):
+            before = before if limit is None else max(0, min(before, limit))
+            session.reset()
+            session.sequences_from = 1 << 30  # every call below is a long prompt's prefill call
+            if before:
+                fill_past(session, before, copy=copy)
+            whole = session.feed(tokens, rows=rows)
+            session.rollback(len(tokens))
+            pieces = [session.feed(tokens[end - n:end], rows=rows) for n, end in zip(sizes, ends)][-1]
+            if not np.array_equal(whole, pieces):
+                return False
+        return True
     finally:
         session.reset()
 

@@ -60,6 +60,20 @@ prompts keep the block layout throughout. There is no lone-token rule in this la
 and the calls run on the dynamic model (a static copy is compiled for one block size). open_model probes the layout
 on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
 
+A long prompt's prefill in bf16 (`CompiledLM.prefill`, on request): on CPUs with bf16 arithmetic (AMX, AVX-512
+BF16) a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. Its rows keep their bits
+across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it cannot run
+the exact decode steps: a session feeds the prompt of a long-prompt run (before the sequences layout's boundary) on
+that copy, in calls of PREFILL_LEAST to prefill_longest tokens, and every later token on the dq model as before. The
+CPU plugin keeps a bf16 model's cache in bf16 and refuses bf16 for an f32 model's, so the copy writes blocks of its
+own (`_prefill_pool`, the same logical blocks), and each of its calls copies what it wrote into the session's blocks,
+converted to their type (`_mirror`): the same values for every run. A fresh prefill of the same prompt then writes
+the same, and a short prompt's cache holds dq-written values; so a later request reuses a cache only where its own
+prompt is prefilled the same way (`shared_prefix`: both long or both short), and the target alone and every
+algorithm, feeding the prompt alike, keep writing the same tokens. The copy holds its own repacked weights (about as
+much memory again as the target), its blocks as much again as the prompt's, and has a probe of its own
+(`probes.passes_prefill_calls`).
+
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
 shape change, and static kernels. Each copy holds its own repacked weights, so the engine gives them only to
@@ -80,9 +94,10 @@ import numpy as np
 import openvino as ov
 
 from ..errors import EdgeSpecdecError
-from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, profile
+from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
-from .probes import context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_sequences_layout
+from .probes import (context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_prefill_calls,
+                     passes_sequences_layout)
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -100,6 +115,11 @@ CALL_LAYOUT = "paged-v3-sequences-after-long-prompts"
 # than the one-token kernels' per-token price on a verification block, and a short prompt's chat keeps reusing its
 # whole cache from turn to turn.
 SEQUENCES_AFTER = 2048
+# the fewest tokens a call on a long prompt's bf16 prefill model holds (see "A long prompt's prefill in bf16" above)
+PREFILL_LEAST = 8
+# the most tokens a call on it holds where its probe passes with calls that long, else the target's longest block:
+# fewer, longer calls cost less per token, most after thousands of tokens (each call lays the past out again)
+PREFILL_LONGEST = 2048
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -152,6 +172,12 @@ class CompiledLM:
         # whether its exact sessions feed the tokens after a long prompt as one-token sequences (see "One-token
         # sequences" above): a paged model on the CPU that passed the probe of that layout (open_model)
         self.sequences = False
+        # the copy compiled at another precision that prefills long prompts (see "A long prompt's prefill in bf16"
+        # above; open_model), its precision, and why a copy asked for is not used
+        self.prefill: Optional[ov.CompiledModel] = None
+        self.prefill_precision = ""
+        self.prefill_longest = 0  # the most tokens one call on it holds (what its probe passed with)
+        self.prefill_note = ""
         self._threads: Optional[int] = None
 
     @property
@@ -234,6 +260,20 @@ class CompiledLM:
             self.add_static({n}, invariant=self._planned_invariant)
 
 
+def _as_type(values: np.ndarray, dtype, bf16: bool) -> np.ndarray:
+    """Cache values as another element type; bf16 ones (which numpy reads as f16 bits) widened to f32 first."""
+    if bf16:
+        values = (values.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return values.astype(dtype)
+
+
+def _reserve(pool: "BlockPool", table: list[int], n_tokens: int) -> None:
+    """Extend a block table from its pool to hold n_tokens (doubling it, so that this is rare)."""
+    needed = -(-n_tokens // pool.block_size)
+    if needed > len(table):
+        table += pool.allocate(max(needed, 2 * len(table)) - len(table))
+
+
 def sequence_pads(sequences: int, tokens: int, threads: int) -> int:
     """The pad sequences a paged call of `sequences` sequences and `tokens` tokens in all gets when it holds
     one-token sequences of the sequences layout (see "One-token sequences" above): enough for more sequences than
@@ -284,6 +324,9 @@ class ModelSession:
         self.tokens: list[int] = []  # the logical sequence the cache holds
         # the first position fed as one-token sequences (see "One-token sequences" above; None: none is)
         self.sequences_from: Optional[int] = None
+        # whether the cache's reusable tokens were written by the long-prompt prefill model (see "A long prompt's
+        # prefill in bf16" above)
+        self.prefilled_long = False
         self.reset()
 
     @property
@@ -301,12 +344,30 @@ class ModelSession:
 
     @property
     def least_block(self) -> int:
-        """The fewest tokens a call feeds: a block-invariant session never feeds a lone token."""
+        """The fewest tokens a call feeds: a block-invariant session never feeds a lone token, and a call on the
+        long-prompt prefill model holds at least PREFILL_LEAST."""
+        if self.prefilling:
+            return PREFILL_LEAST
         return 2 if self.block_invariant else 1
 
     @property
+    def prefilling(self) -> bool:
+        """Whether the next call runs on the long-prompt prefill model: the session has one and its cache is short
+        of the boundary of a long prompt (see "A long prompt's prefill in bf16" above)."""
+        return (getattr(self.model, "prefill", None) is not None and self.sequences_from is not None
+                and self.length < self.sequences_from)
+
+    def prefills_long(self, prompt_length: int) -> bool:
+        """Whether a prompt of this many tokens is prefilled on the long-prompt prefill model."""
+        return (getattr(self.model, "prefill", None) is not None and self.takes_sequences
+                and prompt_length >= SEQUENCES_AFTER)
+
+    @property
     def longest_block(self) -> Optional[int]:
-        """The most tokens one call holds (see "Long blocks" above); None: no bound."""
+        """The most tokens the next call holds (see "Long blocks" above; on the long-prompt prefill model, what its
+        probe passed with); None: no bound."""
+        if self.prefilling:
+            return self.model.prefill_longest
         return self.longest_call if self.block_invariant else None
 
     @property
@@ -326,13 +387,26 @@ class ModelSession:
         later ones were fed in another layout than a prefill gives them)."""
         return self.tokens if self.sequences_from is None else self.tokens[:self.sequences_from]
 
+    def shared_prefix(self, tokens: list[int]) -> int:
+        """How many of the cache's tokens a request whose prompt is `tokens` may keep: the reusable tokens it starts
+        with, none if the prompt would be prefilled on another model than they were (see "A long prompt's prefill
+        in bf16" above)."""
+        if self.prefilled_long != self.prefills_long(len(tokens)):
+            return 0
+        return common_prefix(self.reusable_tokens, tokens)
+
     def end_prompt(self, length: int) -> None:
         """The prompt, `length` tokens, ends here: a prompt of at least SEQUENCES_AFTER tokens on a session that
-        takes the sequences layout makes every later position one-token sequences; a shorter one (or another
-        session) keeps the block layout throughout. The cache must hold at most the prompt."""
+        takes the sequences layout makes every later position one-token sequences, and is prefilled on the
+        long-prompt prefill model if the session has one; a shorter one (or another session) keeps the block layout
+        throughout. The cache must hold at most the prompt, written as this prompt would write it (keep_prefix)."""
         if self.length > length:
             raise ValueError(f"the cache holds {self.length} tokens, more than the prompt's {length}")
+        long = self.prefills_long(length)
+        if self.length and long != self.prefilled_long:
+            raise ValueError("the cache was prefilled on another model than this prompt is: keep_prefix first")
         self.sequences_from = length if self.takes_sequences and length >= SEQUENCES_AFTER else None
+        self.prefilled_long = long
 
     @property
     def block_floor(self) -> int:
@@ -342,6 +416,7 @@ class ModelSession:
     def reset(self) -> None:
         self.tokens = []
         self.sequences_from = None
+        self.prefilled_long = False
         self._restart()
 
     def feed(self, tokens: list[int], rows: Optional[int] = None) -> np.ndarray:
@@ -387,12 +462,13 @@ class ModelSession:
         wide[:, self.output_ids] = logits
         return wide
 
-    def _pieces(self, tokens: list[int]) -> list[list[int]]:
-        """The tokens in even pieces of at most longest_block tokens (each at least 2; one piece where there is
-        no bound or they fit)."""
-        if not self.longest_block or len(tokens) <= self.longest_block:
+    @staticmethod
+    def _pieces(tokens: list[int], longest: Optional[int]) -> list[list[int]]:
+        """The tokens in even pieces of at most `longest` tokens (each at least 2; one piece where there is no
+        bound or they fit)."""
+        if not longest or len(tokens) <= longest:
             return [tokens]
-        count = -(-len(tokens) // self.longest_block)
+        count = -(-len(tokens) // longest)
         bounds = np.linspace(0, len(tokens), count + 1).round().astype(int)
         return [tokens[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
 
@@ -416,15 +492,17 @@ class ModelSession:
     def _feed_in_pieces(self, tokens: list[int], rows: int) -> np.ndarray:
         """Feed a long block in even pieces of at most longest_block tokens (in the block layout); the last `rows`
         rows of logits."""
-        return self._feed_parts([(piece, self._feed_blocks) for piece in self._pieces(tokens)], rows)
+        return self._feed_parts([(piece, self._feed_blocks) for piece in self._pieces(tokens, self.longest_block)],
+                                rows)
 
     def _feed_across(self, tokens: list[int], rows: int, start: int) -> np.ndarray:
         """Feed tokens that reach the sequences layout's boundary `start`: those before it in the block layout,
         the others as one-token sequences, in pieces of at most longest_block tokens; the last `rows` rows."""
         head = max(0, start - self.length)
         parts = [(tokens[:head], self._feed_blocks)] if head else []
-        return self._feed_parts(parts + [(piece, self._feed_sequences) for piece in self._pieces(tokens[head:])],
-                                rows)
+        # (the sequences' pieces are the target's: longest_block is the prefill model's while the head is fed)
+        pieces = self._pieces(tokens[head:], self.longest_call if self.block_invariant else None)
+        return self._feed_parts(parts + [(piece, self._feed_sequences) for piece in pieces], rows)
 
     def _feed_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
         """One call of tokens as one-token sequences (see "One-token sequences" above); the last `rows` rows."""
@@ -448,9 +526,11 @@ class ModelSession:
         last token of `tokens` (a call must feed it to get its logits), and of the sequences layout's boundary (the
         tokens after it were fed in another layout than a prefill gives them; the boundary goes with them).
         Returns how many tokens are kept."""
-        keep = min(common_prefix(self.reusable_tokens, tokens), len(tokens) - 1)
+        keep = min(self.shared_prefix(tokens), len(tokens) - 1)
         self.truncate(keep)
         self.sequences_from = None
+        if not keep:
+            self.prefilled_long = False
         return keep
 
     def rollback(self, n: int) -> None:
@@ -563,14 +643,20 @@ class PagedSession(ModelSession):
         self.blocks: list[int] = []  # the block table: this session's blocks in the pool, in order
         self.scheduler = None
         self._static: dict[int, ov.InferRequest] = {}  # this session's requests on the model's static copies
+        # its request on the long-prompt prefill model, the copy's own KV blocks and its block table there (see
+        # "A long prompt's prefill in bf16" above)
+        self._prefill: Optional[ov.InferRequest] = None
+        self._prefill_pool: Optional[BlockPool] = None
+        self._prefill_blocks: list[int] = []
         self._x: dict[int, dict[str, np.ndarray]] = {}  # see _inputs
         super().__init__(model)
         self.pool.attach(self.request)
 
     def __del__(self) -> None:
-        pool, blocks = getattr(self, "pool", None), getattr(self, "blocks", None)
-        if pool is not None and blocks:
-            pool.release(blocks)
+        for pool, blocks in ((getattr(self, "pool", None), getattr(self, "blocks", None)),
+                             (getattr(self, "_prefill_pool", None), getattr(self, "_prefill_blocks", None))):
+            if pool is not None and blocks:
+                pool.release(blocks)
 
     @property
     def static_sizes(self) -> frozenset:
@@ -589,8 +675,15 @@ class PagedSession(ModelSession):
         self.reset()
 
     def _request(self, n: int) -> ov.InferRequest:
-        """The request a call of n tokens runs on: this session's request on the static copy for n, if the
-        model has one (created on first use, sharing this session's KV blocks), else the dynamic one."""
+        """The request a call of n tokens runs on: this session's request on the long-prompt prefill model while it
+        prefills a long prompt, else on the static copy for n, if the model has one (each created on first use,
+        sharing this session's KV blocks), else the dynamic one."""
+        if self.prefilling:
+            if self._prefill is None:
+                self._prefill = self.model.prefill.create_infer_request()
+                self._prefill_pool = BlockPool(self.model.prefill)
+                self._prefill_pool.attach(self._prefill)
+            return self._prefill
         copy = self.model.static.get(n)
         if copy is None:
             return self.request
@@ -604,13 +697,44 @@ class PagedSession(ModelSession):
         pass  # the blocks stay in the table for the next tokens; each call takes more as it needs them
 
     def reserve(self, n_tokens: int) -> None:
-        """Take enough blocks from the pool to hold n_tokens (doubling the table, so that this is rare)."""
-        needed = -(-n_tokens // self.block_size)
-        if needed > len(self.blocks):
-            self.blocks += self.pool.allocate(max(needed, 2 * len(self.blocks)) - len(self.blocks))
+        """Take enough blocks from the pool to hold n_tokens (doubling the table, so that this is rare); while the
+        session prefills a long prompt on the prefill copy, in the copy's blocks too."""
+        _reserve(self.pool, self.blocks, n_tokens)
+        if self.prefilling:
+            self._request(0)  # the copy's request and blocks, created on first use
+            _reserve(self._prefill_pool, self._prefill_blocks, n_tokens)
+
+    def cache_blocks(self) -> tuple["BlockPool", list[int]]:
+        """The pool and block table the next call reads and writes: the prefill copy's while the session prefills
+        a long prompt on it, else the session's own."""
+        if self.prefilling:
+            self._request(0)
+            return self._prefill_pool, self._prefill_blocks
+        return self.pool, self.blocks
+
+    def _mirror(self, past: int, total: int) -> None:
+        """Copy what the prefill copy wrote at positions past..total-1 into the session's own blocks, converted to
+        their element type (the CPU plugin keeps a bf16 model's cache in bf16, and an f32 model's in f16 or f32):
+        the same conversion for every run, so the target alone and every algorithm read the same values."""
+        first, last = past // self.block_size, -(-total // self.block_size)
+        source = np.asarray(self._prefill_blocks[first:last], np.int64)
+        target = np.asarray(self.blocks[first:last], np.int64)
+        # the slots written, block by block: [blocks, heads, slots, head size], the first and last blocks in part
+        start, end = past - first * self.block_size, total - (last - 1) * self.block_size
+        edges = [(0, slice(start, end))] if len(target) == 1 else [(0, slice(start, None)),
+                                                                 (len(target) - 1, slice(None, end))]
+        with self.pool.lock, self._prefill_pool.lock:
+            for name in self.pool.names:
+                written, into = self._prefill_pool.tensors[name], self.pool.tensors[name].data
+                bf16 = written.get_element_type() == ov.Type.bf16
+                values = written.data[source]
+                for i, slots in edges:
+                    into[target[i], :, slots] = _as_type(values[i, :, slots], into.dtype, bf16)
+                if len(target) > 2:
+                    into[target[1:-1]] = _as_type(values[1:-1], into.dtype, bf16)
 
     def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
-        if self.scheduler is not None:
+        if self.scheduler is not None and not self.prefilling:  # a batch runs on one model: a prefill runs alone
             return self.scheduler.infer(self, tokens, rows)
         return self.infer_alone(tokens, rows)
 
@@ -622,11 +746,12 @@ class PagedSession(ModelSession):
         self.reserve(total)
         used = -(-total // self.block_size)
         request = self._request(n)
+        prefilling = request is self._prefill
         x = self._inputs(request, n, used, rows)
         x["input_ids"][:] = tokens
         x["position_ids"][:] = np.arange(past, total)
         x["past_lens"][0] = past
-        x["block_indices"][:] = self.blocks[:used]
+        x["block_indices"][:] = (self._prefill_blocks if prefilling else self.blocks)[:used]
         x["block_indices_begins"][1] = used
         x["max_context_len"][...] = total
         if self.picks_rows:
@@ -634,7 +759,10 @@ class PagedSession(ModelSession):
         with self.pool.lock:
             request.infer()
             logits = request.get_tensor("logits").data
-            return logits.reshape(len(logits), -1)[-rows:].copy()
+            logits = logits.reshape(len(logits), -1)[-rows:].copy()
+        if prefilling:
+            self._mirror(past, total)
+        return logits
 
     def _infer_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
         if self.scheduler is not None:
@@ -778,7 +906,8 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                config: Optional[dict[str, Any]] = None, known_invariant: Optional[dict] = None,
                known_longest: Optional[dict] = None, known_sequences: Optional[dict] = None,
                npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS,
-               kv_cache: Optional[str] = None) -> CompiledLM:
+               kv_cache: Optional[str] = None, prefill_precision: Optional[str] = None,
+               known_prefill: Optional[dict] = None) -> CompiledLM:
     """Compile one model for decoding.
 
     rollback: "paged", "masked" or "npuw" (default: the device's profile; the NPU takes only "npuw", see npu.py,
@@ -798,6 +927,10 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     kv_cache: the KV cache's element type, f32, f16 or u8 (devices.KV_CACHES; None: the device's, f16 on the CPU
     and GPU). One that fails the block-invariance check (u8) leaves the model exact only up to float noise, and
     `CompiledLM.exactness_note` says why.
+    prefill_precision: also compile a copy at this precision (devices.PREFILL_PRECISIONS) that prefills long prompts
+    (see "A long prompt's prefill in bf16" above), on an exact model that takes the one-token-sequences layout,
+    kept if the device computes at that precision and the copy passes its probe (known_prefill: that probe's
+    verdict per precision, from an earlier process); `CompiledLM.prefill_note` says why one is not kept.
     """
     core = core or ov.Core()
     device_profile = profile(device)
@@ -808,6 +941,9 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         kv_cache = None  # the NPU's pipeline keeps its own cache
     if rollback == "masked":
         precision = "f32"
+    if prefill_precision is not None and prefill_precision not in PREFILL_PRECISIONS:
+        raise EdgeSpecdecError(f"unknown prefill precision {prefill_precision!r}: choose one of "
+                               f"{', '.join(PREFILL_PRECISIONS)}.")
     model = core.read_model(str(model_xml))
     if rollback in OPENERS:
         return OPENERS[rollback](core, model, device, max_context=max_context, config=config,
@@ -869,6 +1005,12 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             trim_heap()
             release_mapped(lm.weights_file)
         if passed is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
+            if prefill_precision and lm.sequences:
+                _add_prefill(lm, core, model, device, {**cfg, **PREFILL_PRECISIONS[prefill_precision]},
+                             prefill_precision, known_prefill if known_prefill is not None else {})
+            elif prefill_precision:
+                lm.prefill_note = (f"a {prefill_precision} prefill needs an exact paged model on the CPU that takes "
+                                   f"the one-token-sequences layout after long prompts")
             return lm
         first = first or lm
     lm = first  # no precision passed the bitwise check: exact up to float noise, like "masked"
@@ -876,6 +1018,50 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     lm.exactness_note = (f"the target's {lm.kv_cache} KV cache is not block-invariant on {device}" if kv_cache
                          else f"the target is not block-invariant on {device}")
     return lm
+
+
+def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cfg: dict, precision: str,
+                 known: dict) -> None:
+    """Give an exact model its long-prompt prefill copy at `precision` (see "A long prompt's prefill in bf16"
+    above), compiled with cfg, if the device computes at that precision and the copy passes its probe (known: the
+    probe's verdict per precision from an earlier process, filled with what is measured)."""
+    compiled = core.compile_model(model, device, cfg)
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+    computed = hint.to_string() if hasattr(hint, "to_string") else str(hint)
+    wanted = cfg.get("INFERENCE_PRECISION_HINT")
+    if wanted and computed != wanted:
+        lm.prefill_note = f"{device} has no {precision} arithmetic ({computed}): long prompts are prefilled as before"
+        return
+    if [p.get_partial_shape() for p in _cache_inputs(compiled)] != \
+            [p.get_partial_shape() for p in _cache_inputs(lm.compiled)]:
+        lm.prefill_note = f"the {precision} copy's KV blocks have another shape: long prompts are prefilled as before"
+        return
+    lm.prefill, lm.prefill_precision = compiled, precision
+    sizes = sorted({PREFILL_LONGEST, lm.longest_block}, reverse=True)  # the calls tried, longest first
+    verdict = known.get(precision)  # the longest call it passed with, or False
+    if verdict is not False and verdict not in sizes:
+        probe = lm.session()
+        probe.longest_call = lm.longest_block
+        verdict = False
+        with releasing_mapped(lm.weights_file):
+            for longest in sizes:
+                lm.prefill_longest = longest  # the probe's calls of that many tokens go to the copy whole
+                if passes_prefill_calls(probe, longest):
+                    verdict = longest
+                    break
+        known[precision] = verdict
+        del probe
+        trim_heap()
+    lm.prefill_longest = verdict or 0
+    if not verdict:
+        lm.prefill, lm.prefill_precision = None, ""
+        lm.prefill_note = (f"the {precision} prefill copy gives other rows in calls of other sizes on {device}: long "
+                           f"prompts are prefilled as before")
+
+
+def _cache_inputs(compiled: ov.CompiledModel) -> list:
+    """A paged model's key/value cache inputs, in order."""
+    return [p for p in compiled.inputs if p.get_any_name().startswith(("key_cache.", "value_cache."))]
 
 
 def _prepare_graph(model: ov.Model, rollback: str, device_kind: str, vocab_size: int,

@@ -38,7 +38,7 @@ from ..runtime.generate import Result
 from ..runtime.pipeline import DecodingSession, Engine, check_logit_bias
 from ..runtime.sampling import GenerationConfig
 from ..runtime.context_shift import SHIFT_FILL, overflow_message, shift, shift_record
-from ..runtime.session import ContextOverflowError, common_prefix
+from ..runtime.session import ContextOverflowError
 from ..runtime.settings import EngineConfig
 from ..runtime.text import decode, unfinished_end
 from ..runtime.tool_calls import ToolFormat
@@ -139,8 +139,10 @@ class Server:
                                      pool_scope=None)
             self.store = self.prefix_store(engine)
             self.engine, self.slots = engine, SlotPool(sessions, self.settings.queue)
-            log.info("edge-specdec serve: %s loaded (%s); %d slots%s", self.model_name, engine.placement.describe(),
-                     self.settings.slots, f"; {engine.batching_note}" if engine.batching_note else "")
+            log.info("edge-specdec serve: %s loaded (%s); %d slots%s%s", self.model_name,
+                     engine.placement.describe(), self.settings.slots,
+                     f"; {engine.batching_note}" if engine.batching_note else "",
+                     f"; {engine.long_prompt_note}" if engine.long_prompt_note else "")
         except Exception as exc:  # reported by /health and the CLI; the server does not serve a half-loaded engine
             self.load_error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, EdgeSpecdecError) else str(exc)
             log.error("edge-specdec serve: loading %s failed: %s", self.bundle, self.load_error)
@@ -284,7 +286,7 @@ class Server:
         self.fit_context(engine, parsed, len(prompt_ids))
         self.check_settings(engine, parsed)
         session = await acquire_slot(request, self.slots,
-                                     affinity=lambda slot: common_prefix(slot.target.reusable_tokens, prompt_ids))
+                                     affinity=lambda slot: slot.target.shared_prefix(prompt_ids))
         if session is None:
             self.metrics.count("requests_total", endpoint=kind, outcome="cancelled")
             return Response(status_code=499)

@@ -73,6 +73,7 @@ def import_cache(session: PagedSession, copy: KVCopy) -> None:
             pool.tensors[name].data[index] = data
         session.tokens = list(copy.tokens)
         session.sequences_from = None  # a copy holds the block layout's tokens only
+        session.prefilled_long = False  # (the store keeps no cache a long prompt's prefill copy wrote)
 
 
 @dataclass
@@ -117,10 +118,14 @@ class PrefixStore:
         if not copyable(target) or not prompt_ids:
             return done
         limit = len(prompt_ids) - 1  # the run feeds the prompt's last token whatever is cached
-        kept = min(common_prefix(target.reusable_tokens, prompt_ids), limit)
+        kept = min(target.shared_prefix(prompt_ids), limit)
+        # The store keeps only caches the target wrote: one a long prompt's prefill copy wrote (session.py, "A long
+        # prompt's prefill in bf16") has blocks in the copy's own pool too, which a copy of the session's misses;
+        # and a prompt that the copy prefills may reuse none the target wrote.
+        candidates = [] if target.prefills_long(len(prompt_ids)) else self.entries.items()
         with self._lock:
             best, match = None, kept
-            for key, entry in self.entries.items():
+            for key, entry in candidates:
                 shared = min(common_prefix(entry.target.tokens, prompt_ids), limit)
                 if shared > match:
                     best, match = key, shared
@@ -130,7 +135,7 @@ class PrefixStore:
             own = target.reusable_tokens
             dropped = len(own) - (kept if restore is None else 0)
             covered = restore is not None and common_prefix(own, restore.target.tokens) == len(own)
-            if dropped >= self.min_tokens and not covered:
+            if dropped >= self.min_tokens and not covered and not target.prefilled_long:
                 done.evicted += self._put(Entry(export_cache(target), self._draft_copy(session)))
                 done.stored = True
             if restore is not None:

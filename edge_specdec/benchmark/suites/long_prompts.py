@@ -90,25 +90,29 @@ def prompt_ids(started: float, bundle: str, lengths: list[int], tasks: list[str]
     return {"ids": out}
 
 
-def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None):
+def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None,
+                  long_prompt_precision: Optional[str] = None):
     """Our Pipeline as the suite runs it: no static copies, no prefix reuse (each run prefills the whole prompt) and
     no draft pool (a repeat must not copy the answer of the run before it)."""
     from ...runtime import Pipeline
 
     return Pipeline(bundle, static_shapes=False, kv_cache=kv_cache, prefix_reuse=False, draft_pool_tokens=0,
-                    core=core)
+                    core=core, long_prompt_precision=long_prompt_precision)
 
 
 def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
               kv_cache: Optional[str], algorithm: str, draft_window: Optional[int] = None,
-              per_call: bool = False) -> dict:
+              per_call: bool = False, long_prompt_precision: Optional[str] = None) -> dict:
     """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs;
     draft_window: SpeculativeConfig.draft_window (None: its default). per_call: the timed runs record their target
-    calls, summed up as PER_CALL_FIGURES (medians over the runs), and returned whole as "target_calls"."""
+    calls, summed up as PER_CALL_FIGURES (medians over the runs), and returned whole as "target_calls".
+    long_prompt_precision: EngineConfig.long_prompt_precision."""
     from ...runtime import GenerationConfig
     from ..target_calls import call_figures
 
-    pipe = ours_pipeline(bundle, kv_cache)
+    pipe = ours_pipeline(bundle, kv_cache, long_prompt_precision=long_prompt_precision)
+    if long_prompt_precision and pipe.target_model.prefill is None:
+        raise RuntimeError(f"--long-prompt-precisions {long_prompt_precision}: {pipe.long_prompt_note}")
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
 
     def run(record: bool):
@@ -234,6 +238,13 @@ def long_prompt_rows(args, bundle: str, say, calls: Optional[dict] = None) -> tu
                        + (f"a window of {n} tokens" if n else "the whole prompt (no window)"),
                        "ours_long", "ours-none", kv_cache=None, algorithm="auto", draft_window=n, **ours)
              for n in dict.fromkeys(args.draft_windows)]
+    for p in dict.fromkeys(args.long_prompt_precisions):
+        # the copy computes the prompt otherwise: the reference is the target alone with the same copy
+        rows += [fresh_row(f"ours-none-prefill-{p}", f"ours, the target alone, long prompts prefilled at {p}",
+                           "ours_long", None, kv_cache=None, algorithm="none", long_prompt_precision=p, **ours),
+                 fresh_row(f"ours-auto-prefill-{p}", f"ours, the default algorithm, long prompts prefilled at {p}",
+                           "ours_long", f"ours-none-prefill-{p}", kv_cache=None, algorithm="auto",
+                           long_prompt_precision=p, **ours)]
     genai = [] if args.no_genai else [("genai-none", "default", "its default CPU properties")]
     genai += [("genai-ours", "ours", "our CPU properties")] if args.genai_ours else []
     genai += [(f"genai-kv-{kv}", kv, f"its default CPU properties but a {kv} KV cache") for kv in args.genai_kv]
@@ -338,7 +349,7 @@ def write_text(path: Path, text: str) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ...runtime.devices import KV_CACHES
+    from ...runtime.devices import KV_CACHES, PREFILL_PRECISIONS
 
     p.description = __doc__
     p.epilog = ("examples:\n  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 4096 8192 "
@@ -364,6 +375,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-windows", nargs="+", type=int, default=[], metavar="N",
                    help="add a row of ours with the default algorithm whose draft reads a window of N tokens of the "
                         "prompt and output (--draft-window; 0: the whole of them), for each N")
+    p.add_argument("--long-prompt-precisions", nargs="+", default=[], choices=PREFILL_PRECISIONS,
+                   metavar="PRECISION",
+                   help="add rows of ours, the target alone and the default algorithm, whose long prompts are "
+                        "prefilled at PRECISION (--long-prompt-precision), for each one")
     p.add_argument("--per-call", action="store_true",
                    help="our rows' timed runs record every target call (its tokens, its block on the device, the "
                         "past it attends over, its time): the table gets the target's mean ms per 1-token step and "

@@ -1,0 +1,202 @@
+"""A long prompt's prefill on a copy of the target at another precision (session.py, "A long prompt's prefill in
+bf16"; the threshold made small here): the target alone and every algorithm prefill a long prompt alike on the copy,
+in calls of at least PREFILL_LEAST tokens, so they write the same token ids and logprob bits; a later request reuses a
+cache only where its prompt is prefilled the same way; a copy the CPU cannot run or that fails its probe is dropped
+and says why. bf16 where the CPU computes it, else f32 (the same machinery, on a CPU without bf16)."""
+from __future__ import annotations
+
+import openvino as ov
+import pytest
+
+import edge_specdec.runtime.session as session_module
+from edge_specdec.errors import EdgeSpecdecError
+from edge_specdec.runtime import Engine, EngineConfig, GenerationConfig
+from edge_specdec.runtime.chat import ChatTemplate
+from edge_specdec.runtime.sampling import penalize, token_logprobs
+from edge_specdec.runtime.session import PREFILL_LEAST, PREFILL_LONGEST, PagedSession, open_model
+from edge_specdec.serve.prefix_store import PrefixStore
+from support import OTHER_VOCAB, SAME_VOCAB, bits, pipeline_cache
+
+THRESHOLD = 48
+PROMPT = ("def parse(text):\n    \"\"\"Split the text into words.\"\"\"\n    words = []\n"
+          "    for word in text.split():\n        words.append(word.strip())\n    return words\n\n") * 2 + "def "
+GREEDY = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True, top_logprobs=2)
+CHAT = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>\n{% endfor %}" \
+       "{% if add_generation_prompt %}<assistant>{% endif %}"
+HAS_BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+PRECISION = "bf16" if HAS_BF16 else "f32"
+
+
+@pytest.fixture
+def small_threshold(monkeypatch):
+    monkeypatch.setattr(session_module, "SEQUENCES_AFTER", THRESHOLD)
+
+
+@pytest.fixture(scope="module")
+def engines(bundle_dir):
+    return pipeline_cache(bundle_dir, Engine)
+
+
+def _prefill_calls(monkeypatch) -> list[int]:
+    """The sizes of the calls that run on the prefill copy, from now on."""
+    sizes: list[int] = []
+    real = PagedSession.infer_alone
+
+    def spy(self, tokens, rows):
+        if self.prefilling:
+            sizes.append(len(tokens))
+        return real(self, tokens, rows)
+    monkeypatch.setattr(PagedSession, "infer_alone", spy)
+    return sizes
+
+
+def test_the_engine_keeps_the_copy_and_says_so(engines):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    assert engine.target_model.prefill is not None, engine.target_model.prefill_note
+    assert engine.target_model.prefill_precision == PRECISION and PRECISION in engine.long_prompt_note
+    assert engines(SAME_VOCAB).target_model.prefill is None and engines(SAME_VOCAB).long_prompt_note == ""
+
+
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (SAME_VOCAB, "prompt-lookup"),
+                                            (OTHER_VOCAB, "slem"), (OTHER_VOCAB, "tli")])
+def test_greedy_drafting_writes_the_target_alones_ids_and_bits(engines, pair, algorithm, small_threshold,
+                                                               monkeypatch):
+    engine = engines(pair, long_prompt_precision=PRECISION)
+    prompt = engine.tokenizer.encode(PROMPT)
+    assert len(prompt) >= THRESHOLD
+    calls = _prefill_calls(monkeypatch)
+    alone = engine.session().generate(prompt, GREEDY, algorithm="none")
+    assert sum(calls) >= len(prompt) and min(calls) >= PREFILL_LEAST  # the whole prompt went to the copy
+    calls.clear()
+    drafted = engine.session().generate(prompt, GREEDY, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0,
+                                        pool_scope=None)
+    assert sum(calls) >= len(prompt) and min(calls) >= PREFILL_LEAST
+    assert drafted.token_ids == alone.token_ids and bits(drafted.logprobs) == bits(alone.logprobs)
+    assert drafted.stats.draft_tokens_proposed + drafted.stats.free_tokens_proposed > 0
+
+
+def test_a_short_prompt_is_not_prefilled_on_the_copy(engines, small_threshold, monkeypatch):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    calls = _prefill_calls(monkeypatch)
+    session = engine.session()
+    session.generate(engine.tokenizer.encode("def f(x):"), GREEDY, algorithm="standard")
+    assert calls == [] and not session.target.prefilled_long
+
+
+def test_the_copy_computes_other_bits_than_the_target(engines, small_threshold):
+    """What the copy computes reaches the output (a run that ignored the copy would pass the tests above too)."""
+    if not HAS_BF16:
+        pytest.skip("this CPU has no bf16 arithmetic: its f32 copy may compute the dq target's bits")
+    prompt = engines(SAME_VOCAB).tokenizer.encode(PROMPT)
+    plain = engines(SAME_VOCAB).session().generate(prompt, GREEDY, algorithm="none")
+    copied = engines(SAME_VOCAB, long_prompt_precision="bf16").session().generate(prompt, GREEDY, algorithm="none")
+    assert bits(plain.logprobs) != bits(copied.logprobs)
+
+
+def _forced(engine, prompt: list[int], tokens: list[int], config) -> list:
+    """The target alone's logprobs of `tokens` after `prompt`, in one feed from scratch, with the boundary (and so
+    the prefill copy) a run on that prompt has."""
+    session = engine.session().target
+    session.end_prompt(len(prompt))
+    rows = session.feed(prompt + tokens, rows=len(tokens) + 1)[:-1]
+    return token_logprobs(penalize(rows, config, prompt, tokens), tokens, config)
+
+
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
+def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, algorithm, small_threshold):
+    engine = engines(pair, long_prompt_precision=PRECISION)
+    prompt = engine.tokenizer.encode(PROMPT)
+    for seed in range(2):
+        config = GenerationConfig(max_new_tokens=16, temperature=0.9, top_p=0.95, seed=seed, ignore_eos=True,
+                                  logprobs=True, top_logprobs=2)
+        result = engine.session().generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4,
+                                           confidence=0.0)
+        assert bits(result.logprobs) == bits(_forced(engine, prompt, result.token_ids, config))
+
+
+def test_a_conversations_turns_reuse_only_a_cache_prefilled_as_their_prompt_is(bundle_dir, small_threshold):
+    """A short first turn (dq), then long turns (on the copy): the first long turn reuses nothing of the short
+    one's cache, the next reuses the last long prompt's part; each equals a fresh session on its prompt."""
+    engine = Engine(bundle_dir(*SAME_VOCAB), long_prompt_precision=PRECISION)
+    engine.__dict__["chat_template"] = ChatTemplate(CHAT)  # the tiny tokenizers have none of their own
+    chat = engine.start_chat(system="be brief")
+    config = GenerationConfig(max_new_tokens=10, ignore_eos=True, logprobs=True)
+    first = chat.ask("hi", config, algorithm="standard")
+    assert len(chat.ids) < THRESHOLD and not chat.session.target.prefilled_long and first.token_ids
+    reused_expected = 0  # the short turn's cache was written by the target, not the copy
+    for turn in (PROMPT, "now the tests", "and a docstring"):
+        result = chat.ask(turn, config, algorithm="standard")
+        prompt = chat.ids[:len(chat.ids) - len(chat._tokens_of(result))]
+        assert len(prompt) >= THRESHOLD and chat.session.target.prefilled_long
+        fresh = engine.session().generate(prompt, config, algorithm="standard")
+        assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs), turn
+        assert result.stats.prompt_tokens_reused == reused_expected, turn
+        reused_expected = len(prompt)
+
+
+def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, small_threshold):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    prompt = engine.tokenizer.encode(PROMPT)
+    session = engine.session()
+    session.generate(prompt, GREEDY, algorithm="none")
+    short = prompt[:THRESHOLD - 8]  # shares its tokens with the long prompt's cache, which the copy wrote
+    assert session.target.shared_prefix(short) == 0
+    result = session.generate(short, GREEDY, algorithm="none")
+    fresh = engine.session().generate(short, GREEDY, algorithm="none")
+    assert result.stats.prompt_tokens_reused == 0
+    assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs)
+    # on the engine without the copy the same short prompt reuses the long prompt's blocks
+    plain = engines(SAME_VOCAB).session()
+    plain.generate(prompt, GREEDY, algorithm="none")
+    assert plain.target.shared_prefix(short) == len(short)
+
+
+def test_the_prefix_store_keeps_no_cache_the_copy_wrote_and_gives_none_to_a_prompt_it_prefills(engines,
+                                                                                               small_threshold):
+    """A cache the copy wrote has blocks in the copy's own pool, which a copy of the session's would miss."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    prompt = engine.tokenizer.encode(PROMPT)
+    store = PrefixStore(max_bytes=1 << 30, min_tokens=4)
+    slot = engine.session()
+    slot.generate(prompt, GREEDY, algorithm="none")
+    assert slot.target.prefilled_long and not store.prepare(slot, engine.tokenizer.encode("x = 1")).stored
+    slot.generate(prompt[:THRESHOLD - 8], GREEDY, algorithm="none")  # a short prompt: the target writes it
+    assert not slot.target.prefilled_long and store.prepare(slot, engine.tokenizer.encode("x = 1")).stored
+    slot.target.reset()
+    assert not store.prepare(slot, prompt).restored  # the stored cache shares the prompt's head, but not its model
+    assert store.prepare(slot, prompt[:THRESHOLD - 8] + prompt[:4]).restored
+
+
+def test_a_cpu_without_the_precision_keeps_no_copy(monkeypatch, bundle_dir):
+    """A CPU that computes f32 where bf16 is asked (no AMX, no AVX-512 BF16): no copy, and the note says why."""
+    real = ov.CompiledModel.get_property
+
+    def f32_only(self, name):
+        value = real(self, name)
+        return ov.Type.f32 if name == "INFERENCE_PRECISION_HINT" and str(value) == str(ov.Type.bf16) else value
+    monkeypatch.setattr(ov.CompiledModel, "get_property", f32_only)
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="bf16",
+                       known_prefill={})
+    assert model.block_invariant and model.prefill is None
+    assert "no bf16 arithmetic" in model.prefill_note
+
+
+def test_a_copy_that_failed_its_probe_is_not_used(bundle_dir):
+    known = {PRECISION: False}  # as an earlier process on this machine found it
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU",
+                       prefill_precision=PRECISION, known_prefill=known)
+    assert model.prefill is None and "other rows" in model.prefill_note
+
+
+def test_the_probe_passes_on_the_copy_and_its_verdict_is_kept(bundle_dir):
+    known: dict = {}
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU",
+                       prefill_precision=PRECISION, known_prefill=known)
+    assert model.prefill is not None and known == {PRECISION: model.prefill_longest}
+    # the longest call it passed with: the prefill's pieces may be longer than the target's
+    assert model.prefill_longest in (PREFILL_LONGEST, model.longest_block)
+
+
+def test_an_unknown_precision_is_refused_where_it_is_set():
+    with pytest.raises(EdgeSpecdecError, match="long_prompt_precision"):
+        EngineConfig(long_prompt_precision="fp8")
