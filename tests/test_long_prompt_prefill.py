@@ -8,33 +8,19 @@ from __future__ import annotations
 import openvino as ov
 import pytest
 
-import edge_specdec.runtime.session as session_module
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import Engine, EngineConfig, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
-from edge_specdec.runtime.sampling import penalize, token_logprobs
 from edge_specdec.runtime.session import PREFILL_LEAST, PREFILL_LONGEST, PagedSession, open_model
 from edge_specdec.serve.prefix_store import PrefixStore
-from support import OTHER_VOCAB, SAME_VOCAB, bits, pipeline_cache
+from support import OTHER_VOCAB, SAME_VOCAB, bits
+# the long-prompt runs' prompt, settings and fixtures (the threshold made small), and sampled runs checked against
+# teacher forcing with the boundary (and so the prefill copy) a run on the prompt has
+from test_sequences_generate import (CHAT, GREEDY, PROMPT, THRESHOLD, check_sampled_against_teacher_forcing,  # noqa
+                                     engines, small_threshold)
 
-THRESHOLD = 48
-PROMPT = ("def parse(text):\n    \"\"\"Split the text into words.\"\"\"\n    words = []\n"
-          "    for word in text.split():\n        words.append(word.strip())\n    return words\n\n") * 2 + "def "
-GREEDY = GenerationConfig(max_new_tokens=16, ignore_eos=True, logprobs=True, top_logprobs=2)
-CHAT = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>\n{% endfor %}" \
-       "{% if add_generation_prompt %}<assistant>{% endif %}"
 HAS_BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 PRECISION = "bf16" if HAS_BF16 else "f32"
-
-
-@pytest.fixture
-def small_threshold(monkeypatch):
-    monkeypatch.setattr(session_module, "SEQUENCES_AFTER", THRESHOLD)
-
-
-@pytest.fixture(scope="module")
-def engines(bundle_dir):
-    return pipeline_cache(bundle_dir, Engine)
 
 
 def _prefill_calls(monkeypatch) -> list[int]:
@@ -93,25 +79,9 @@ def test_the_copy_computes_other_bits_than_the_target(engines, small_threshold):
     assert bits(plain.logprobs) != bits(copied.logprobs)
 
 
-def _forced(engine, prompt: list[int], tokens: list[int], config) -> list:
-    """The target alone's logprobs of `tokens` after `prompt`, in one feed from scratch, with the boundary (and so
-    the prefill copy) a run on that prompt has."""
-    session = engine.session().target
-    session.end_prompt(len(prompt))
-    rows = session.feed(prompt + tokens, rows=len(tokens) + 1)[:-1]
-    return token_logprobs(penalize(rows, config, prompt, tokens), tokens, config)
-
-
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
 def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, algorithm, small_threshold):
-    engine = engines(pair, long_prompt_precision=PRECISION)
-    prompt = engine.tokenizer.encode(PROMPT)
-    for seed in range(2):
-        config = GenerationConfig(max_new_tokens=16, temperature=0.9, top_p=0.95, seed=seed, ignore_eos=True,
-                                  logprobs=True, top_logprobs=2)
-        result = engine.session().generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4,
-                                           confidence=0.0)
-        assert bits(result.logprobs) == bits(_forced(engine, prompt, result.token_ids, config))
+    check_sampled_against_teacher_forcing(engines(pair, long_prompt_precision=PRECISION), algorithm)
 
 
 def test_a_conversations_turns_reuse_only_a_cache_prefilled_as_their_prompt_is(bundle_dir, small_threshold):

@@ -104,6 +104,23 @@ def test_real_heterogeneous_pair_greedy_is_lossless(tmp_path):
     assert accepted > 0 and drafted_ahead > 0
 
 
+def _exact_then_reused(engine, ids: list[int], config, more: int) -> int:
+    """On `ids`, `auto` gives the target alone's ids and logprob bits; a longer second request (its answer and `more`
+    prompt tokens after it) on the target alone's session reuses its cache and writes what a fresh session writes.
+    Returns the prompt tokens the second request reused."""
+    def bits(result):
+        return [np.float64(entry.logprob).view(np.int64) for entry in result.logprobs]
+    first = engine.session()
+    alone = first.generate(ids, config, algorithm="none")
+    drafted = engine.session().generate(ids, config, algorithm="auto")
+    assert drafted.exact and drafted.token_ids == alone.token_ids and bits(drafted) == bits(alone)
+    longer = ids + alone.token_ids + ids[:more]
+    reused = first.generate(longer, config, algorithm="auto")
+    fresh = engine.session().generate(longer, config, algorithm="none")
+    assert reused.token_ids == fresh.token_ids and bits(reused) == bits(fresh)
+    return reused.stats.prompt_tokens_reused
+
+
 def test_real_target_is_exact_after_a_long_prompt():
     """The 1.5B int4 target on a CPU whose kernels change bits for calls of more than about 80 tokens (AVX2): a
     150-token prompt gives the target alone's logprob bits with `auto`, and again on a second request that reuses
@@ -118,24 +135,14 @@ def test_real_target_is_exact_after_a_long_prompt():
     ids = engine.tokenizer.encode("\n".join(HOSTILE_STRINGS) * 4)[:150]
     assert len(ids) == 150
     config = GenerationConfig(max_new_tokens=16, logprobs=True, ignore_eos=True)
-
-    def bits(result):
-        return [np.float64(entry.logprob).view(np.int64) for entry in result.logprobs]
-    first = engine.session()
-    alone = first.generate(ids, config, algorithm="none")
-    drafted = engine.session().generate(ids, config, algorithm="auto")
-    assert drafted.exact and drafted.token_ids == alone.token_ids and bits(drafted) == bits(alone)
-    longer = ids + alone.token_ids + ids[:20]
-    reused = first.generate(longer, config, algorithm="auto")
-    fresh = engine.session().generate(longer, config, algorithm="none")
-    assert reused.stats.prompt_tokens_reused > 150
-    assert reused.token_ids == fresh.token_ids and bits(reused) == bits(fresh)
+    assert _exact_then_reused(engine, ids, config, more=20) > 150
 
 
 def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt():
     """With --long-prompt-precision bf16 on a CPU with bf16 arithmetic: a 2100-token prompt prefilled on the bf16
     copy gives the target alone's logprob bits with `auto`, and a longer second request that reuses the first's
-    prompt cache writes what a fresh session writes (session.py, "A long prompt's prefill in bf16")."""
+    prompt cache (and only that: the answer after it went in another layout) writes what a fresh session writes
+    (session.py, "A long prompt's prefill in bf16")."""
     import openvino as ov
 
     from edge_specdec.runtime import Engine, GenerationConfig
@@ -150,16 +157,4 @@ def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt():
     ids = engine.tokenizer.encode(text)[:2100]
     assert len(ids) == 2100
     config = GenerationConfig(max_new_tokens=24, logprobs=True, ignore_eos=True)
-
-    def bits(result):
-        return [np.float64(entry.logprob).view(np.int64) for entry in result.logprobs]
-    first = engine.session()
-    alone = first.generate(ids, config, algorithm="none")
-    drafted = engine.session().generate(ids, config, algorithm="auto")
-    assert first.target.prefilled_long and drafted.exact
-    assert drafted.token_ids == alone.token_ids and bits(drafted) == bits(alone)
-    longer = ids + alone.token_ids + ids[:40]
-    reused = first.generate(longer, config, algorithm="auto")
-    fresh = engine.session().generate(longer, config, algorithm="none")
-    assert reused.stats.prompt_tokens_reused == 2100
-    assert reused.token_ids == fresh.token_ids and bits(reused) == bits(fresh)
+    assert _exact_then_reused(engine, ids, config, more=40) == 2100

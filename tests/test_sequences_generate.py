@@ -76,9 +76,9 @@ def _forced(engine, prompt: list[int], tokens: list[int], config) -> list:
     return token_logprobs(penalize(rows, config, prompt, tokens), tokens, config)
 
 
-@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
-def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, algorithm, small_threshold):
-    engine = engines(pair)
+def check_sampled_against_teacher_forcing(engine, algorithm: str) -> None:
+    """Sampled runs of `algorithm` on the long prompt, two seeds: their logprobs are the target alone's bits,
+    teacher-forced on the tokens they wrote."""
     prompt = engine.tokenizer.encode(PROMPT)
     for seed in range(2):
         config = GenerationConfig(max_new_tokens=16, temperature=0.9, top_p=0.95, seed=seed, ignore_eos=True,
@@ -86,6 +86,11 @@ def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, al
         result = engine.session().generate(prompt, config, algorithm=algorithm, num_assistant_tokens=4,
                                            confidence=0.0)
         assert bits(result.logprobs) == bits(_forced(engine, prompt, result.token_ids, config))
+
+
+@pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
+def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, algorithm, small_threshold):
+    check_sampled_against_teacher_forcing(engines(pair), algorithm)
 
 
 def test_teacher_forcing_without_the_boundary_gives_other_bits(engines, small_threshold):
