@@ -38,7 +38,7 @@ CPU_PRECISIONS = {
 # copy is not kept), and f32, exact like it but slower than dq (kept for CPUs without bf16: the same machinery).
 PREFILL_PRECISIONS = {
     "bf16": {"INFERENCE_PRECISION_HINT": "bf16"},
-    "f32": {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
+    "f32": CPU_PRECISIONS["f32"],
 }
 # The KV cache's element type (KV_CACHE_PRECISION). The CPU's default is f16: half the bytes of f32 and exact as f32
 # is (on the real 1.5B target: block-invariant on an empty cache and after 8192 tokens, the same after rollbacks;

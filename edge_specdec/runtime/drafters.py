@@ -392,14 +392,18 @@ class DraftLength:
         """The draft length for the round that starts now: k, or less while cap() says so (0: the target alone)."""
         if self.guard is not None and not self.guard.drafting():
             return 0
-        most = self.cap() if self.cap is not None else None
+        most = self._most()
         return self.k if most is None else min(self.k, most)
 
     def copies_allowed(self) -> bool:
         """Whether the round that starts now may propose free copies (no draft model runs for them): yes while the
         guard pauses the model, not while cap() leaves the round no token at all."""
-        most = self.cap() if self.cap is not None else None
+        most = self._most()
         return most is None or most > 0
+
+    def _most(self) -> Optional[int]:
+        """The most tokens cap() lets the round that starts now propose (None: no cap)."""
+        return self.cap() if self.cap is not None else None
 
     def update(self, accepted: int, proposed: int, draft_seconds: float = 0.0, target_seconds: float = 0.0,
                drafted: bool = True, first: bool = False) -> None:

@@ -234,7 +234,7 @@ class Engine:
                 session.feed([0], rows=1)
                 if getattr(model, "prefill", None) is not None:  # the long-prompt prefill copy repacks its own
                     session.reset()
-                    session.sequences_from = 1 << 30  # the next call is a long prompt's (session.py, "prefill in bf16")
+                    session.begin_long_prefill()
                     session.feed([0] * WARM_UP_BLOCK, rows=1)
 
     def _start_batching(self, max_wait: float) -> None:

@@ -261,7 +261,7 @@ def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
         for before, copy in ((0, True), (REAL_PAST, False), (past, True)):
             before = before if limit is None else max(0, min(before, limit))
             session.reset()
-            session.sequences_from = 1 << 30  # every call below is a long prompt's prefill call
+            session.begin_long_prefill()  # every call below is a long prompt's prefill call
             if before:
                 fill_past(session, before, copy=copy)
             whole = session.feed(tokens, rows=rows)

@@ -357,6 +357,11 @@ class ModelSession:
         return (getattr(self.model, "prefill", None) is not None and self.sequences_from is not None
                 and self.length < self.sequences_from)
 
+    def begin_long_prefill(self) -> None:
+        """Make the calls from here on a long prompt's prefill calls (until a reset), as if a prompt without end
+        were being fed: on the long-prompt prefill model where the session has one (its warm-up and its probe)."""
+        self.sequences_from = 1 << 30
+
     def prefills_long(self, prompt_length: int) -> bool:
         """Whether a prompt of this many tokens is prefilled on the long-prompt prefill model."""
         return (getattr(self.model, "prefill", None) is not None and self.takes_sequences
