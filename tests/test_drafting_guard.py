@@ -7,7 +7,7 @@ import pytest
 
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import GenerationConfig, Pipeline
-from edge_specdec.runtime.drafters import DraftingGuard, DraftLength
+from edge_specdec.runtime.drafters import MOST_LOST, DraftingGuard, DraftLength
 from support import OTHER_VOCAB
 
 
@@ -52,10 +52,11 @@ def test_a_draft_whose_tokens_the_target_rejects_stops_within_a_few_rounds_whate
             length.update(0, 1, 0.04, 0.12, drafted=True, first=i == 0) if drafting else \
                 length.update(0, 0, 0.0, 0.1, drafted=False, first=i == 0)
         assert all(modes[:4]) and not any(modes[4:36])  # the first round and 3 measured ones, then the target alone
-        # the loss was this prompt's: the next request starts from what the guard knew before it (nothing, or the
-        # prior's verdict)
+        # the loss was this prompt's: the next request starts from what the guard knew before it (the prior's
+        # verdict), counting one run lost; with nothing known before, from this run's own verdict
         learned = guard.learned()
-        assert learned is None if prior is None else (learned["mode"], learned["interval"]) == (True, 64)
+        assert learned["lost"] == 1
+        assert learned["mode"] is False if prior is None else (learned["mode"], learned["interval"]) == (True, 64)
 
 
 def test_a_prompt_whose_drafts_miss_does_not_keep_the_next_prompt_from_drafting():
@@ -67,6 +68,21 @@ def test_a_prompt_whose_drafts_miss_does_not_keep_the_next_prompt_from_drafting(
     assert sum(modes) <= 4 + 4  # (the first round, 3 lost ones, and one probe of 4 rounds 32 rounds on)
     code = simulate(DraftingGuard(prior=translation.learned()), 64, drafting=(3, 0.2, 0.04), alone=(1, 0.1))
     assert code[0] and sum(not m for m in code) <= 2  # at most one probe of the target alone (the prior's rate)
+
+
+def test_a_pair_whose_drafts_miss_on_every_prompt_learns_to_run_the_target_alone():
+    """Sure losses run after run (a draft that knows none of the prompts, as the demo pair with its repetition
+    penalty): the first is taken as the prompt's, the next ones as the pair's, so later runs start on the target
+    alone and measure drafting less and less often, instead of drafting the first rounds of every run."""
+    won = {"mode": True, "interval": 64, "drafting": [20.0, 0.2], "alone": [1.8, 0.06]}
+    prior, drafted = won, []
+    for run in range(8):
+        guard = DraftingGuard(prior=prior)
+        drafted.append(sum(simulate(guard, 64, drafting=(1, 0.16, 0.04), alone=(1, 0.1))))
+        prior = guard.learned()
+    assert drafted[0] >= 4 and drafted[1] >= 4  # a prompt's loss, then a second: both drafted their first rounds
+    assert prior["mode"] is False and prior["lost"] == MOST_LOST
+    assert drafted[-1] == 0 and sum(drafted[-3:]) < drafted[0]  # a 64-round run no longer checks drafting
 
 
 def test_a_draft_that_keeps_enough_is_never_cut_short():
@@ -209,18 +225,47 @@ def test_the_server_keeps_the_guard_of_auto(bundle_dir, monkeypatch):
 
 
 def test_a_prior_verdict_skips_the_warm_up_and_is_still_checked():
+    """A pair on which drafting loses on every prompt: each run starts where the last ended, the target alone, and
+    measures drafting again later the more runs in a row found it losing, up to 4 * recheck rounds."""
     losing = dict(drafting=(2, 0.3), alone=(1, 0.1))
     fresh = DraftingGuard()
     fresh_modes = simulate(fresh, 200, **losing)
     prior = fresh.learned()
-    assert prior is not None and prior["mode"] is False
-    carried = simulate(DraftingGuard(prior=prior), 200, **losing)
-    assert not any(carried[:20])  # starts where the last run ended: the target alone
-    assert any(carried[:4 * 32 + 1 + 4])  # drafting is measured again within 4 * recheck rounds
-    assert sum(carried) < sum(fresh_modes)
-    # a prompt on which drafting wins after a run on which it lost: the guard follows within the run
+    assert prior is not None and prior["mode"] is False and prior["lost"] == 1
+    waits = []  # the rounds each later run runs the target alone before it drafts again
+    for _ in range(7):
+        guard = DraftingGuard(prior=prior)
+        carried = simulate(guard, 200, **losing)
+        waits.append(carried.index(True))
+        assert sum(carried) < sum(fresh_modes)
+        prior = guard.learned()
+    assert waits[0] <= 4 + 1  # after one run that lost: within the warm-up's rounds
+    assert waits == sorted(waits) and waits[-1] > 20 and max(waits) <= 4 * 32 + 1
+    assert prior["lost"] == MOST_LOST
+    # a prompt on which drafting wins after runs on which it lost: the guard follows within the run
     winning = simulate(DraftingGuard(prior=prior), 200, drafting=(3, 0.2), alone=(1, 0.1))
     assert not winning[0] and all(winning[-20:])
+
+
+def test_after_one_prompt_on_which_drafting_lost_the_next_prompt_drafts_within_a_few_rounds():
+    """Drafting lost on one prompt by its rate (not a sure loss: the draft guessed some prose, too little to pay):
+    the next prompt, on which drafting wins, runs the target alone for at most the warm-up's rounds, not for the
+    countdown the lost prompt left (here 32 rounds, a whole short answer), and its win clears the count."""
+    guard = DraftingGuard()
+    simulate(guard, 60, drafting=(2, 0.3), alone=(1, 0.1))
+    prior = guard.learned()
+    assert prior["mode"] is False and prior["lost"] == 1 and prior["left"] > 8
+    guard = DraftingGuard(prior=prior)
+    modes = simulate(guard, 40, drafting=(3, 0.2), alone=(1, 0.1))
+    assert not any(modes[:5]) and modes.index(True) <= 4 + 1 and sum(modes) >= 30
+    assert guard.learned()["mode"] is True and "lost" not in guard.learned()
+
+
+def test_a_run_too_short_to_measure_drafting_keeps_the_count_of_runs_lost():
+    prior = {"mode": False, "interval": 64, "left": 60, "lost": 3, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
+    guard = DraftingGuard(prior=prior)
+    assert not any(simulate(guard, 6))  # a 6-token answer: the countdown (16 rounds after 3 runs lost) not run out
+    assert guard.learned()["lost"] == 3 and guard.learned()["left"] == 16 + 1 - 6
 
 
 def test_a_verdict_is_checked_again_across_requests_shorter_than_its_interval():
@@ -292,9 +337,11 @@ def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):
     assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"] == verdict
     plan.put("guard/slem", {**verdict, "left": 7})  # with the countdown to its next check
     assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"]["left"] == 7
+    plan.put("guard/slem", {**verdict, "lost": 2})  # with the runs in a row that found drafting losing
+    assert MeasurementCache(tmp_path, {"bundle": "b"}).values["guard/slem"]["lost"] == 2
 
 
-def test_a_verdict_is_written_to_disk_only_when_its_mode_or_interval_changes(tmp_path, monkeypatch):
+def test_a_verdict_is_written_to_disk_only_when_its_mode_interval_or_runs_lost_change(tmp_path, monkeypatch):
     from edge_specdec.runtime.pipeline import Engine
     from edge_specdec.runtime.measurements import MeasurementCache
 
@@ -308,6 +355,8 @@ def test_a_verdict_is_written_to_disk_only_when_its_mode_or_interval_changes(tmp
     assert len(writes) == 1 and engine.guard_prior("slem")["alone"] == [1.1, 0.1]
     engine.remember_guard("slem", {**verdict, "interval": 128})
     assert len(writes) == 2
+    engine.remember_guard("slem", {**verdict, "interval": 128, "lost": 2})  # one more run that found drafting losing
+    assert len(writes) == 3 and engine.guard_prior("slem")["lost"] == 2
 
 
 def test_the_benchmarks_guard_row_runs_the_default_with_its_guard(bundle_dir, monkeypatch):

@@ -59,6 +59,7 @@ def test_a_file_that_is_not_a_cache_is_measured_again(tmp_path, capsys, text):
     ("target/longest_block", {"dq": 1}), ("target/longest_block", {"dq": 1 << 20}), ("target/longest_block", 256),
     ("guard/slem", {"mode": False}), ("guard/slem", {**GUARD, "drafting": "fast"}),
     ("guard/slem", {**GUARD, "interval": -1}), ("guard/slem", {**GUARD, "alone": [1.0, float("nan")]}),
+    ("guard/slem", {**GUARD, "lost": -1}), ("guard/slem", {**GUARD, "lost": "3"}),
     ("draft_device/GPU,CPU", {"GPU": 1.0}), ("no/such/measurement", True),
 ])
 def test_an_entry_of_the_wrong_shape_type_or_range_is_dropped(tmp_path, capsys, name, value):

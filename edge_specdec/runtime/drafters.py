@@ -226,6 +226,11 @@ class PromptLookupDrafter(Drafter):
 DRAFT_POLICIES = ("fixed", "schedule", "cost")
 
 
+# the most runs in a row that found drafting losing a guard's verdict counts: a run after them waits warmup << 5
+# rounds (128 with the defaults, the longest countdown a verdict carries over) before it measures drafting again
+MOST_LOST = 6
+
+
 class DraftingGuard:
     """Keeps a run at least as fast as the target alone: it measures, as the run goes, the tokens per second of
     its drafting rounds and of rounds of the target alone, and runs the target alone while drafting loses.
@@ -252,7 +257,15 @@ class DraftingGuard:
     the countdown the earlier run left runs out (at most `4 * recheck` rounds, sooner if it lost only lately, or as
     soon as drafting loses on this request, see above), so a prompt on which it wins is followed, and a verdict is
     checked again even when every request is shorter than its interval. Without a prior, a short run on which
-    drafting loses would spend a tenth of its rounds finding that out, every time."""
+    drafting loses would spend a tenth of its rounds finding that out, every time.
+
+    A verdict for the target alone counts the runs in a row that found drafting losing (`lost`): a run after one
+    such run measures drafting again within `warmup` rounds, and each further run that finds it losing doubles that
+    (up to the countdown above). Drafting that loses on one prompt (an answer whose prose the draft guesses badly)
+    then costs the next prompt, on which it may win, a few rounds of the target alone, not its whole answer; a pair
+    or machine on which drafting loses on every prompt reaches the long countdown within a few runs. A sure loss
+    counts as well: the first after runs that did not lose is the prompt's (the next run starts from what the guard
+    knew before it, as above), and a second in a row leaves a verdict for the target alone."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
                  prior: Optional[dict] = None, early: int = 3):
@@ -268,24 +281,37 @@ class DraftingGuard:
         # a sure loss speaks of this prompt (what the target keeps of its drafts), not of the machine: what the guard
         # had learned before the first one is what the next run starts from (see learned)
         self.sure_lost, self.before_loss = False, None
+        self.lost = 0  # runs in a row, before this one, that found drafting losing (see the class docstring)
+        self.measured_drafting = False  # this run drafted a round after its first
         if prior:
             self.rates = {True: list(prior["drafting"]), False: list(prior["alone"])}
             self.mode = self.before = bool(prior["mode"])
             self.interval = int(prior["interval"])
             # the countdown to the next check goes on from where the last run left it (its "left"): runs shorter than
             # the interval would otherwise each start it again, and never check the other mode
-            self.left = 1 + min(int(prior.get("left", self.interval)), self.interval, 4 * recheck)  # (+ the first round)
+            countdown = min(int(prior.get("left", self.interval)), self.interval, 4 * recheck)
+            self.lost = int(prior.get("lost", 0))  # (a verdict for drafting after one prompt's sure loss: 1)
+            if not self.mode:  # drafting is measured again the sooner, the fewer runs in a row it lost
+                self.lost = max(1, self.lost)
+                countdown = min(countdown, warmup << (self.lost - 1))
+            self.left = 1 + countdown  # (+ the first round)
 
     def learned(self) -> Optional[dict]:
         """What this guard found, JSON-ready, as the next run's `prior`; None before both modes were measured. After
-        a sure loss, what it had found before it: the next request, another prompt, starts where the runs before
-        this prompt left it."""
-        if self.sure_lost:
-            return self.before_loss
+        a sure loss that follows runs that did not lose, what it had found before it (and that one run lost): the
+        next request, another prompt, starts where the runs before this prompt left it. A second run in a row that
+        loses, surely or by its rate, leaves its own verdict: drafting then loses on more than one prompt."""
+        mode = self.before if self.probing else self.mode
+        if self.sure_lost and (mode or (self.lost == 0 and self.before_loss is not None)):
+            return self.before_loss if mode else {**self.before_loss, "lost": 1}
         if not self.rates[True][1] or not self.rates[False][1]:
             return None
-        return {"mode": self.before if self.probing else self.mode, "interval": self.interval,
+        # a run that ends on the target alone adds itself to the runs that found drafting losing, if it measured
+        # drafting (a run too short to check it carries the count over as it found it)
+        lost = 0 if mode else min(MOST_LOST, self.lost + 1) if self.measured_drafting else max(1, self.lost)
+        return {"mode": mode, "interval": self.interval,
                 "left": 0 if self.probing else max(0, self.left),  # (a probe cut short: the next run checks at once)
+                **({"lost": lost} if lost else {}),
                 "drafting": [round(v, 6) for v in self.rates[True]], "alone": [round(v, 6) for v in self.rates[False]]}
 
     def drafting(self) -> bool:
@@ -297,6 +323,7 @@ class DraftingGuard:
         """One round: whether it drafted, the tokens it added and its seconds (draft and target), of which
         draft_seconds the draft's (None: not known apart, so no sure-loss test)."""
         self.alone_rounds += not drafted
+        self.measured_drafting = self.measured_drafting or (drafted and not first)
         stretch = drafted and self.mode and not self.probing and not first
         if not first:
             rate = self.rates[drafted]

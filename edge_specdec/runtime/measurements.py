@@ -92,9 +92,10 @@ def _is_rate(value: Any) -> bool:
 
 def _is_guard(value: Any) -> bool:
     """A drafting guard's verdict (DraftingGuard.learned)."""
-    return (type(value) is dict and set(value) - {"left"} == {"mode", "interval", "drafting", "alone"}
+    return (type(value) is dict and set(value) - {"left", "lost"} == {"mode", "interval", "drafting", "alone"}
             and _is_bool(value["mode"]) and type(value["interval"]) is int and 1 <= value["interval"] <= 4096
             and (type(value.get("left", 0)) is int and 0 <= value.get("left", 0) <= 4096)
+            and (type(value.get("lost", 0)) is int and 0 <= value.get("lost", 0) <= 64)
             and _is_rate(value["drafting"]) and _is_rate(value["alone"]))
 
 

@@ -392,10 +392,11 @@ class Engine:
 
     def remember_guard(self, key: str, learned: Optional[dict]) -> None:
         """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones
-        (written to disk when its mode or re-check interval changed, not for every request's new rates)."""
+        (written to disk when its mode, re-check interval or count of runs lost changed, not for every request's new
+        rates)."""
         if learned is not None:
             before = self.guard_prior(key) or {}
-            changed = [before.get(field) for field in ("mode", "interval")] != [learned["mode"], learned["interval"]]
+            changed = any(before.get(field) != learned.get(field) for field in ("mode", "interval", "lost"))
             self.measurements.put(f"guard/{key}", learned, write=changed)
 
     def measured(self, name: str, measure: Callable, *args):
