@@ -195,6 +195,24 @@ def test_free_copies_go_on_while_the_guard_pauses_the_draft_model(bundle_dir, mo
     assert capped.token_ids == alone.token_ids and capped.stats.suffix_tokens_accepted == 0
 
 
+def test_a_paused_run_verifies_its_copies_in_the_fixed_block(bundle_dir, monkeypatch):
+    """Where fixed blocks pay (the target verifies in a static block of k + 1 tokens), a copy that goes out while
+    the guard pauses the draft model is verified in that block too, never in a block of its own length, which would
+    run on the dynamic model: on a small target such a call costs several of its steps."""
+    from support import spy_block_sizes
+
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB), fixed_blocks=True)
+    monkeypatch.setattr(DraftingGuard, "drafting", lambda self: False)  # the model paused in every round
+    config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
+    prompt = "one two three four five six seven eight nine ten. " * 4
+    alone = pipe.generate(prompt, config, algorithm="none")
+    sizes = spy_block_sizes(pipe.target, monkeypatch)
+    paused = pipe.generate(prompt, config)
+    fixed, step = pipe.block_shapes(8, True)["target"], pipe.block_shapes(0, False)["target"]
+    assert paused.token_ids == alone.token_ids and paused.stats.suffix_tokens_accepted > 0
+    assert fixed > step and set(sizes[1:]) <= {fixed, step} and fixed in sizes[1:]  # (the first: the prompt)
+
+
 @pytest.mark.slow
 def test_the_server_keeps_the_guard_of_auto(bundle_dir, monkeypatch):
     """A request that names no algorithm runs `auto` with its guard, as `run` does; one that names the algorithm

@@ -257,16 +257,20 @@ def decode(r: Run, seq: list[int]) -> str:
             # cap leaves a round no token at all)
             free = (min(r.drafter.free_tokens, r.output.room - 1)
                     if r.drafter and (r.draft_length is None or r.draft_length.copies_allowed()) else 0)
+            if r.floors[0] > 1:  # the target verifies in fixed blocks (they pay here): a copy fits in one
+                free = min(free, r.floors[0] - 1)
             if r.stats.rounds == 0 and getattr(r.target, "sequences_from", None) is not None:
                 # after a long prompt the first round is the prompt's prefill alone: its first token waits neither
                 # for the draft model's prefill nor for the one-token sequences of a proposal, and no target call is
                 # saved by verifying one with it (session.py, "One-token sequences": the prompt and the tokens
                 # after it go in calls of their own anyway)
                 k = free = 0
-            r.target.min_block = r.floors[k == 0]  # a round of the target alone steps as the target alone does
             proposal = draft(r, seq, k, free)
             if proposal is None:  # the draft's context is full: the target alone finishes the run
                 r.drafter, proposal = None, Proposal()
+            # a round of the target alone steps as the target alone does; one that verifies a proposal (a copy too)
+            # takes the drafting rounds' block
+            r.target.min_block = r.floors[k == 0 and not proposal.copied]
             recording = r.stats.target_calls is not None
             past = r.target.length if recording else 0  # a prefix of seq: what the cache holds before the pass
             t1 = time.perf_counter()
