@@ -279,6 +279,33 @@ def test_after_one_prompt_on_which_drafting_lost_the_next_prompt_drafts_within_a
     assert guard.learned()["mode"] is True and "lost" not in guard.learned()
 
 
+def test_after_a_long_prompt_a_verdict_for_the_target_alone_keeps_its_whole_countdown():
+    """After a long prompt a check of drafting costs the draft's prefill of its window: the runs there wait out the
+    countdown the verdict carries (here 50 rounds), as many runs lost as it counts, and still count them."""
+    prior = {"mode": False, "interval": 64, "left": 50, "lost": 1, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
+    guard = DraftingGuard(prior=prior, quick_recheck=False)
+    modes = simulate(guard, 60, drafting=(2, 0.3), alone=(1, 0.1))
+    assert not any(modes[:51]) and any(modes[51:])
+    assert guard.learned()["lost"] == 2
+
+
+def test_a_run_after_a_long_prompt_checks_drafting_only_when_the_countdown_runs_out(bundle_dir, monkeypatch):
+    from edge_specdec.runtime import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "SEQUENCES_AFTER", 40)  # prompts of 40 tokens and more are long here
+    made, original = [], DraftingGuard.__init__
+
+    def recording(self, **options):
+        made.append(options)
+        original(self, **options)
+    monkeypatch.setattr(DraftingGuard, "__init__", recording)
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=4, ignore_eos=True)
+    pipe.generate("def f(x):\n    return x\n" * 8, config)  # a long prompt here
+    pipe.generate("def f(x):", config)
+    assert [options["quick_recheck"] for options in made] == [False, True]
+
+
 def test_a_run_too_short_to_measure_drafting_keeps_the_count_of_runs_lost():
     prior = {"mode": False, "interval": 64, "left": 60, "lost": 3, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
     guard = DraftingGuard(prior=prior)

@@ -265,10 +265,15 @@ class DraftingGuard:
     then costs the next prompt, on which it may win, a few rounds of the target alone, not its whole answer; a pair
     or machine on which drafting loses on every prompt reaches the long countdown within a few runs. A sure loss
     counts as well: the first after runs that did not lose is the prompt's (the next run starts from what the guard
-    knew before it, as above), and a second in a row leaves a verdict for the target alone."""
+    knew before it, as above), and a second in a row leaves a verdict for the target alone.
+
+    quick_recheck False (a run after a long prompt): a verdict for the target alone keeps its whole countdown, as
+    many runs lost as there were. There the first drafting round prefills the draft's window of the prompt, so each
+    early check would cost a second or so of draft time for an answer that copies (a quote) carries without the
+    model."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
-                 prior: Optional[dict] = None, early: int = 3):
+                 prior: Optional[dict] = None, early: int = 3, quick_recheck: bool = True):
         self.warmup, self.probe, self.recheck, self.decay, self.early = warmup, probe, recheck, decay, early
         # this stretch of drafting rounds (since drafting last started, probes apart): [rounds, drafted tokens the
         # target kept, draft seconds, target seconds], for the sure-loss test
@@ -293,7 +298,8 @@ class DraftingGuard:
             self.lost = int(prior.get("lost", 0))  # (a verdict for drafting after one prompt's sure loss: 1)
             if not self.mode:  # drafting is measured again the sooner, the fewer runs in a row it lost
                 self.lost = max(1, self.lost)
-                countdown = min(countdown, warmup << (self.lost - 1))
+                if quick_recheck:
+                    countdown = min(countdown, warmup << (self.lost - 1))
             self.left = 1 + countdown  # (+ the first round)
 
     def learned(self) -> Optional[dict]:

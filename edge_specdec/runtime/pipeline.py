@@ -630,8 +630,10 @@ class DecodingSession:
                                    "would not reproduce: leave it off for seeded runs.")
         prices = self.engine.weight_prices(entry.name) if not clocked and policy == "cost" else None
         prior = self.engine.guard_prior(guard_key(entry, config, prompt_tokens)) if guard else None
+        # after a long prompt a check of drafting starts with the draft's prefill of its window: not checked early
+        quick = prompt_tokens < SEQUENCES_AFTER
         return DraftLength(k, policy, prices=prices, cap=None if seeded else self._draft_cap,
-                           guard=DraftingGuard(prior=prior) if guard else None)
+                           guard=DraftingGuard(prior=prior, quick_recheck=quick) if guard else None)
 
     def _draft_cap(self) -> Optional[int]:
         """The most tokens this round may draft: no cap (None), unless the engine batches and more than
