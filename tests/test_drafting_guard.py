@@ -213,6 +213,26 @@ def test_a_paused_run_verifies_its_copies_in_the_fixed_block(bundle_dir, monkeyp
     assert fixed > step and set(sizes[1:]) <= {fixed, step} and fixed in sizes[1:]  # (the first: the prompt)
 
 
+def test_where_fixed_blocks_do_not_pay_copies_keep_their_length(bundle_dir, monkeypatch):
+    """A target whose cheapest single step is a block of 2 and on which fixed blocks do not pay (the real 1.5B on
+    the CPU): every round's block is at least 2 tokens, drafting or not, and a copy is not cut to fit a fixed block
+    that does not exist."""
+    from edge_specdec.runtime import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "fixed_block_pays", lambda session, size: False)
+    monkeypatch.setattr(pipeline_module, "cheapest_step", lambda session: 2)
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    assert pipe.block_shapes(8, True)["target"] == pipe.block_shapes(0, False)["target"] == 2
+    monkeypatch.setattr(DraftingGuard, "drafting", lambda self: False)  # the model paused: copies alone
+    config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
+    prompt = "one two three four five six seven eight nine ten. " * 4
+    alone = pipe.generate(prompt, config, algorithm="none")
+    paused = pipe.generate(prompt, config)
+    assert paused.token_ids == alone.token_ids
+    copied = paused.stats.suffix_tokens_accepted + paused.stats.pool_tokens_accepted
+    assert paused.stats.rounds <= 40 // 3 and copied >= 20, (paused.stats.rounds, copied)
+
+
 @pytest.mark.slow
 def test_the_server_keeps_the_guard_of_auto(bundle_dir, monkeypatch):
     """A request that names no algorithm runs `auto` with its guard, as `run` does; one that names the algorithm

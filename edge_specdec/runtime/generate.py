@@ -257,7 +257,7 @@ def decode(r: Run, seq: list[int]) -> str:
             # cap leaves a round no token at all)
             free = (min(r.drafter.free_tokens, r.output.room - 1)
                     if r.drafter and (r.draft_length is None or r.draft_length.copies_allowed()) else 0)
-            if r.floors[0] > 1:  # the target verifies in fixed blocks (they pay here): a copy fits in one
+            if r.floors[0] > r.floors[1]:  # drafting rounds widen to a fixed block (it pays here): a copy fits in one
                 free = min(free, r.floors[0] - 1)
             if r.stats.rounds == 0 and getattr(r.target, "sequences_from", None) is not None:
                 # after a long prompt the first round is the prompt's prefill alone: its first token waits neither
