@@ -268,9 +268,8 @@ class DraftingGuard:
     knew before it, as above), and a second in a row leaves a verdict for the target alone.
 
     quick_recheck False (a run after a long prompt): a verdict for the target alone keeps its whole countdown, as
-    many runs lost as there were. There the first drafting round prefills the draft's window of the prompt, so each
-    early check would cost a second or so of draft time for an answer that copies (a quote) carries without the
-    model."""
+    many runs lost as there were, as before the count existed. There the first drafting round prefills the draft's
+    window of the prompt, a cost the early checks were not measured against."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
                  prior: Optional[dict] = None, early: int = 3, quick_recheck: bool = True):

@@ -630,7 +630,7 @@ class DecodingSession:
                                    "would not reproduce: leave it off for seeded runs.")
         prices = self.engine.weight_prices(entry.name) if not clocked and policy == "cost" else None
         prior = self.engine.guard_prior(guard_key(entry, config, prompt_tokens)) if guard else None
-        # after a long prompt a check of drafting starts with the draft's prefill of its window: not checked early
+        # after a long prompt a check of drafting starts with the draft's prefill of its window: no early checks
         quick = prompt_tokens < SEQUENCES_AFTER
         return DraftLength(k, policy, prices=prices, cap=None if seeded else self._draft_cap,
                            guard=DraftingGuard(prior=prior, quick_recheck=quick) if guard else None)
