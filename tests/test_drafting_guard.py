@@ -11,6 +11,10 @@ from edge_specdec.runtime.drafters import MOST_LOST, DraftingGuard, DraftLength
 from support import OTHER_VOCAB
 
 
+# a prompt whose answer repeats it: free copies carry most of the answer
+REPEATING = "one two three four five six seven eight nine ten. " * 4
+
+
 def simulate(guard: DraftingGuard, rounds: int, drafting=(3, 0.25), alone=(1, 0.1)) -> list[bool]:
     """Rounds on a made-up machine: (tokens, seconds) per drafting round and per round of the target alone; a
     third figure for drafting rounds gives the draft's part of their seconds."""
@@ -184,14 +188,13 @@ def test_free_copies_go_on_while_the_guard_pauses_the_draft_model(bundle_dir, mo
     pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
     monkeypatch.setattr(DraftingGuard, "drafting", lambda self: False)  # the model paused in every round
     config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
-    prompt = "one two three four five six seven eight nine ten. " * 4
-    alone = pipe.generate(prompt, config, algorithm="none")
-    paused = pipe.generate(prompt, config)  # auto: the guard on, free copies first
+    alone = pipe.generate(REPEATING, config, algorithm="none")
+    paused = pipe.generate(REPEATING, config)  # auto: the guard on, free copies first
     assert paused.token_ids == alone.token_ids
     assert paused.stats.draft_tokens_proposed == 0 and paused.stats.suffix_tokens_accepted > 0
     assert paused.stats.rounds < alone.stats.rounds
     monkeypatch.setattr(DraftLength, "copies_allowed", lambda self: False)  # a cap of 0 tokens a round
-    capped = pipe.generate(prompt, config)
+    capped = pipe.generate(REPEATING, config)
     assert capped.token_ids == alone.token_ids and capped.stats.suffix_tokens_accepted == 0
 
 
@@ -204,10 +207,9 @@ def test_a_paused_run_verifies_its_copies_in_the_fixed_block(bundle_dir, monkeyp
     pipe = Pipeline(bundle_dir(*OTHER_VOCAB), fixed_blocks=True)
     monkeypatch.setattr(DraftingGuard, "drafting", lambda self: False)  # the model paused in every round
     config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
-    prompt = "one two three four five six seven eight nine ten. " * 4
-    alone = pipe.generate(prompt, config, algorithm="none")
+    alone = pipe.generate(REPEATING, config, algorithm="none")
     sizes = spy_block_sizes(pipe.target, monkeypatch)
-    paused = pipe.generate(prompt, config)
+    paused = pipe.generate(REPEATING, config)
     fixed, step = pipe.block_shapes(8, True)["target"], pipe.block_shapes(0, False)["target"]
     assert paused.token_ids == alone.token_ids and paused.stats.suffix_tokens_accepted > 0
     assert fixed > step and set(sizes[1:]) <= {fixed, step} and fixed in sizes[1:]  # (the first: the prompt)
@@ -225,9 +227,8 @@ def test_where_fixed_blocks_do_not_pay_copies_keep_their_length(bundle_dir, monk
     assert pipe.block_shapes(8, True)["target"] == pipe.block_shapes(0, False)["target"] == 2
     monkeypatch.setattr(DraftingGuard, "drafting", lambda self: False)  # the model paused: copies alone
     config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
-    prompt = "one two three four five six seven eight nine ten. " * 4
-    alone = pipe.generate(prompt, config, algorithm="none")
-    paused = pipe.generate(prompt, config)
+    alone = pipe.generate(REPEATING, config, algorithm="none")
+    paused = pipe.generate(REPEATING, config)
     assert paused.token_ids == alone.token_ids
     copied = paused.stats.suffix_tokens_accepted + paused.stats.pool_tokens_accepted
     assert paused.stats.rounds <= 40 // 3 and copied >= 20, (paused.stats.rounds, copied)
