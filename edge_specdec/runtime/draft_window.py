@@ -35,8 +35,8 @@ from typing import Callable, NamedTuple, Optional, Sequence
 # attends over all it holds) and its prefill of the prompt (paid before the first round drafts, and again by every
 # request whose prompt differs) keep growing with the prompt, while what it proposes next is decided mostly by the
 # recent text. A longer window's prefill costs more than a short answer's drafting saves after a long prompt; the
-# size is the long-prompts suite's measurement on a real pair (benchmarks/RESULTS.md, "Long prompts"): from 128 to
-# 1024 tokens the draft kept as many of its tokens, and each doubling of the window added to its first prefill.
+# size is the long-prompts suite's measurement on a real pair (benchmarks/RESULTS.md, "Long prompts"): what the
+# draft keeps of its tokens hardly depends on the window's size there, while its first prefill grows with it.
 DRAFT_WINDOW = 256
 MIN_WINDOW = 16         # the smallest window a request may ask for (a head, a tail and room to draft)
 HEAD_TOKENS = 64        # the most tokens of a fixed head (an eighth of the window when that is fewer)
