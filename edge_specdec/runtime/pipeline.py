@@ -506,15 +506,20 @@ def bundle_defaults(bundle: Bundle) -> GenerationConfig:
         raise BundleError(f"{where}: {exc} Fix it or re-export the bundle.") from None
 
 
+def long_prompt(prompt_tokens: int) -> bool:
+    """Is a prompt this long a long one (at least SEQUENCES_AFTER tokens), after which a target step and a
+    verification block cost other times (a longer past, and another call layout)?"""
+    return prompt_tokens >= SEQUENCES_AFTER
+
+
 def guard_key(entry: Algorithm, config: GenerationConfig, prompt_tokens: int = 0) -> str:
     """The kind of request whose drafting guard verdicts carry over: what moves acceptance the most (the
-    algorithm, a repetition penalty, sampling, a grammar), not the prompt; and whether the prompt is long (at
-    least SEQUENCES_AFTER tokens), after which a target step and a verification block cost other times (a longer
-    past, and another call layout), so a verdict from short prompts does not hold there, nor one from long ones
-    on short prompts."""
+    algorithm, a repetition penalty, sampling, a grammar), not the prompt; and whether the prompt is long
+    (`long_prompt`), after which the target's calls cost other times, so a verdict from short prompts does not hold
+    there, nor one from long ones on short prompts."""
     return (f"{entry.name}/penalty={config.repetition_penalty:g}/{'greedy' if config.greedy else 'sampled'}"
             f"/{'grammar' if config.constraint is not None else 'free'}"
-            + ("/long-prompt" if prompt_tokens >= SEQUENCES_AFTER else ""))
+            + ("/long-prompt" if long_prompt(prompt_tokens) else ""))
 
 
 class DecodingSession:
@@ -631,7 +636,7 @@ class DecodingSession:
         prices = self.engine.weight_prices(entry.name) if not clocked and policy == "cost" else None
         prior = self.engine.guard_prior(guard_key(entry, config, prompt_tokens)) if guard else None
         # after a long prompt a check of drafting starts with the draft's prefill of its window: no early checks
-        quick = prompt_tokens < SEQUENCES_AFTER
+        quick = not long_prompt(prompt_tokens)
         return DraftLength(k, policy, prices=prices, cap=None if seeded else self._draft_cap,
                            guard=DraftingGuard(prior=prior, quick_recheck=quick) if guard else None)
 
