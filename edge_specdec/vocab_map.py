@@ -9,6 +9,7 @@ regular one, and among equals to the lowest id. EOS is mapped to EOS explicitly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -44,6 +45,28 @@ class TokenBytes:
 
     def pieces(self) -> list[Optional[bytes]]:
         return [self.piece(i) for i in range(len(self))]
+
+    @cached_property
+    def _word_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """bool [n] twice: tokens whose text starts with an ASCII letter or digit, and tokens whose text ends with
+        one (False for special tokens and empty pieces)."""
+        lengths = np.diff(self.offsets)
+        has = self.has_text & (lengths > 0)
+        first = np.zeros(len(self), dtype=np.uint8)
+        last = np.zeros(len(self), dtype=np.uint8)
+        first[has] = self.data[self.offsets[:-1][has]]
+        last[has] = self.data[self.offsets[1:][has] - 1]
+
+        def alnum(b: np.ndarray) -> np.ndarray:
+            return has & (((b >= 48) & (b <= 57)) | ((b >= 65) & (b <= 90)) | ((b >= 97) & (b <= 122)))
+        return alnum(first), alnum(last)
+
+    def same_word(self, left: int, right: int) -> bool:
+        """Would `right` written after `left` go on the same word: `left` ends with a letter or digit and `right`
+        starts with one? (A word's first token carries its leading space in byte-level BPE and SentencePiece
+        vocabularies, so a token that starts with a letter continues the word before it: "N" + "yon".)"""
+        starts, ends = self._word_edges[0], self._word_edges[1]
+        return 0 <= left < len(ends) and 0 <= right < len(starts) and bool(ends[left] and starts[right])
 
 
 @dataclass

@@ -12,8 +12,9 @@ import pytest
 from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import Proposal
 from edge_specdec.runtime.sources import FIRST_PAUSE, OPENING_MATCH, STRONG_MATCH, TRIAL_ROUNDS, FreeFirst
-from edge_specdec.runtime.suffix import (RESUME_FROM_MATCH, RESUME_SHARE, RESUME_SPAN, RESUME_TRIES, RESUMED_MATCH,
-                                         DraftPool, SuffixDrafter, TokenIndex, as_proposal, best_copy)
+from edge_specdec.runtime.suffix import (FREE_TOKENS, RESUME_FROM_MATCH, RESUME_SHARE, RESUME_SPAN, RESUME_TRIES,
+                                         RESUMED_MATCH, DraftPool, SuffixDrafter, TokenIndex, as_proposal, best_copy)
+from edge_specdec.vocab_map import TokenBytes
 from hostile_text import HOSTILE_STRINGS
 from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, forced_logprobs, homogeneity_pvalue,
                      logprob_bits)
@@ -140,7 +141,7 @@ def test_a_copy_ends_at_an_end_of_sequence_token_and_is_not_chained_past_it():
     eos = 2
     drafter = SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6], ends=(eos,))
     assert drafter.copy([5, 6, 7, 8, eos, 9, 5, 6]).tokens == [7, 8, eos]  # the run stops there: nothing after it
-    assert SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6]).copy([5, 6, 7, 8, eos, 9, 5, 6]).tokens == [7, 8, eos, 9]
+    assert SuffixDrafter([5, 6, 7, 8, eos, 9, 5, 6]).copy([5, 6, 7, 8, eos, 9, 5, 6]).tokens[:4] == [7, 8, eos, 9]
     lone = SuffixDrafter([3, 4, eos, 9, 3, 4], ends=(eos,))
     assert lone.copy([3, 4, eos, 9, 3, 4]).tokens == [eos]  # one token, but it ends the answer: worth its round
     model = Recorder()
@@ -199,11 +200,12 @@ SOURCE = [50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61]
 LEAD = [9, 8, 7, 6, 5, 4, 3]  # before SOURCE: a copy after LEAD + [50, 51] matches 9 tokens (text that repeats)
 
 
-def copied_then_parted(kept: int, written: list[int], lead: list[int] = LEAD):
+def copied_then_parted(kept: int, written: list[int], lead: list[int] = LEAD, same_word=None, more: list[int] = ()):
     """A drafter whose copy of SOURCE (after the request's end, lead + [50, 51]: a match of len(lead) + 2 tokens)
-    the target kept `kept` tokens of, then wrote `written` itself: (the drafter, the sequence)."""
-    drafter = SuffixDrafter(lead + SOURCE + [1])
-    sequence = lead + SOURCE + [1] + lead + [50, 51]
+    the target kept `kept` tokens of, then wrote `written` itself: (the drafter, the sequence). more: prompt tokens
+    after SOURCE."""
+    drafter = SuffixDrafter(lead + SOURCE + [1] + list(more), same_word=same_word)
+    sequence = lead + SOURCE + [1] + list(more) + lead + [50, 51]
     found = drafter.copy(sequence)
     assert found.match == len(lead) + 2
     proposal = as_proposal(found)
@@ -223,7 +225,19 @@ def test_a_copy_on_a_short_match_leaves_no_place_to_resume():
     # a resumed copy the target kept keeps its anchor's match: the copy after it resumes again
     found = drafter.copy(sequence)
     drafter.verified(as_proposal(found), 1, 0.1)
-    assert drafter.anchor is not None and drafter.anchor.match == len(LEAD) + 2
+    assert drafter.anchor is not None and drafter.anchor.repeated == len(LEAD) + 2 + 1  # the match, and 1 kept
+
+
+def test_text_seen_to_repeat_through_its_copy_gets_a_place_to_resume():
+    """A copy on a 5-token match (too short to resume after a parting on its own) whose tokens the target kept up
+    to RESUME_FROM_MATCH in all shows text that repeats: the copy resumes after the target's replacement."""
+    lead = [9, 8, 7]  # with [50, 51]: a match of 5 tokens
+    drafter, sequence = copied_then_parted(1, [99], lead=lead)
+    assert drafter.anchor is None and drafter.copy(sequence) is None
+    kept = RESUME_FROM_MATCH - 5
+    drafter, sequence = copied_then_parted(kept, [99], lead=lead)  # 52 to 54 kept, 55 replaced by 99
+    found = drafter.copy(sequence)
+    assert found.match == RESUMED_MATCH and found.tokens[:2] == [56, 57]
 
 
 def test_a_copy_resumes_after_the_tokens_the_target_replaced():
@@ -249,6 +263,59 @@ def test_a_resumed_copy_cut_short_expects_only_its_own_steps_and_is_not_chained(
     drafter, sequence = copied_then_parted(1, [99])
     proposal = FreeFirst(model, drafter).propose(sequence, 8)
     assert proposal.copied == 2 and proposal.tokens == [54, 55] and not model.calls  # no model tokens behind it
+
+
+def test_a_copy_does_not_resume_inside_a_word_while_another_copy_matches():
+    """The target wrote 99 where the source had 53, and 53 + 54 spell one word (as "L" + "yon"): resuming at 54
+    would glue the source's word onto the target's. Where another copy matches the sequence's end, that one goes; where
+    none does, the copy guesses that 99 took the place of the whole word and resumes after it."""
+    def same_word(left, right):
+        return right == 54 and left in (53, 99)
+    drafter, sequence = copied_then_parted(1, [99], same_word=same_word)
+    assert drafter.copy(sequence).tokens[:2] == [55, 56]
+    drafter, sequence = copied_then_parted(1, [99], same_word=same_word, more=[52, 99, 70, 71, 72, 1])
+    assert drafter.copy(sequence).tokens[:2] == [70, 71]  # (52, 99) matched in the prompt
+    drafter, sequence = copied_then_parted(1, [99], more=[52, 99, 70, 71, 72, 1])  # no word: the count resumes
+    assert drafter.copy(sequence).tokens[:2] == [54, 55]
+    drafter, sequence = copied_then_parted(1, [98, 99], same_word=lambda left, right: right == 55)
+    assert drafter.copy(sequence).tokens[:2] == [56, 57]  # 99 then 55 is a word: 98 and 99 replaced 53 to 55
+
+
+def test_same_word_is_a_token_that_ends_with_a_letter_or_digit_followed_by_one_that_starts_with_one():
+    pieces = [b' "', b"L", b"yon", b'"}}', b"Nice", b"2", b"0", None, b"", b" count", b"_words", "é".encode()]
+    vocab = TokenBytes.pack(pieces)
+    ids = {piece: i for i, piece in enumerate(pieces)}
+    assert vocab.same_word(ids[b"L"], ids[b"yon"]) and vocab.same_word(ids[b"2"], ids[b"0"])
+    assert vocab.same_word(ids[b"Nice"], ids[b"yon"])
+    assert not vocab.same_word(ids[b"Nice"], ids[b'"}}']) and not vocab.same_word(ids[b' "'], ids[b"L"])
+    assert not vocab.same_word(ids[b"L"], ids[b" count"]) and not vocab.same_word(ids[b" count"], ids[b"_words"])
+    assert not vocab.same_word(ids[b"L"], 7) and not vocab.same_word(8, ids[b"L"])  # no text: special, empty
+    assert not vocab.same_word(ids[b"L"], len(pieces)) and not vocab.same_word(-1, ids[b"L"])
+    assert not vocab.same_word(ids[b"L"], 11)  # (a non-ASCII letter is not told apart: no word is assumed)
+
+
+def test_the_requests_first_copy_takes_its_whole_length():
+    """The first copy goes to the target in the call that prefills the prompt, where a few more tokens add little:
+    it is not cut to the length factor times its match, as the copies after it are."""
+    prompt = [9, 8] + list(range(20, 40)) + [1, 9, 8]
+    drafter = SuffixDrafter(prompt)
+    first = drafter.copy(prompt)
+    assert first.match == 2 and first.tokens == list(range(20, 20 + FREE_TOKENS))
+    later = drafter.copy(prompt + [7, 9, 8])
+    assert later.match == 2 and len(later.tokens) == int(drafter.factor * 2)
+
+
+def test_a_one_token_copy_that_ends_the_answer_goes_where_the_model_does_not_draft():
+    """A round the drafting guard runs without the model loses nothing to a copy: one that ends the answer goes
+    even when it is expected to keep only half a token. A round where the model drafts keeps the model's."""
+    eos = 2
+    prompt = [10, 3, 4, 9, 11, 3, 4, eos, 12, 3, 4]  # after (3, 4): 9 once, the end once (the more recent)
+    free_first = opened(FreeFirst(Recorder(), SuffixDrafter(prompt, ends=(eos,))))
+    assert free_first.free.copy(prompt).expected == pytest.approx(0.5)
+    assert free_first.propose(prompt, 0).tokens == [eos]
+    model = Recorder()
+    assert opened(FreeFirst(model, SuffixDrafter(prompt, ends=(eos,)))).propose(prompt, 4).tokens == [7, 7]
+    assert model.calls
 
 
 def test_a_copy_resumes_behind_the_source_token_the_target_came_back_to():

@@ -74,7 +74,8 @@ class DraftContext:
         """The request's free drafts: its own text and the pool (suffix.py); a copy ends at an end-of-sequence
         token, where the run would stop (unless it ignores them)."""
         ends = () if self.config.ignore_eos else tuple(self.config.eos_token_ids or ())
-        return SuffixDrafter(self.prompt_ids, self.pool, self.pool_scope, ends=ends)
+        return SuffixDrafter(self.prompt_ids, self.pool, self.pool_scope, ends=ends,
+                             same_word=self.vocab_map.target.same_word)
 
 
 @dataclass(frozen=True)

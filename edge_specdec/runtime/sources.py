@@ -3,7 +3,9 @@
 A copy costs the target one block and no draft time; the draft model costs its own steps on the same cores. Each
 round of a draft model's algorithm therefore asks the free source first, and `FreeFirst` takes its copy where the
 copy is expected to keep at least MIN_EXPECTED of its tokens; the model drafts otherwise, and also after a short,
-sure copy, on from its end (chained), within the round's k. Until the target has kept a copied token in the request,
+sure copy, on from its end (chained), within the round's k. In a round where the model does not draft (k 0: the
+drafting guard paused it), a copy takes no round from it, so a one-token copy (one that ends the answer) goes when
+it is expected to keep half of itself. Until the target has kept a copied token in the request,
 only copies on a match of OPENING_MATCH tokens or more go out: where nothing repeats, the copies of short matches
 are mostly chance, and each took a round from the draft model. What each source earns is measured as the run goes (a
 decayed tokens per second of the rounds it served, against the other rounds'): a free source that keeps losing is
@@ -70,7 +72,8 @@ class FreeFirst(Drafter):
             found = None  # (a resumed copy resumes text first copied on a long match, see suffix.RESUME_FROM_MATCH)
         if found is not None and self.grammar is not None:  # a copy the grammar refuses is cut to what it allows
             found.tokens = found.tokens[:self.grammar.valid_prefix(sequence, found.tokens)]
-        if found is None or found.expected < MIN_EXPECTED:
+        needed = MIN_EXPECTED if k > 0 or found is None else min(MIN_EXPECTED, len(found.tokens) / 2)
+        if found is None or found.expected < needed:
             return self.model.propose(sequence, k) if k > 0 else Proposal()
         copy = as_proposal(found)
         if (0 < len(copy.tokens) < k and found.expected >= SURE * len(copy.tokens)

@@ -13,7 +13,8 @@ pair ends. A proposal takes the longest match of the sequence's end (the last pa
 most recent occurrences in both sources, and follows the most frequent continuation of the occurrences that match
 that long: at each step the token most of them continue with (ties: the most recent's), as long as at least
 MIN_SHARE of them agree. Its length follows the match's length and what the target accepted of earlier copies
-(`SuffixDrafter.factor`). With the probabilities of its steps it also gives the expected number of its tokens the
+(`SuffixDrafter.factor`); the request's first copy, which goes to the target in the call that prefills the prompt,
+takes its whole length, since a few more tokens add little to a call that wide. With the probabilities of its steps it also gives the expected number of its tokens the
 target keeps, which the caller weighs against a draft model's round (see drafters.FreeFirst).
 
 Where the target parts from a copy (an edit: a renamed word, a changed argument, an inserted call), the text it
@@ -21,9 +22,14 @@ copied usually goes on a few tokens later. The drafter keeps its place in the so
 match exists, looks for the sequence's last token just after that place: found, the copy resumes behind it (the
 target inserted or dropped tokens); otherwise, for the first few tokens after the parting, it resumes as many source
 tokens on as the target has written since (the target replaced them), so an edit costs a round or two, not the
-rounds of matching two tokens again. An anchor whose copies the target keeps nothing of RESUME_TRIES times is
-dropped, and only text first copied on a match of RESUME_FROM_MATCH tokens or more gets one: in text that does not
-repeat, a copy on a short match is mostly chance, and so is what follows its parting.
+rounds of matching two tokens again. Where that would go on in the middle of a word (the target's last token and
+the source's next spell one word: "N" written where the source had "L", followed by "yon"; a digit before a digit),
+the target's new word or number may go on, so the copy does not resume there while another copy matches the
+sequence's end; where none does, it guesses that the target's token took the place of the rest of the source's word
+and resumes after that word. An anchor whose copies the target keeps nothing of RESUME_TRIES times is dropped, and
+only text seen to repeat for RESUME_FROM_MATCH tokens or more (the match it was copied on and the tokens the target
+kept of the copy) gets one: in text that does not repeat, a copy on a short match is mostly chance, and so is what
+follows its parting.
 
 What the target keeps of copies depends on how long their match was: two matching tokens are often chance, eight
 rarely. The drafter keeps a record per class of match length (how often the target kept a copy's first token,
@@ -38,7 +44,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from .drafters import Drafter, Proposal
 
@@ -54,9 +60,9 @@ RESUME_SPAN = 24         # tokens the sequence may grow past the parting before 
 RESUME_REPLACED = 4      # at most this many tokens after the parting are taken as replacing as many source tokens
 RESUME_TRIES = 3         # resumed copies of one anchor the target may keep nothing of before it is dropped
 RESUMED_MATCH = 1        # the match length a resumed copy counts as (one token, near its anchor)
-# a copy resumes only in text first copied on a match at least this long: text that long repeats (code being edited,
-# a quote), so a parting there is likely an edit; after a shorter match it more likely means the text no longer
-# repeats, and a resumed copy would take a round from the draft model for nothing
+# a copy resumes only in text seen to repeat for at least this many tokens (its match and what the target kept of
+# its copy): text that long repeats (code being edited, a quote, a tool call), so a parting there is likely an edit;
+# after less it more likely means the text no longer repeats, and a resumed copy would take a round for nothing
 RESUME_FROM_MATCH = 8
 MATCH_CLASSES = (1, 2, 4, 7)  # copies are judged apart by their match's length: 1, 2, 3-4, 5-7, 8 or more
 RECORD_DECAY = 0.9       # the weight of a class's earlier copies in its record, per copy
@@ -246,7 +252,8 @@ class Anchor:
     length: int
     exact: bool
     tries: int = 0  # resumed copies of this anchor the target kept nothing of
-    match: int = 0  # the match the text at this place was first copied on (resumed copies keep their anchor's)
+    repeated: int = 0  # tokens the text here was seen to repeat: the match of its first copy and what the target
+    # kept of that copy (resumed copies keep their anchor's)
 
 
 class SuffixDrafter(Drafter):
@@ -255,15 +262,21 @@ class SuffixDrafter(Drafter):
 
     The proposal's length: at most `factor` tokens per matched token (at least MIN_FREE_TOKENS, at most
     FREE_TOKENS); the factor doubles after a copy the target kept whole and halves after one it kept less than
-    half of, so text that keeps repeating is copied in long runs and text that does not in short ones."""
+    half of, so text that keeps repeating is copied in long runs and text that does not in short ones. The first
+    copy (the sequence is the prompt) takes its whole length: it rides in the prompt's prefill call.
+
+    same_word(left, right): whether `right` after `left` goes on the same word (TokenBytes.same_word; None: never),
+    so that a resumed copy does not start inside the target's new word."""
 
     free_tokens = FREE_TOKENS
 
     def __init__(self, prompt_ids: list[int], pool: Optional[DraftPool] = None, scope: str = "",
-                 ends: tuple[int, ...] = ()):
+                 ends: tuple[int, ...] = (), same_word: Optional[Callable[[int, int], bool]] = None):
         self.own = TokenIndex(prompt_ids)
+        self.prompt_length = len(prompt_ids)
         self.pool, self.scope = pool, scope
         self.ends = frozenset(ends)  # end-of-sequence tokens: a copy stops after one (the run would stop there)
+        self.same_word = same_word or (lambda left, right: False)
         self.factor = 2.0
         self.anchor: Optional[Anchor] = None
         self.resumed = 0  # copies resumed at an anchor that went to the target
@@ -294,10 +307,11 @@ class SuffixDrafter(Drafter):
                 pooled = pool.index(self.scope)
                 found = best_copy(sources + ([("pool", pooled, False)] if pooled else []), sequence, FREE_TOKENS)
         if found is None or found.match < LONG_MATCH:
-            found = self.resume(sequence) or found
+            found = self.resume(sequence, guess=found is None) or found
         if found is None:
             return None
-        length = min(limit, max(MIN_FREE_TOKENS, int(self.factor * found.match)))
+        first = len(sequence) <= self.prompt_length  # (goes to the target with the prompt's prefill)
+        length = limit if first else min(limit, max(MIN_FREE_TOKENS, int(self.factor * found.match)))
         end = next((i + 1 for i, token in enumerate(found.tokens) if token in self.ends), len(found.tokens))
         found.tokens = found.tokens[:min(length, end)]
         kept, tried = self.records[match_class(found.match)]
@@ -311,10 +325,12 @@ class SuffixDrafter(Drafter):
                 self.recent.popitem(last=False)
         return found
 
-    def resume(self, sequence: list[int]) -> Optional[Copy]:
+    def resume(self, sequence: list[int], guess: bool = False) -> Optional[Copy]:
         """A copy that resumes at the anchor (see the module's docstring): behind the sequence's last token where
         it follows the anchor closely, or, for the first RESUME_REPLACED tokens after the parting, as many source
-        tokens on as the target has written since. None: neither."""
+        tokens on as the target has written since. None: neither. guess (nothing else matches the sequence's
+        end): where the latter would go on inside a source word, take the target's last token as having replaced
+        the rest of that word and go on after it."""
         anchor = self.anchor
         if anchor is None:
             return None
@@ -327,6 +343,13 @@ class SuffixDrafter(Drafter):
         written = len(sequence) - anchor.length + 1  # tokens the target wrote since it parted from the source
         if at is None and anchor.exact and 1 <= written <= RESUME_REPLACED:
             at = anchor.next + written - 1  # they replaced as many source tokens: go on after those
+            if at + 1 < len(tokens) and self.same_word(last, tokens[at + 1]):
+                # inside a word: the target's word may go on ("N" of "Nice" where the source had "L" of "Lyon") or
+                # have replaced the source's whole word ("Nice" for "L" + "yon")
+                if not guess:
+                    return None
+                while at + 1 < len(tokens) and self.same_word(tokens[at], tokens[at + 1]):
+                    at += 1
         if at is None or at >= len(tokens):
             return None
         run = []
@@ -369,10 +392,10 @@ class SuffixDrafter(Drafter):
             if anchor.tries >= RESUME_TRIES:
                 self.anchor = None
         elif kept or match >= LONG_MATCH:  # the copy stood where the target writes: its place is the anchor
-            first = anchor.match if match == RESUMED_MATCH and anchor is not None else match
+            repeated = anchor.repeated if match == RESUMED_MATCH and anchor is not None else match + kept
             exact = accepted <= proposal.copied
-            self.anchor = (Anchor(tokens, before + 1 + kept, proposal.source, length + kept + 1, exact, match=first)
-                           if first >= RESUME_FROM_MATCH else None)
+            self.anchor = (Anchor(tokens, before + 1 + kept, proposal.source, length + kept + 1, exact,
+                                  repeated=repeated) if repeated >= RESUME_FROM_MATCH else None)
 
     def stats(self) -> dict:
         return {"resumed_copies": self.resumed} if self.resumed else {}
