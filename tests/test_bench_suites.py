@@ -348,7 +348,7 @@ def test_suite_report_from_known_runs(tmp_path):
 
 @pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)
 def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_cold_pool(capsys, tmp_path):
-    from edge_specdec.benchmark.suites.workloads import WORKLOADS
+    from edge_specdec.benchmark.suites.workloads import COPIES_FREE, WORKLOADS
 
     report = run_suite(capsys, tmp_path, "workloads", "--max-new-tokens", "12", "--warm-pool", "--ceiling")
     rows = rows_of(report)
@@ -365,8 +365,14 @@ def test_the_workloads_suite_runs_each_category_against_the_target_alone_with_a_
     # a request keeps a copy, a copy needs a long match (sources.OPENING_MATCH), which the demo's short answers
     # rarely share with each other
     assert rows["ours-auto-warm-pool"]["figures"]["pool_share"] < 0.5 <= rows["ours-ceiling"]["figures"]["pool_share"]
+    # the rounds that copied, timed apart: none in the row without free drafts, whose speed is then its own
+    no_free, ceiling = rows["ours-auto-no-free"]["figures"], rows["ours-ceiling"]["figures"]
+    assert no_free["copy_time_share"] == 0 and no_free["copies_free_tokens_per_s"] == no_free["tokens_per_s"]
+    assert 0 < ceiling["copy_time_share"] < 1 and ceiling["copies_free_tokens_per_s"] > ceiling["tokens_per_s"]
     table = (tmp_path / "workloads" / "report.md").read_text()
     assert "per category" in table and all(f"| {c} |" in table for c in WORKLOADS)
+    assert COPIES_FREE in table and set(rows["ours-auto"]["per_cell_figures"]["copies_free_tokens_per_s"]) == set(
+        report["cells"])
 
 
 @pytest.mark.slow  # opens the demo's engine and runs its cells

@@ -345,6 +345,18 @@ def pipes(bundle_dir):
     return {"standard": Pipeline(bundle_dir(*SAME_VOCAB)), "hetero": Pipeline(bundle_dir(*OTHER_VOCAB))}
 
 
+def test_the_seconds_of_the_rounds_that_copied_are_counted_apart(pipes):
+    """Stats.copy_round_seconds: the rounds after the first that verified a copy (what the workloads suite leaves
+    out to show how far cheaper copies could go); none in a run without free drafts."""
+    pipe = pipes["hetero"]
+    config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
+    copied = pipe.generate(REPEATING[0], config, algorithm="suffix", pool_scope=None)
+    st = copied.stats
+    assert st.suffix_tokens_proposed > 0 and st.rounds > 1
+    assert 0 < st.copy_round_seconds < st.target_seconds + st.draft_seconds
+    assert pipe.generate(REPEATING[0], config, algorithm="slem", lookup=False).stats.copy_round_seconds == 0
+
+
 @pytest.mark.parametrize("algorithm", ["standard", "slem", "suffix", pytest.param("tli", marks=pytest.mark.slow),
                                        pytest.param("slrs", marks=pytest.mark.slow)])
 def test_greedy_ids_and_bits_are_the_target_alones_with_copies_and_the_pool(pipes, algorithm):

@@ -66,14 +66,18 @@ def summarize_row(row: SuiteRow, suite: Suite, rows: dict[str, SuiteRow]) -> dic
                                                                                       for m in runs)
                for f in suite.figures}
     headline = [m.figures[suite.headline] for m in runs if m.figures.get(suite.headline) is not None]
-    per_cell = {c.key: median(m.figures.get(suite.headline) for (key, _), m in row.measured.items() if key == c.key)
+    def per_cell_of(figure: str) -> dict:
+        return {c.key: median(m.figures.get(figure) for (key, _), m in row.measured.items() if key == c.key)
                 for c in suite.cells}
+    per_cell = per_cell_of(suite.headline)
     failures = [{**f, "prompt": f["cell"]} for f in row.failures]
     return {"setup": row.name, "description": row.description, "reference": row.reference, "runs": len(runs),
             "failed_runs": len(row.failures), "failures": failures[:20], "figures": figures,
             "headline_spread": spread(headline), "ratio_to_baseline": _ratio(row, rows.get(suite.baseline or ""),
                                                                             suite.headline),
-            "per_cell": per_cell, "identical": identical, "identity_checked_runs": compared,
+            "per_cell": per_cell, **({"per_cell_figures": {f: per_cell_of(f) for f in suite.cell_figures}}
+                                     if suite.cell_figures else {}),
+            "identical": identical, "identity_checked_runs": compared,
             "mismatches": mismatches[:20], "mismatched_runs": len(mismatches)}
 
 

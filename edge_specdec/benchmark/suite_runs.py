@@ -76,6 +76,8 @@ class Suite:
     notes: list = field(default_factory=list)
     # more of report.md, made from the built report (a suite's own table), placed after the per-cell table
     extra_markdown: Optional[Callable[[dict], str]] = None
+    # figures besides the headline whose median per cell each row keeps in the report (per_cell_figures)
+    cell_figures: Sequence[str] = ()
 
 
 def stderr_say(message: str) -> None:

@@ -53,6 +53,9 @@ class Stats:
     suffix_tokens_accepted: int = 0
     pool_tokens_proposed: int = 0  # ... and from earlier requests' (the engine's draft pool)
     pool_tokens_accepted: int = 0
+    # the seconds (draft and target) of the rounds after the first that verified a free copy: what copying cost,
+    # the prompt's round left out
+    copy_round_seconds: float = 0.0
     # one TargetCall per target pass, kept only when the run is asked to (generate's record_target_calls): a
     # measurement of the target's time by the size of its calls and the past they attend over; None otherwise
     target_calls: Optional[list[TargetCall]] = None
@@ -352,6 +355,8 @@ def count_round(r: Run, proposal: Proposal, verdict: Verdict, k: int, draft_seco
     proposed, n = len(proposal.tokens) - forced - copied, n - kept_forced - kept_copied
     if r.draft_length and not copied:  # a copy is no draft model's round: its guard and length ignore it
         r.draft_length.update(n, proposed, draft_seconds, target_seconds, drafted=k > 0, first=r.stats.rounds == 0)
+    if copied and r.stats.rounds:
+        r.stats.copy_round_seconds += draft_seconds + target_seconds
     r.stats.count_round(proposed, n, draft_seconds, target_seconds, bool(r.ahead and r.ahead.ready), r.start)
 
 
