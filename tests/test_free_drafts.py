@@ -256,13 +256,30 @@ def test_a_copy_resumes_after_the_tokens_the_target_replaced():
 def test_a_resumed_copy_cut_short_expects_only_its_own_steps_and_is_not_chained():
     drafter, sequence = copied_then_parted(1, [99])  # the copy was kept 1 of 4: its length factor halved
     found = drafter.copy(sequence)
-    assert len(found.tokens) == 2 and found.match == RESUMED_MATCH
+    # as long as a match of the text's repetition (the 9-token match and the 1 kept), at the halved factor
+    n = int(drafter.factor * drafter.anchor.repeated)
+    assert drafter.anchor.repeated == len(LEAD) + 3 and n < FREE_TOKENS
+    after = (SOURCE + [1] + LEAD)[4:4 + n]  # the prompt's tokens after the replaced one
+    assert found.tokens == after and found.match == RESUMED_MATCH
     # a guess about the source's place: its steps' chances, not those of the tokens it was cut from
-    assert found.expected == pytest.approx(RESUME_SHARE + RESUME_SHARE ** 2)
+    assert found.expected == pytest.approx(sum(RESUME_SHARE ** (i + 1) for i in range(n)))
     model = Recorder()
     drafter, sequence = copied_then_parted(1, [99])
-    proposal = FreeFirst(model, drafter).propose(sequence, 8)
-    assert proposal.copied == 2 and proposal.tokens == [54, 55] and not model.calls  # no model tokens behind it
+    proposal = FreeFirst(model, drafter).propose(sequence, 12)
+    assert proposal.copied == n and proposal.tokens == after and not model.calls  # no model tokens behind it
+
+
+def test_a_short_copy_an_edit_takes_its_value_from_leaves_the_place_to_resume():
+    """The target parted from the copied text (99 for 53) and took its new value from elsewhere (a short match:
+    70 after 52, 99); back at 53, the copy resumes in the text it edits."""
+    def same_word(left, right):
+        return right == 54 and left in (53, 99)
+    drafter, sequence = copied_then_parted(1, [99], same_word=same_word, more=[52, 99, 70, 71, 72, 1])
+    short = drafter.copy(sequence)
+    assert short.tokens[:2] == [70, 71] and short.match == 2
+    drafter.verified(as_proposal(short), 1, 0.1)  # 70 kept, then the target wrote 53
+    found = drafter.copy(sequence + [70, 53])
+    assert found is not None and found.match == RESUMED_MATCH and found.tokens[:2] == [54, 55]
 
 
 def test_a_copy_does_not_resume_inside_a_word_while_another_copy_matches():

@@ -29,7 +29,9 @@ sequence's end; where none does, it guesses that the target's token took the pla
 and resumes after that word. An anchor whose copies the target keeps nothing of RESUME_TRIES times is dropped, and
 only text seen to repeat for RESUME_FROM_MATCH tokens or more (the match it was copied on and the tokens the target
 kept of the copy) gets one: in text that does not repeat, a copy on a short match is mostly chance, and so is what
-follows its parting.
+follows its parting. A copy of text seen to repeat less does not move the anchor: an edit often takes its new value
+from elsewhere (a number from the user's message), and the edited text goes on after it. A resumed copy is as long
+as a copy on a match of the anchor's repetition would be.
 
 What the target keeps of copies depends on how long their match was: two matching tokens are often chance, eight
 rarely. The drafter keeps a record per class of match length (how often the target kept a copy's first token,
@@ -261,9 +263,10 @@ class SuffixDrafter(Drafter):
     the `suffix` algorithm's drafter, and the free source of a draft model's rounds (sources.FreeFirst).
 
     The proposal's length: at most `factor` tokens per matched token (at least MIN_FREE_TOKENS, at most
-    FREE_TOKENS); the factor doubles after a copy the target kept whole and halves after one it kept less than
-    half of, so text that keeps repeating is copied in long runs and text that does not in short ones. The first
-    copy (the sequence is the prompt) takes its whole length: it rides in the prompt's prefill call.
+    FREE_TOKENS; a resumed copy counts its anchor's repetition as its match); the factor doubles after a copy the
+    target kept whole and halves after one it kept less than half of, so text that keeps repeating is copied in
+    long runs and text that does not in short ones. The first copy (the sequence is the prompt) takes its whole
+    length: it rides in the prompt's prefill call.
 
     same_word(left, right): whether `right` after `left` goes on the same word (TokenBytes.same_word; None: never),
     so that a resumed copy does not start inside the target's new word."""
@@ -311,7 +314,9 @@ class SuffixDrafter(Drafter):
         if found is None:
             return None
         first = len(sequence) <= self.prompt_length  # (goes to the target with the prompt's prefill)
-        length = limit if first else min(limit, max(MIN_FREE_TOKENS, int(self.factor * found.match)))
+        # a resumed copy goes on in text seen to repeat for its anchor's `repeated` tokens: as long as a match that long
+        basis = self.anchor.repeated if found.match == RESUMED_MATCH and self.anchor is not None else found.match
+        length = limit if first else min(limit, max(MIN_FREE_TOKENS, int(self.factor * basis)))
         end = next((i + 1 for i, token in enumerate(found.tokens) if token in self.ends), len(found.tokens))
         found.tokens = found.tokens[:min(length, end)]
         kept, tried = self.records[match_class(found.match)]
@@ -394,8 +399,11 @@ class SuffixDrafter(Drafter):
         elif kept or match >= LONG_MATCH:  # the copy stood where the target writes: its place is the anchor
             repeated = anchor.repeated if match == RESUMED_MATCH and anchor is not None else match + kept
             exact = accepted <= proposal.copied
-            self.anchor = (Anchor(tokens, before + 1 + kept, proposal.source, length + kept + 1, exact,
-                                  repeated=repeated) if repeated >= RESUME_FROM_MATCH else None)
+            if repeated >= RESUME_FROM_MATCH:
+                self.anchor = Anchor(tokens, before + 1 + kept, proposal.source, length + kept + 1, exact,
+                                     repeated=repeated)
+            # (a copy of text seen to repeat less leaves the anchor where it was: an edit often copies its new value
+            # from elsewhere, a number from the user's message, and the text it edits goes on after it)
 
     def stats(self) -> dict:
         return {"resumed_copies": self.resumed} if self.resumed else {}
