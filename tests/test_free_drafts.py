@@ -12,8 +12,9 @@ import pytest
 from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import Proposal
 from edge_specdec.runtime.sources import FIRST_PAUSE, OPENING_MATCH, STRONG_MATCH, TRIAL_ROUNDS, FreeFirst
-from edge_specdec.runtime.suffix import (FREE_TOKENS, RESUME_FROM_MATCH, RESUME_SHARE, RESUME_SPAN, RESUME_TRIES,
-                                         RESUMED_MATCH, DraftPool, SuffixDrafter, TokenIndex, as_proposal, best_copy)
+from edge_specdec.runtime.suffix import (FREE_TOKENS, POOL_MATCH, RESUME_FROM_MATCH, RESUME_SHARE, RESUME_SPAN,
+                                         RESUME_TRIES, RESUMED_MATCH, DraftPool, SuffixDrafter, TokenIndex, as_proposal,
+                                         best_copy)
 from edge_specdec.vocab_map import TokenBytes
 from hostile_text import HOSTILE_STRINGS
 from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, forced_logprobs, homogeneity_pvalue,
@@ -83,21 +84,39 @@ def test_a_copy_grows_while_the_target_keeps_it_and_shrinks_when_it_does_not():
 
 
 def test_the_pool_keeps_earlier_requests_within_its_bound_per_scope():
-    pool = DraftPool(max_tokens=30)
-    pool.add(list(range(100, 112)), scope="alice")
-    drafter = SuffixDrafter([1, 100, 101], pool, scope="alice")
-    assert drafter.copy([1, 100, 101]).tokens[:2] == [102, 103] and drafter.copy([1, 100, 101]).source == "pool"
-    assert SuffixDrafter([1, 100, 101], pool, scope="bob").copy([1, 100, 101]) is None  # another key sees nothing
+    pool = DraftPool(max_tokens=40)
+    alice = list(range(100, 112))
+    pool.add(alice, scope="alice")
+    asks = [1] + alice[:POOL_MATCH]  # a request whose end matches POOL_MATCH tokens of alice's earlier one
+    drafter = SuffixDrafter(asks, pool, scope="alice")
+    assert drafter.copy(asks).tokens[:2] == alice[POOL_MATCH:POOL_MATCH + 2] and drafter.copy(asks).source == "pool"
+    assert SuffixDrafter(asks, pool, scope="bob").copy(asks) is None  # another key sees nothing
     pool.add(list(range(200, 212)), scope="bob")
-    pool.add(list(range(300, 312)), scope="alice")  # over 30 tokens: the oldest document goes
-    assert pool.describe() == {"max_tokens": 30, "tokens": 26, "documents": 2, "scopes": 2}
-    assert SuffixDrafter([1, 100, 101], pool, scope="alice").copy([1, 100, 101]) is None
-    assert SuffixDrafter([300, 301], pool, scope="alice").copy([300, 301]).tokens[0] == 302
+    later = list(range(300, 316))
+    pool.add(later, scope="alice")  # over 40 tokens: the oldest document goes
+    assert pool.describe() == {"max_tokens": 40, "tokens": 30, "documents": 2, "scopes": 2}
+    assert SuffixDrafter(asks, pool, scope="alice").copy(asks) is None
+    assert SuffixDrafter(later[:POOL_MATCH], pool, scope="alice").copy(later[:POOL_MATCH]).tokens[0] == later[POOL_MATCH]
     pool.forget("alice")
-    assert SuffixDrafter([300, 301], pool, scope="alice").copy([300, 301]) is None
+    assert SuffixDrafter(later[:POOL_MATCH], pool, scope="alice").copy(later[:POOL_MATCH]) is None
     assert pool.describe()["documents"] == 1
     pool.forget()
-    assert pool.describe() == {"max_tokens": 30, "tokens": 0, "documents": 0, "scopes": 0}
+    assert pool.describe() == {"max_tokens": 40, "tokens": 0, "documents": 0, "scopes": 0}
+
+
+def test_the_pool_is_copied_from_only_on_a_long_match():
+    """Other requests share the chat template's turn header and instructions with this one: a match that short in
+    the pool (an answer's start) is no sign the answer repeats, so the pool needs POOL_MATCH tokens; the request's
+    own text does not."""
+    pool = DraftPool()
+    earlier = [7, 7] + list(range(100, 120))
+    pool.add(earlier)
+    short = [1] + list(range(100, 100 + POOL_MATCH - 1))
+    assert SuffixDrafter(short, pool).copy(short) is None
+    assert SuffixDrafter(short + [5] + short[1:], pool).copy(short + [5] + short[1:]).source == "suffix"
+    long = [1] + list(range(100, 100 + POOL_MATCH))
+    found = SuffixDrafter(long, pool).copy(long)
+    assert found.source == "pool" and found.tokens[:2] == [100 + POOL_MATCH, 101 + POOL_MATCH]
 
 
 def test_documents_of_the_pool_do_not_run_into_each_other():

@@ -6,7 +6,8 @@ shape) it is the cheapest proposal there is. Two sources feed it, both in the ta
 
 - the request itself: its prompt (the whole conversation, for a chat) and the output so far;
 - the draft pool: the prompts and outputs of earlier requests on the same engine, bounded in tokens, shared by all
-  of its sessions (a server's slots), kept apart per scope (a server's API key), cleared by `DraftPool.forget`.
+  of its sessions (a server's slots), kept apart per scope (a server's API key), cleared by `DraftPool.forget`;
+  its text is copied on matches of POOL_MATCH tokens or more (other requests share the chat template's headers).
 
 `TokenIndex` holds tokens in one growing list with, for every pair of consecutive tokens, the positions where the
 pair ends. A proposal takes the longest match of the sequence's end (the last pair, extended backwards) among the
@@ -66,6 +67,10 @@ RESUMED_MATCH = 1        # the match length a resumed copy counts as (one token,
 # its copy): text that long repeats (code being edited, a quote, a tool call), so a parting there is likely an edit;
 # after less it more likely means the text no longer repeats, and a resumed copy would take a round for nothing
 RESUME_FROM_MATCH = 8
+# a copy from the draft pool needs a match at least this long: other requests share the chat template's turn headers,
+# system prompts and instructions with this one, so a shorter match there (an answer's start after the turn header)
+# mostly says nothing of this answer, while text an earlier answer really repeats soon matches this long
+POOL_MATCH = 8
 MATCH_CLASSES = (1, 2, 4, 7)  # copies are judged apart by their match's length: 1, 2, 3-4, 5-7, 8 or more
 RECORD_DECAY = 0.9       # the weight of a class's earlier copies in its record, per copy
 RESUME_SHARE = 0.7       # the chance counted per step of a resumed copy (one occurrence, matched on one token)
@@ -149,10 +154,14 @@ class Copy:
         return self.scale * sum(self.chances[:len(self.tokens)])
 
 
-def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], limit: int) -> Optional[Copy]:
+def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], limit: int,
+              min_match: Optional[dict[str, int]] = None) -> Optional[Copy]:
     """The most frequent continuation of the longest match of the context's end in the sources
-    ((name, index, holds the context itself)), at most `limit` tokens; None where nothing matches."""
-    found = [(n, name, index, own, p) for name, index, own in sources for n, p in index.occurrences(context, own)]
+    ((name, index, holds the context itself)), at most `limit` tokens; None where nothing matches. min_match: the
+    shortest match a source's occurrences count with, by name (2 where not named)."""
+    least = min_match or {}
+    found = [(n, name, index, own, p) for name, index, own in sources for n, p in index.occurrences(context, own)
+             if n >= least.get(name, 2)]
     if not found or limit < 1:
         return None
     longest = max(n for n, *_ in found)
@@ -308,7 +317,8 @@ class SuffixDrafter(Drafter):
         else:
             with pool.lock:
                 pooled = pool.index(self.scope)
-                found = best_copy(sources + ([("pool", pooled, False)] if pooled else []), sequence, FREE_TOKENS)
+                found = best_copy(sources + ([("pool", pooled, False)] if pooled else []), sequence, FREE_TOKENS,
+                                  {"pool": POOL_MATCH})
         if found is None or found.match < LONG_MATCH:
             found = self.resume(sequence, guess=found is None) or found
         if found is None:
