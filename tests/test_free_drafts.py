@@ -96,9 +96,10 @@ def test_the_pool_keeps_earlier_requests_within_its_bound_per_scope():
     pool.add(later, scope="alice")  # over 40 tokens: the oldest document goes
     assert pool.describe() == {"max_tokens": 40, "tokens": 30, "documents": 2, "scopes": 2}
     assert SuffixDrafter(asks, pool, scope="alice").copy(asks) is None
-    assert SuffixDrafter(later[:POOL_MATCH], pool, scope="alice").copy(later[:POOL_MATCH]).tokens[0] == later[POOL_MATCH]
+    asks_later = later[:POOL_MATCH]
+    assert SuffixDrafter(asks_later, pool, scope="alice").copy(asks_later).tokens[0] == later[POOL_MATCH]
     pool.forget("alice")
-    assert SuffixDrafter(later[:POOL_MATCH], pool, scope="alice").copy(later[:POOL_MATCH]) is None
+    assert SuffixDrafter(asks_later, pool, scope="alice").copy(asks_later) is None
     assert pool.describe()["documents"] == 1
     pool.forget()
     assert pool.describe() == {"max_tokens": 40, "tokens": 0, "documents": 0, "scopes": 0}

@@ -66,6 +66,7 @@ def summarize_row(row: SuiteRow, suite: Suite, rows: dict[str, SuiteRow]) -> dic
                                                                                       for m in runs)
                for f in suite.figures}
     headline = [m.figures[suite.headline] for m in runs if m.figures.get(suite.headline) is not None]
+
     def per_cell_of(figure: str) -> dict:
         return {c.key: median(m.figures.get(figure) for (key, _), m in row.measured.items() if key == c.key)
                 for c in suite.cells}

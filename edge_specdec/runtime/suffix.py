@@ -15,8 +15,9 @@ most recent occurrences in both sources, and follows the most frequent continuat
 that long: at each step the token most of them continue with (ties: the most recent's), as long as at least
 MIN_SHARE of them agree. Its length follows the match's length and what the target accepted of earlier copies
 (`SuffixDrafter.factor`); the request's first copy, which goes to the target in the call that prefills the prompt,
-takes its whole length, since a few more tokens add little to a call that wide. With the probabilities of its steps it also gives the expected number of its tokens the
-target keeps, which the caller weighs against a draft model's round (see drafters.FreeFirst).
+takes its whole length, since a few more tokens add little to a call that wide. With the probabilities of its steps
+it also gives the expected number of its tokens the target keeps, which the caller weighs against a draft model's
+round (see drafters.FreeFirst).
 
 Where the target parts from a copy (an edit: a renamed word, a changed argument, an inserted call), the text it
 copied usually goes on a few tokens later. The drafter keeps its place in the source (`Anchor`) and, while no long
