@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from edge_specdec.benchmark.suites.long_prompts import TASKS, prompt_ids
+from edge_specdec.benchmark.suites.long_prompts import TASKS, suite_prompts
 from edge_specdec.runtime import GenerationConfig, Pipeline
 
 
@@ -30,8 +30,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=64)
     args = p.parse_args()
-    prompts = prompt_ids(0.0, args.bundle, [args.length], args.tasks)["ids"]
     pipe = Pipeline(args.bundle, static_shapes=False, draft_pool_tokens=0)
+    prompts = suite_prompts(pipe, [args.length], args.tasks)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0, ignore_eos=True)
     print("| task | window | tokens/s vs the target alone | drafted tokens kept | draft s per run | identical |")
     print("|---|---|---|---|---|---|")

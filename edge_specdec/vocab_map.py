@@ -65,7 +65,7 @@ class TokenBytes:
         """Would `right` written after `left` go on the same word: `left` ends with a letter or digit and `right`
         starts with one? (A word's first token carries its leading space in byte-level BPE and SentencePiece
         vocabularies, so a token that starts with a letter continues the word before it: "N" + "yon".)"""
-        starts, ends = self._word_edges[0], self._word_edges[1]
+        starts, ends = self._word_edges
         return 0 <= left < len(ends) and 0 <= right < len(starts) and bool(ends[left] and starts[right])
 
 

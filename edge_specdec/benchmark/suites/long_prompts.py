@@ -60,12 +60,18 @@ def quoted_function(text: str) -> str:
 
 
 def prompt_ids(started: float, bundle: str, lengths: list[int], tasks: list[str]) -> dict:
-    """In a fresh process: for each length N and task, N token ids: the start of a long text, then the task's request
-    (in the chat template where the target has one)."""
+    """In a fresh process: the suite's prompts (suite_prompts) for the bundle."""
     from ...runtime import Engine
-    from ...runtime.text import decode
 
     engine = Engine(bundle, static_shapes=False, fixed_blocks=False, draft_pool_tokens=0)
+    return {"ids": suite_prompts(engine, lengths, tasks)}
+
+
+def suite_prompts(engine, lengths: list[int], tasks: list[str]) -> dict[str, list[int]]:
+    """For each length N and task ("N/task"), N token ids of an open engine's target: the start of a long text, then
+    the task's request (in the chat template where the target has one)."""
+    from ...runtime.text import decode
+
     ids = engine.tokenizer.encode("\n\n".join(p.read_text() for p in sorted(SOURCE.rglob("*.py"))))
     head = engine.tokenizer.encode("```python\n")
     if len(ids) < max(lengths):
@@ -87,7 +93,7 @@ def prompt_ids(started: float, bundle: str, lengths: list[int], tasks: list[str]
             if len(tail) > QUESTION_ROOM:
                 raise RuntimeError(f"the {task} request takes {len(tail)} tokens, more than {QUESTION_ROOM}")
             out[f"{n}/{task}"] = head + ids[:n - len(head) - len(tail)] + tail
-    return {"ids": out}
+    return out
 
 
 def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None,
