@@ -32,6 +32,7 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
+from .benchmark.compare import forget_prompt
 from .benchmark.verdict import speedup_verdict
 from .errors import EdgeSpecdecError
 from .pairing.rank import simulate_default
@@ -96,10 +97,14 @@ def default_speedup(engine: Engine, prompts: list[str], max_new_tokens: int = SP
     session = engine.session()
     config = dataclasses.replace(engine.default_config, max_new_tokens=max_new_tokens, temperature=0,
                                  ignore_eos=True)
+
+    def fresh(prompt: str, algorithm: str):  # from empty caches, as `run --compare` runs each side
+        forget_prompt(session)
+        return session.generate(prompt, config, algorithm=algorithm, pool_scope=None)
+
     for algorithm in (AUTO, "none"):
-        session.generate(prompts[0], config, algorithm=algorithm, pool_scope=None)
-    runs = [(session.generate(p, config, algorithm=AUTO, pool_scope=None),
-             session.generate(p, config, algorithm="none", pool_scope=None)) for p in prompts]
+        fresh(prompts[0], algorithm)
+    runs = [(fresh(p, AUTO), fresh(p, "none")) for p in prompts]
     speedup = loop_speedup([alone for _, alone in runs], [drafted for drafted, _ in runs])
     ratios = [a.stats.time_per_output_token / d.stats.time_per_output_token for d, a in runs]
     drafted_tokens = sum(d.stats.draft_tokens_proposed + d.stats.free_tokens_proposed for d, _ in runs)

@@ -230,6 +230,26 @@ def test_chat_template_formats_every_prompt(bundle_dir, tmp_path):
     assert all(r["runs"] == len(prompts) for r in report["setups"])
 
 
+def test_every_run_prefills_its_whole_prompt(bundle_dir, tmp_path, monkeypatch):
+    """The rows share one Pipeline and run back to back on a prompt: none may reuse the prompt's KV that the row
+    before it left (GenAI's rows run with their prefix cache off), or the rows after the first would skip the
+    prefill their tokens/s is measured with."""
+    from edge_specdec.runtime.pipeline import DecodingSession
+
+    reused = []
+    real = DecodingSession.generate
+
+    def spy(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        reused.append(result.stats.prompt_tokens_reused)
+        return result
+
+    monkeypatch.setattr(DecodingSession, "generate", spy)
+    run_benchmark(bundle_dir(*SAME_VOCAB), setups=["ours-none", "ours-standard-k3"], categories=["math"],
+                  max_new_tokens=4, repeats=2, out=tmp_path, progress=lambda line: None, genai=False)
+    assert len(reused) > 4 and reused == [0] * len(reused)
+
+
 def test_without_matplotlib_there_is_no_png_and_no_crash(bundle_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     lines: list[str] = []

@@ -56,14 +56,20 @@ def test_the_prediction_runs_what_run_runs_by_default(bundle_dir, monkeypatch):
     calls = []
     real = DecodingSession.generate
 
+    reused = []
+
     def spy(self, prompt, config=None, speculative=None, **settings):
         calls.append((settings.get("algorithm"), config.repetition_penalty, config.max_new_tokens))
-        return real(self, prompt, config, speculative, **settings)
+        result = real(self, prompt, config, speculative, **settings)
+        reused.append(result.stats.prompt_tokens_reused)
+        return result
 
     monkeypatch.setattr(DecodingSession, "generate", spy)
     measured = default_speedup(engine, ["def f(x):", "x = "])
     assert calls[:2] == [("auto", 1.3, 128), ("none", 1.3, 128)]  # the untimed warm-up
     assert calls[2:] == [("auto", 1.3, 128), ("none", 1.3, 128)] * 2
+    # as in `run --compare`, each side prefills its whole prompt: the target alone does not reuse the default's
+    assert reused == [0] * len(calls)
     assert measured["repetition_penalty"] == 1.3 and measured["speedup"] > 0
 
 

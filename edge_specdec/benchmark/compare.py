@@ -20,8 +20,8 @@ def warm_up(pipe, prompt, config, speculative) -> None:
 
 
 def forget_prompt(pipe) -> None:
-    """Empty the pipeline's KV caches, so that the next run prefills its whole prompt as a one-shot run does, and
-    reuses nothing that the warm-up or the other side of the comparison left."""
+    """Empty the KV caches of a Pipeline (or of one DecodingSession), so that the next run prefills its whole
+    prompt as a one-shot run does, and reuses nothing that the warm-up or the other side of a comparison left."""
     for session in (pipe.target, pipe.draft):
         if session is not None:
             session.reset()

@@ -16,7 +16,8 @@ MIB = 1024 * 1024
 
 DEFINITIONS = """\
 - tok/s: new tokens / wall seconds of one whole generate call (tokenizing, prefill, decoding, detokenizing), the
-  same clock for every engine; median and spread over every prompt and repeat.
+  same clock for every engine; median and spread over every prompt and repeat. Every run prefills its whole
+  prompt: ours start from empty KV caches, GenAI's run with their prefix cache off.
 - speedup: the median, over (prompt, repeat), of tok/s of the row / tok/s of the target alone of the same
   engine on the same prompt in the same repeat (the two ran back to back). Per category: the same median over
   that category's prompts. Where a row of ours drafted no token, it ran the target alone throughout and no ratio

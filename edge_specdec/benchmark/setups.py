@@ -227,11 +227,13 @@ def select_specs(candidates: list[Spec], patterns: Optional[list[str]], relation
 
 def ours_runner(pipe, spec: Spec, max_new_tokens: int) -> Callable[[Prompt], Run]:
     from ..runtime import GenerationConfig
+    from .compare import forget_prompt
 
     config = GenerationConfig(max_new_tokens=max_new_tokens).pinned()  # greedy, no penalty, whatever the bundle
     speculative = spec.speculative()
 
     def run(prompt: Prompt) -> Run:
+        forget_prompt(pipe)  # each row prefills its whole prompt, as GenAI's rows (prefix cache off) do
         t = time.perf_counter()
         r = pipe.generate(prompt.ours, config, speculative)
         wall = time.perf_counter() - t
