@@ -235,7 +235,8 @@ class DraftingGuard:
     """Keeps a run at least as fast as the target alone: it measures, as the run goes, the tokens per second of
     its drafting rounds and of rounds of the target alone, and runs the target alone while drafting loses.
 
-    After `warmup` drafting rounds (the first round, which carries the prompt, is not counted) the target alone runs
+    After `warmup` drafting rounds (the first round, which carries the prompt, is not counted, nor is a drafting
+    round after rounds of the target alone, in which the draft catches up on them) the target alone runs
     `probe` rounds, so both rates are measured; the faster mode then runs, and the other is measured again every
     `recheck` rounds, less often while the same mode keeps winning (`probe` rounds for the target alone, twice as
     many for drafting, whose rounds vary more). Drafting's rate is that of its last stretch, all its rounds together
@@ -287,6 +288,7 @@ class DraftingGuard:
         self.sure_lost, self.before_loss = False, None
         self.lost = 0  # runs in a row, before this one, that found drafting losing (see the class docstring)
         self.measured_drafting = False  # this run drafted a round after its first
+        self.drafted_last = True  # whether the last round drafted (the run's first round is not counted either way)
         if prior:
             self.rates = {True: list(prior["drafting"]), False: list(prior["alone"])}
             self.mode = self.before = bool(prior["mode"])
@@ -327,6 +329,10 @@ class DraftingGuard:
                draft_seconds: Optional[float] = None) -> None:
         """One round: whether it drafted, the tokens it added and its seconds (draft and target), of which
         draft_seconds the draft's (None: not known apart, so no sure-loss test)."""
+        # the first drafting round after rounds of the target alone feeds the draft what it missed (the prompt, the
+        # tokens written meanwhile): a prefill drafting pays once on coming back, not a round's price, so it is not
+        # counted, as the run's first round is not
+        first, self.drafted_last = first or (drafted and not self.drafted_last), drafted
         self.alone_rounds += not drafted
         self.measured_drafting = self.measured_drafting or (drafted and not first)
         stretch = drafted and self.mode and not self.probing and not first
@@ -361,7 +367,8 @@ class DraftingGuard:
         else:  # measure the other mode again
             self.before = self.mode
             self.probing, self.mode = True, not self.mode
-            self.left = self.probe * (2 if self.mode else 1)
+            # (a probe of drafting follows rounds of the target alone: its first round, the catch-up, is not counted)
+            self.left = 2 * self.probe + 1 if self.mode else self.probe
 
     def sure_loss(self) -> bool:
         """Has this stretch of drafting, `early` rounds or more, lost to the target alone whatever a single step of
