@@ -176,6 +176,25 @@ def test_same_vocabulary_clients_run_writes_the_reports(bundle_dir, tmp_path):
     assert all(f"| {name} |" in md for name in setups)
 
 
+def test_every_request_prefills_its_whole_prompt(bundle_dir, tmp_path, monkeypatch):
+    """A client's session gets the same prompt in every round and row: no request may reuse the prompt's KV that
+    the round before left (GenAI's rows run with their prefix cache off)."""
+    from edge_specdec.runtime.pipeline import DecodingSession
+
+    reused = []
+    real = DecodingSession.generate
+
+    def spy(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        reused.append(result.stats.prompt_tokens_reused)
+        return result
+
+    monkeypatch.setattr(DecodingSession, "generate", spy)
+    run_clients_benchmark(bundle_dir(*SAME_VOCAB), clients=[2], setups=["ours-*"], categories=["code_generation"],
+                          max_new_tokens=4, repeats=2, out=tmp_path, progress=lambda line: None, plot=False)
+    assert len(reused) > 4 and reused == [0] * len(reused)
+
+
 def test_different_vocabulary_with_genai_draft_from_the_command_line(bundle_dir, tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["bench", str(bundle_dir(*OTHER_VOCAB)), "--clients", "1", "2", "--genai-draft",

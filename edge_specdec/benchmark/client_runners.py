@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import EdgeSpecdecError
 from .client_setups import ClientPrompt, Request, Round
+from .compare import forget_prompt
 
 
 def _batched(engine) -> tuple[int, int]:
@@ -45,6 +46,7 @@ def ours_concurrent(sessions: list, algorithm: str, max_new_tokens: int) -> Call
 
         def client(i: int) -> None:
             try:
+                forget_prompt(sessions[i])  # each request prefills its whole prompt, as GenAI's (prefix cache off)
                 barrier.wait()
                 start = time.perf_counter()
                 result = sessions[i].generate(prompts[i].ours, config, algorithm=algorithm, cancel=cancel,
@@ -87,14 +89,14 @@ def ours_sequential(session, algorithm: str, max_new_tokens: int) -> Callable[[l
 
     def run(prompts: list[ClientPrompt]) -> Round:
         done = []  # the bookkeeping waits for the end, so that the requests' times add up to the wall time
-        t0 = time.perf_counter()
         for prompt in prompts:
+            forget_prompt(session)  # each request prefills its whole prompt, as GenAI's (prefix cache off)
             start = time.perf_counter()
             result = session.generate(prompt.ours, config, algorithm=algorithm, pool_scope=None)
             done.append((start, time.perf_counter(), result))
             if result.stop_reason == "interrupted":  # the session swallowed a Ctrl-C: hand it on
                 raise KeyboardInterrupt
-        wall = time.perf_counter() - t0
+        wall = sum(stop - start for start, stop, _ in done)  # (emptying the caches between requests not counted)
         requests = [_ours_request(prompt, start, stop, result, since=start)
                     for prompt, (start, stop, result) in zip(prompts, done)]
         return Round("", len(prompts), 0, wall, requests)
