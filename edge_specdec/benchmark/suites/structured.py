@@ -41,12 +41,14 @@ def schema_valid(schema: dict, text: str):
 def ours_runner(engine, algorithm: str, max_new_tokens: int):
     from ...runtime import GenerationConfig
     from ...runtime.constraint import Constraint
+    from ..compare import forget_prompt
 
     session = engine.session()
 
     def run(c: Cell, repeat: int) -> Measured:
         schema, text = c.value
         config = GenerationConfig(max_new_tokens=max_new_tokens, constraint=Constraint.json_schema(schema))
+        forget_prompt(session)  # each run prefills its whole prompt, as GenAI's does
         start = time.perf_counter()
         result = session.generate(engine.chat_prompt([{"role": "user", "content": text}]), config,
                                   algorithm=algorithm)
