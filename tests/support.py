@@ -128,6 +128,22 @@ def spy_block_sizes(session, monkeypatch) -> list[int]:
     return sizes
 
 
+def spy_prompt_reuse(monkeypatch) -> list[int]:
+    """The prompt tokens each DecodingSession.generate call from now on reused from its KV cache, in call order."""
+    from edge_specdec.runtime.pipeline import DecodingSession
+
+    reused: list[int] = []
+    real = DecodingSession.generate
+
+    def generate(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        reused.append(result.stats.prompt_tokens_reused)
+        return result
+
+    monkeypatch.setattr(DecodingSession, "generate", generate)
+    return reused
+
+
 def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file below folder with its size and mtime: to prove that a failed command changed nothing."""
     return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)

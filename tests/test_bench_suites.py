@@ -12,6 +12,7 @@ import pytest
 from edge_specdec.benchmark.suites import SUITES, load_suite
 from edge_specdec.cli import main
 from edge_specdec.demo import DEMO_BUNDLE
+from support import spy_prompt_reuse
 
 
 def run_suite(capsys, tmp_path, name: str, *args: str) -> dict:
@@ -265,14 +266,9 @@ def test_conversation_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monke
 def test_structured_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
     from edge_specdec.benchmark.structured_tasks import PERSON
 
-    from edge_specdec.runtime.pipeline import DecodingSession
-
     calls: list = []
     monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
-    reused = []  # each run prefills its whole prompt (the warm-up ran the first task on the same session)
-    real = DecodingSession.generate
-    monkeypatch.setattr(DecodingSession, "generate", lambda self, *a, **kw: (
-        lambda result: (reused.append(result.stats.prompt_tokens_reused), result)[1])(real(self, *a, **kw)))
+    reused = spy_prompt_reuse(monkeypatch)  # each run prefills its whole prompt (the warm-up ran the first task)
     report = run_suite(capsys, tmp_path, "structured", "--limit", "2", "--max-new-tokens", "8")
     rows = rows_of(report)
     assert list(rows) == ["ours-none", "ours-auto", "genai"] and report["cells"] == ["person-1", "person-2"]

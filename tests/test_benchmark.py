@@ -13,7 +13,7 @@ from edge_specdec.benchmark import load_prompt_set, prompt_set, run_benchmark, r
 from edge_specdec.benchmark.setups import adaptive_policies, candidate_specs, select_specs
 from edge_specdec.cli import main
 from edge_specdec.errors import EdgeSpecdecError
-from support import OTHER_VOCAB, SAME_VOCAB
+from support import OTHER_VOCAB, SAME_VOCAB, spy_prompt_reuse
 
 HAS_GENAI = importlib.util.find_spec("openvino_genai") is not None
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -234,17 +234,7 @@ def test_every_run_prefills_its_whole_prompt(bundle_dir, tmp_path, monkeypatch):
     """The rows share one Pipeline and run back to back on a prompt: none may reuse the prompt's KV that the row
     before it left (GenAI's rows run with their prefix cache off), or the rows after the first would skip the
     prefill their tokens/s is measured with."""
-    from edge_specdec.runtime.pipeline import DecodingSession
-
-    reused = []
-    real = DecodingSession.generate
-
-    def spy(self, *args, **kwargs):
-        result = real(self, *args, **kwargs)
-        reused.append(result.stats.prompt_tokens_reused)
-        return result
-
-    monkeypatch.setattr(DecodingSession, "generate", spy)
+    reused = spy_prompt_reuse(monkeypatch)
     run_benchmark(bundle_dir(*SAME_VOCAB), setups=["ours-none", "ours-standard-k3"], categories=["math"],
                   max_new_tokens=4, repeats=2, out=tmp_path, progress=lambda line: None, genai=False)
     assert len(reused) > 4 and reused == [0] * len(reused)

@@ -17,7 +17,7 @@ from edge_specdec.benchmark.concurrency import run_clients_benchmark
 from edge_specdec.benchmark.prompt_set import load_prompt_set, pick_prompt_items
 from edge_specdec.cli import main
 from edge_specdec.errors import EdgeSpecdecError
-from support import OTHER_VOCAB, SAME_VOCAB
+from support import OTHER_VOCAB, SAME_VOCAB, spy_prompt_reuse
 
 HAS_GENAI = importlib.util.find_spec("openvino_genai") is not None
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -179,17 +179,7 @@ def test_same_vocabulary_clients_run_writes_the_reports(bundle_dir, tmp_path):
 def test_every_request_prefills_its_whole_prompt(bundle_dir, tmp_path, monkeypatch):
     """A client's session gets the same prompt in every round and row: no request may reuse the prompt's KV that
     the round before left (GenAI's rows run with their prefix cache off)."""
-    from edge_specdec.runtime.pipeline import DecodingSession
-
-    reused = []
-    real = DecodingSession.generate
-
-    def spy(self, *args, **kwargs):
-        result = real(self, *args, **kwargs)
-        reused.append(result.stats.prompt_tokens_reused)
-        return result
-
-    monkeypatch.setattr(DecodingSession, "generate", spy)
+    reused = spy_prompt_reuse(monkeypatch)
     run_clients_benchmark(bundle_dir(*SAME_VOCAB), clients=[2], setups=["ours-*"], categories=["code_generation"],
                           max_new_tokens=4, repeats=2, out=tmp_path, progress=lambda line: None, plot=False)
     assert len(reused) > 4 and reused == [0] * len(reused)
