@@ -159,10 +159,10 @@ def best_copy(sources: list[tuple[str, TokenIndex, bool]], context: list[int], l
               min_match: Optional[dict[str, int]] = None) -> Optional[Copy]:
     """The most frequent continuation of the longest match of the context's end in the sources
     ((name, index, holds the context itself)), at most `limit` tokens; None where nothing matches. min_match: the
-    shortest match a source's occurrences count with, by name (2 where not named)."""
+    shortest match a source's occurrences count with, by name (any match where not named)."""
     least = min_match or {}
     found = [(n, name, index, own, p) for name, index, own in sources for n, p in index.occurrences(context, own)
-             if n >= least.get(name, 2)]
+             if n >= least.get(name, 0)]
     if not found or limit < 1:
         return None
     longest = max(n for n, *_ in found)
