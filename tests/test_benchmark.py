@@ -109,6 +109,9 @@ def test_same_vocabulary_run_writes_the_reports(bundle_dir, tmp_path):
             assert row["speedup"] > 0 and all(c["speedup"] > 0 for c in row["per_category"].values())
             assert 0 <= row["acceptance"] <= 1 and row["mean_tokens_per_target_pass"] >= 1
             assert row["time_split_seconds"]["target"] > 0
+            # its floor: one of the run's prompts, at the lowest of the per-prompt speedups
+            assert row["lowest_prompt"]["speedup"] == min(row["per_prompt_speedup"].values()), name
+            assert row["lowest_prompt"]["prompt"] in row["per_prompt_tokens_per_s"], name
     assert rows["ours-standard-k3"]["time_split_seconds"]["draft"] > 0
     assert report["not_identical"] == []
     if HAS_GENAI:
@@ -123,7 +126,8 @@ def test_same_vocabulary_run_writes_the_reports(bundle_dir, tmp_path):
             1 + (fastest != "genai-sd-conf"))
 
     md = (out / "report.md").read_text()
-    for needle in ("## Speed", "peak RSS MiB (whole process)", "per prompt category", "| code_generation | math |",
+    lowest = rows["ours-standard-k3"]["lowest_prompt"]
+    for needle in ("## Speed", "peak RSS MiB (whole process)", f"{lowest['speedup']:.2f}x ({lowest['prompt']})", "per prompt category", "| code_generation | math |",
                    "## Machine", report["machine"]["cpu"], "OpenVINO" if HAS_GENAI else "openvino"):
         assert needle in md, needle
     assert all(f"| {name} |" in md for name in expected)

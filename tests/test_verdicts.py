@@ -92,3 +92,25 @@ def test_bench_shows_no_ratio_for_a_row_that_drafted_nothing():
     assert summarize_setup(idle, setups, prompts)["speedup_verdict"] == TARGET_ALONE_THROUGHOUT
     assert summarize_setup(idle, setups, prompts)["per_category"]["code"]["speedup_verdict"] == TARGET_ALONE_THROUGHOUT
     assert summarize_setup(drafted, setups, prompts)["speedup_verdict"] == "2.00x"
+
+
+def test_bench_reports_each_row_s_lowest_prompt_by_the_median_of_its_repeats():
+    """A row's floor is the prompt whose paired ratios have the lowest median: one slow run of a prompt that is fast
+    otherwise does not make it the floor, and a prompt slow in most repeats does."""
+    from edge_specdec.benchmark.prompt_set import Prompt
+    from edge_specdec.benchmark.report import summarize_setup
+    from edge_specdec.benchmark.setups import Run, Setup, Spec
+
+    prompts = [Prompt(name, "chat", [], "p", "p") for name in ("steady", "one-slow-run", "mostly-slow")]
+    alone = Setup(Spec("ours-none", "ours", "the target alone"), run=None)
+    alone.runs = {(p.key, rep): Run("t", 10, 1.0, proposed=0, accepted=0) for p in prompts for rep in range(3)}
+    row = Setup(Spec("ours-slem-k2", "ours", "slem", algorithm="slem"), run=None)
+    seconds = {"steady": [0.8, 0.8, 0.8], "one-slow-run": [0.5, 2.0, 0.5], "mostly-slow": [0.9, 1.1, 1.05]}
+    row.runs = {(p.key, rep): Run("t", 10, s, proposed=8, accepted=4) for p in prompts
+                for rep, s in enumerate(seconds[p.id])}
+    setups = {"ours-none": alone, "ours-slem-k2": row}
+    summary = summarize_setup(row, setups, prompts)
+    assert summary["lowest_prompt"]["prompt"] == "chat/mostly-slow"
+    assert summary["lowest_prompt"]["speedup"] == pytest.approx(1 / 1.05)
+    assert summary["per_prompt_speedup"]["chat/one-slow-run"] == pytest.approx(2.0)
+    assert summarize_setup(alone, setups, prompts)["lowest_prompt"] is None  # the baseline has no floor
