@@ -68,6 +68,14 @@ class TokenBytes:
         starts, ends = self._word_edges
         return 0 <= left < len(ends) and 0 <= right < len(starts) and bool(ends[left] and starts[right])
 
+    def starts_with(self, whole: int, part: int) -> bool:
+        """Does `whole`'s text begin with `part`'s and go on after it ("(users" and "("): a writer that wrote `part`
+        where a text had `whole` split that token, and its next tokens spell the rest or replace it?"""
+        if not (0 <= whole < len(self) and 0 <= part < len(self)):
+            return False
+        whole_text, part_text = self.piece(whole), self.piece(part)
+        return bool(whole_text and part_text) and len(part_text) < len(whole_text) and whole_text.startswith(part_text)
+
 
 @dataclass
 class VocabMap:

@@ -318,6 +318,49 @@ def test_a_copy_does_not_resume_inside_a_word_while_another_copy_matches():
     assert drafter.copy(sequence).tokens[:2] == [56, 57]  # 99 then 55 is a word: 98 and 99 replaced 53 to 55
 
 
+def test_a_target_that_splits_the_source_s_token_resumes_after_that_token():
+    """The target wrote 98, whose text is the start of 53's ("(" where the source had "(users"), then 99 (the new
+    word, "people"): the two took the place of 53 alone. After 98 no copy resumes (the target writes on inside 53's
+    text); after 99 the copy goes on at 54, not one token further."""
+    def starts_with(whole, part):
+        return (whole, part) == (53, 98)
+    drafter, sequence = copied_then_parted(1, [98])
+    drafter.starts_with = starts_with
+    assert drafter.copy(sequence) is None
+    assert drafter.copy(sequence + [99]).tokens[:2] == [54, 55]
+    drafter, sequence = copied_then_parted(1, [98, 99])  # without the split: as many source tokens replaced
+    assert drafter.copy(sequence).tokens[:2] == [55, 56]
+
+
+def test_a_copy_does_not_resume_past_the_end_of_its_source_s_text():
+    """The source's text ends (2, an end-of-sequence token: the prompt's turn ends there) a few tokens after the
+    parting; the target's token 70 comes after that end in the source (the next turn): no copy resumes behind it,
+    nor after a token the target wrote in the end's place."""
+    source = LEAD + [50, 51, 52, 53, 54, 2, 70, 71, 72, 73]
+    drafter = SuffixDrafter(source, ends=(2,))
+    sequence = source + LEAD + [50, 51]
+    proposal = as_proposal(drafter.copy(sequence))
+    assert proposal.tokens == [52, 53, 54, 2]  # (a copy stops at an end)
+    drafter.verified(proposal, 1, 0.1)  # 52 kept, then the target wrote 70
+    assert drafter.copy(sequence + [52, 70]).tokens == [54, 2]  # (the count's guess: 70 took 53's place)
+    # nor where the target took the end's place: the count would resume in the next turn
+    drafter = SuffixDrafter(source, ends=(2,))
+    drafter.verified(as_proposal(drafter.copy(sequence)), 3, 0.1)  # 52 to 54 kept, then the target wrote 99
+    assert drafter.copy(sequence + [52, 53, 54, 99]) is None
+    drafter = SuffixDrafter(source)  # where 2 ends nothing, 70 is found in the window, and the copy resumes behind it
+    drafter.verified(as_proposal(drafter.copy(sequence)), 1, 0.1)
+    assert drafter.copy(sequence + [52, 70]).tokens[:2] == [71, 72]
+
+
+def test_starts_with_is_a_token_whose_text_begins_another_s_and_is_shorter():
+    pieces = [b"(", b"(users", b"(user", b" users", None, b""]
+    vocab = TokenBytes.pack(pieces)
+    assert vocab.starts_with(1, 0) and vocab.starts_with(1, 2) and vocab.starts_with(2, 0)
+    assert not vocab.starts_with(0, 1) and not vocab.starts_with(1, 1) and not vocab.starts_with(1, 3)
+    assert not vocab.starts_with(1, 4) and not vocab.starts_with(4, 0) and not vocab.starts_with(1, 5)
+    assert not vocab.starts_with(1, len(pieces)) and not vocab.starts_with(-1, 0)
+
+
 def test_same_word_is_a_token_that_ends_with_a_letter_or_digit_followed_by_one_that_starts_with_one():
     pieces = [b' "', b"L", b"yon", b'"}}', b"Nice", b"2", b"0", None, b"", b" count", b"_words", "é".encode()]
     vocab = TokenBytes.pack(pieces)

@@ -28,7 +28,9 @@ rounds of matching two tokens again. Where that would go on in the middle of a w
 the source's next spell one word: "N" written where the source had "L", followed by "yon"; a digit before a digit),
 the target's new word or number may go on, so the copy does not resume there while another copy matches the
 sequence's end; where none does, it guesses that the target's token took the place of the rest of the source's word
-and resumes after that word. An anchor whose copies the target keeps nothing of RESUME_TRIES times is dropped, and
+and resumes after that word. Where the target's first token spells only the start of the source's token there ("("
+where the source had "(users", a renamed word after a bracket), the target split that token: the copy waits for its
+next token and counts the two as replacing one. An anchor whose copies the target keeps nothing of RESUME_TRIES times is dropped, and
 only text seen to repeat for RESUME_FROM_MATCH tokens or more (the match it was copied on and the tokens the target
 kept of the copy) gets one: in text that does not repeat, a copy on a short match is mostly chance, and so is what
 follows its parting. A copy of text seen to repeat less does not move the anchor: an edit often takes its new value
@@ -279,17 +281,21 @@ class SuffixDrafter(Drafter):
     length: it rides in the prompt's prefill call.
 
     same_word(left, right): whether `right` after `left` goes on the same word (TokenBytes.same_word; None: never),
-    so that a resumed copy does not start inside the target's new word."""
+    so that a resumed copy does not start inside the target's new word; starts_with(whole, part): whether `whole`'s
+    text begins with `part`'s and goes on (TokenBytes.starts_with; None: never), so that a target that split a
+    source token ("(" then "people" where the source had "(users") is not taken as having replaced two."""
 
     free_tokens = FREE_TOKENS
 
     def __init__(self, prompt_ids: list[int], pool: Optional[DraftPool] = None, scope: str = "",
-                 ends: tuple[int, ...] = (), same_word: Optional[Callable[[int, int], bool]] = None):
+                 ends: tuple[int, ...] = (), same_word: Optional[Callable[[int, int], bool]] = None,
+                 starts_with: Optional[Callable[[int, int], bool]] = None):
         self.own = TokenIndex(prompt_ids)
         self.prompt_length = len(prompt_ids)
         self.pool, self.scope = pool, scope
         self.ends = frozenset(ends)  # end-of-sequence tokens: a copy stops after one (the run would stop there)
         self.same_word = same_word or (lambda left, right: False)
+        self.starts_with = starts_with or (lambda whole, part: False)
         self.factor = 2.0
         self.anchor: Optional[Anchor] = None
         self.resumed = 0  # copies resumed at an anchor that went to the target
@@ -354,11 +360,18 @@ class SuffixDrafter(Drafter):
             self.anchor = None
             return None
         tokens, last = anchor.tokens, sequence[-1]
-        end = min(anchor.next + RESUME_WINDOW, len(tokens))
-        at = next((q for q in range(anchor.next, end) if tokens[q] == last), None)
+        # nothing resumes past the end of the source's text (an end-of-sequence token: what follows is another turn)
+        stop = next((q for q in range(anchor.next, min(len(tokens), anchor.next + RESUME_WINDOW + RESUME_SPAN))
+                     if tokens[q] in self.ends), len(tokens))
+        at = next((q for q in range(anchor.next, min(anchor.next + RESUME_WINDOW, stop)) if tokens[q] == last), None)
         written = len(sequence) - anchor.length + 1  # tokens the target wrote since it parted from the source
         if at is None and anchor.exact and 1 <= written <= RESUME_REPLACED:
-            at = anchor.next + written - 1  # they replaced as many source tokens: go on after those
+            # the target's first token may spell the start of the source's token there ("(" of "(users"): it split
+            # that token, and its next token spells the rest of it or replaces that rest ("people")
+            split = self.starts_with(tokens[anchor.next], sequence[anchor.length - 1])
+            if split and written == 1:
+                return None  # (inside the source's token: where the target's text goes on is not known yet)
+            at = anchor.next + written - 1 - split  # they replaced as many source tokens: go on after those
             if at + 1 < len(tokens) and self.same_word(last, tokens[at + 1]):
                 # inside a word: the target's word may go on ("N" of "Nice" where the source had "L" of "Lyon") or
                 # have replaced the source's whole word ("Nice" for "L" + "yon")
@@ -366,7 +379,7 @@ class SuffixDrafter(Drafter):
                     return None
                 while at + 1 < len(tokens) and self.same_word(tokens[at], tokens[at + 1]):
                     at += 1
-        if at is None or at >= len(tokens):
+        if at is None or at >= stop:
             return None
         run = []
         for token in tokens[at + 1:at + 1 + FREE_TOKENS]:
