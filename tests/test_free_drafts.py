@@ -352,6 +352,21 @@ def test_a_copy_does_not_resume_past_the_end_of_its_source_s_text():
     assert drafter.copy(sequence + [52, 70]).tokens[:2] == [71, 72]
 
 
+def test_a_copy_that_ran_to_the_end_of_the_pool_resumes_nowhere_after_an_edit():
+    """A copy from the pool kept whole up to the last token the pool holds: its place to resume is past the end of
+    the pool's text, so after the target's own token nothing resumes (and nothing reads past that end)."""
+    pool = DraftPool()
+    document = LEAD + [50, 51, 52, 53, 54, 55]
+    pool.add(document)
+    drafter = SuffixDrafter([1], pool=pool, starts_with=lambda whole, part: False)
+    sequence = [1] + LEAD + [50, 51]
+    proposal = as_proposal(drafter.copy(sequence))
+    assert proposal.tokens == [52, 53, 54, 55] and proposal.source == "pool"
+    drafter.verified(proposal, 4, 0.1)  # all kept, then the target wrote 99
+    assert drafter.anchor is not None and drafter.anchor.next == len(drafter.anchor.tokens)
+    assert drafter.copy(sequence + [52, 53, 54, 55, 99]) is None
+
+
 def test_starts_with_is_a_token_whose_text_begins_another_s_and_is_shorter():
     pieces = [b"(", b"(users", b"(user", b" users", None, b""]
     vocab = TokenBytes.pack(pieces)

@@ -30,8 +30,8 @@ the target's new word or number may go on, so the copy does not resume there whi
 sequence's end; where none does, it guesses that the target's token took the place of the rest of the source's word
 and resumes after that word. Where the target's first token spells only the start of the source's token there ("("
 where the source had "(users", a renamed word after a bracket), the target split that token: the copy waits for its
-next token and counts the two as replacing one. An anchor whose copies the target keeps nothing of RESUME_TRIES times is dropped, and
-only text seen to repeat for RESUME_FROM_MATCH tokens or more (the match it was copied on and the tokens the target
+next token and counts the two as replacing one. An anchor whose copies the target keeps nothing of RESUME_TRIES
+times is dropped, and only text seen to repeat for RESUME_FROM_MATCH tokens or more (the match it was copied on and the tokens the target
 kept of the copy) gets one: in text that does not repeat, a copy on a short match is mostly chance, and so is what
 follows its parting. A copy of text seen to repeat less does not move the anchor: an edit often takes its new value
 from elsewhere (a number from the user's message), and the edited text goes on after it. A resumed copy is as long
@@ -368,7 +368,7 @@ class SuffixDrafter(Drafter):
         if at is None and anchor.exact and 1 <= written <= RESUME_REPLACED:
             # the target's first token may spell the start of the source's token there ("(" of "(users"): it split
             # that token, and its next token spells the rest of it or replaces that rest ("people")
-            split = self.starts_with(tokens[anchor.next], sequence[anchor.length - 1])
+            split = anchor.next < len(tokens) and self.starts_with(tokens[anchor.next], sequence[anchor.length - 1])
             if split and written == 1:
                 return None  # (inside the source's token: where the target's text goes on is not known yet)
             at = anchor.next + written - 1 - split  # they replaced as many source tokens: go on after those
