@@ -128,7 +128,8 @@ def test_same_vocabulary_run_writes_the_reports(bundle_dir, tmp_path):
     md = (out / "report.md").read_text()
     lowest = rows["ours-standard-k3"]["lowest_prompt"]
     for needle in ("## Speed", "peak RSS MiB (whole process)", f"{lowest['speedup']:.2f}x ({lowest['prompt']})",
-                   "per prompt category", "| code_generation | math |", "## Machine", report["machine"]["cpu"], "OpenVINO" if HAS_GENAI else "openvino"):
+                   "per prompt category", "| code_generation | math |", "## Machine", report["machine"]["cpu"],
+                   "OpenVINO" if HAS_GENAI else "openvino"):
         assert needle in md, needle
     assert all(f"| {name} |" in md for name in expected)
 

@@ -358,7 +358,7 @@ def test_a_copy_that_ran_to_the_end_of_the_pool_resumes_nowhere_after_an_edit():
     pool = DraftPool()
     document = LEAD + [50, 51, 52, 53, 54, 55]
     pool.add(document)
-    drafter = SuffixDrafter([1], pool=pool, starts_with=lambda whole, part: False)
+    drafter = SuffixDrafter([1], pool=pool)
     sequence = [1] + LEAD + [50, 51]
     proposal = as_proposal(drafter.copy(sequence))
     assert proposal.tokens == [52, 53, 54, 55] and proposal.source == "pool"

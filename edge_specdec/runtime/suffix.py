@@ -31,11 +31,11 @@ sequence's end; where none does, it guesses that the target's token took the pla
 and resumes after that word. Where the target's first token spells only the start of the source's token there ("("
 where the source had "(users", a renamed word after a bracket), the target split that token: the copy waits for its
 next token and counts the two as replacing one. An anchor whose copies the target keeps nothing of RESUME_TRIES
-times is dropped, and only text seen to repeat for RESUME_FROM_MATCH tokens or more (the match it was copied on and the tokens the target
-kept of the copy) gets one: in text that does not repeat, a copy on a short match is mostly chance, and so is what
-follows its parting. A copy of text seen to repeat less does not move the anchor: an edit often takes its new value
-from elsewhere (a number from the user's message), and the edited text goes on after it. A resumed copy is as long
-as a copy on a match of the anchor's repetition would be.
+times is dropped, and only text seen to repeat for RESUME_FROM_MATCH tokens or more (the match it was copied on and
+the tokens the target kept of the copy) gets one: in text that does not repeat, a copy on a short match is mostly
+chance, and so is what follows its parting. A copy of text seen to repeat less does not move the anchor: an edit
+often takes its new value from elsewhere (a number from the user's message), and the edited text goes on after it.
+A resumed copy is as long as a copy on a match of the anchor's repetition would be.
 
 What the target keeps of copies depends on how long their match was: two matching tokens are often chance, eight
 rarely. The drafter keeps a record per class of match length (how often the target kept a copy's first token,
