@@ -340,13 +340,44 @@ def test_suite_report_from_known_runs(tmp_path):
     assert rows["peer"]["per_cell"] == {"a": 5.0, "b": None} and rows["peer"]["failed_runs"] == 1
     assert report["not_identical"] == ["fast"]
     text = render_suite_markdown(report)
-    assert "| fast | 2 | 25.00 | 2 | 2.00x | **NO** (1 of 2 runs) |" in text
-    assert "| base | 2 | 15.00 | 1 | baseline | reference |" in text and "| peer | 1 (1 failed) |" in text
+    assert rows["fast"]["weakest_cell"] == {"cell": "b", "ratio": 1.0} and rows["base"]["weakest_cell"] is None
+    assert "| fast | 2 | 25.00 | 2 | 2.00x | 1.00x (b) | **NO** (1 of 2 runs) |" in text
+    assert "| base | 2 | 15.00 | 1 | baseline | - | reference |" in text and "| peer | 1 (1 failed) |" in text
     assert "- NOT identical: fast on b (repeat 1): first difference at token 1" in text
     files = write_suite_report(report, tmp_path / "out", say=lambda _: None)
     assert json.loads(open(files["json"]).read())["suite"] == "known"
     if "plot" in files:  # matplotlib is installed: the chart is a PNG
         assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_suite_row_s_weakest_cell_is_the_worst_median_of_its_repeats(tmp_path):
+    """The floor of a row is the cell whose per-repeat ratios to the baseline have the worst median: one slow run of
+    a cell fast otherwise does not make it the floor; where a lower figure is better (seconds), the worst is the
+    highest ratio."""
+    from edge_specdec.benchmark.suite_report import build_suite_report
+    from edge_specdec.benchmark.suite_runs import Cell, Figure, Measured, Suite, SuiteRow
+
+    def suite_of(figure: Figure, base_runs: dict, row_runs: dict) -> dict:
+        rows = []
+        for name, runs in (("base", base_runs), ("row", row_runs)):
+            r = SuiteRow(name, name, run=None)
+            r.measured = {(cell, rep): Measured({figure.key: v}) for cell, values in runs.items()
+                          for rep, v in enumerate(values)}
+            rows.append(r)
+        bundle = types.SimpleNamespace(path=tmp_path / "pair", vocabulary={"relation": "identical"}, manifest={})
+        suite = Suite("known", bundle, rows, [Cell("steady"), Cell("one-slow-run"), Cell("mostly-slow")], [figure],
+                      headline=figure.key, baseline="base", settings={}, method="Known runs.")
+        report = build_suite_report(suite, {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "date": "d"},
+                                    None, interrupted=False)
+        return {r["setup"]: r for r in report["setups"]}["row"]["weakest_cell"]
+
+    base = {"steady": [10.0] * 3, "one-slow-run": [10.0] * 3, "mostly-slow": [10.0] * 3}
+    rates = {"steady": [20.0] * 3, "one-slow-run": [30.0, 5.0, 30.0], "mostly-slow": [11.0, 9.0, 9.5]}
+    assert suite_of(Figure("tps", "tok/s"), base, rates) == {"cell": "mostly-slow", "ratio": 0.95}
+    seconds = {cell: [10 / v for v in values] for cell, values in rates.items()}
+    base_seconds = {cell: [1.0] * 3 for cell in base}
+    weakest = suite_of(Figure("s", "seconds", lower_is_better=True), base_seconds, seconds)
+    assert weakest["cell"] == "mostly-slow" and weakest["ratio"] == pytest.approx(10 / 9.5, abs=1e-4)
 
 
 @pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)

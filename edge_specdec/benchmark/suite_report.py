@@ -16,6 +16,8 @@ DEFINITIONS = """\
   run without such a figure does not count.
 - vs BASELINE: the median, over (cell, repeat), of the row's headline figure / the baseline row's on the same cell
   in the same repeat (the two ran back to back).
+- weakest cell: the cell whose ratios to the baseline (one per repeat) have the worst median, and that median: the
+  row's floor. One slow run on a busy machine moves a median of two, so judge a floor with --repeats 3 or more.
 - identical: the row's output (token ids) equals that of its reference row on the same cell and repeat; under
   greedy decoding a lossless decoder never changes it.
 - each row had one uncounted warm-up run first; then, for each repeat and cell, every row ran back to back, the
@@ -42,16 +44,24 @@ def _identity(row: SuiteRow, rows: dict[str, SuiteRow]) -> tuple[Optional[bool],
     return (not mismatches if compared else None), mismatches, compared
 
 
-def _ratio(row: SuiteRow, baseline: Optional[SuiteRow], key: str) -> Optional[float]:
+def _ratios(row: SuiteRow, baseline: Optional[SuiteRow], key: str) -> dict[str, list[float]]:
+    """Per cell, the row's figure over the baseline's in each repeat (the two ran back to back)."""
     if baseline is None or baseline is row:
-        return None
-    ratios = []
-    for at, m in row.measured.items():
-        ref = baseline.measured.get(at)
+        return {}
+    ratios: dict[str, list[float]] = {}
+    for (cell, repeat), m in row.measured.items():
+        ref = baseline.measured.get((cell, repeat))
         mine, theirs = m.figures.get(key), ref.figures.get(key) if ref else None
         if mine is not None and theirs:
-            ratios.append(mine / theirs)
-    return median(ratios)
+            ratios.setdefault(cell, []).append(mine / theirs)
+    return ratios
+
+
+def _weakest_cell(ratios: dict[str, list[float]], lower_is_better: bool) -> Optional[dict]:
+    """The cell whose ratios have the worst median (the highest where a lower figure is better), and that median."""
+    medians = {cell: median(values) for cell, values in ratios.items()}
+    worst = (max if lower_is_better else min)(medians, key=medians.get, default=None)
+    return {"cell": worst, "ratio": medians[worst]} if worst is not None else None
 
 
 def _total(values) -> Optional[float]:
@@ -72,10 +82,13 @@ def summarize_row(row: SuiteRow, suite: Suite, rows: dict[str, SuiteRow]) -> dic
                 for c in suite.cells}
     per_cell = per_cell_of(suite.headline)
     failures = [{**f, "prompt": f["cell"]} for f in row.failures]
+    ratios = _ratios(row, rows.get(suite.baseline or ""), suite.headline)
+    lower_is_better = next(f.lower_is_better for f in suite.figures if f.key == suite.headline)
     return {"setup": row.name, "description": row.description, "reference": row.reference, "runs": len(runs),
             "failed_runs": len(row.failures), "failures": failures[:20], "figures": figures,
-            "headline_spread": spread(headline), "ratio_to_baseline": _ratio(row, rows.get(suite.baseline or ""),
-                                                                            suite.headline),
+            "headline_spread": spread(headline),
+            "ratio_to_baseline": median(ratio for values in ratios.values() for ratio in values),
+            "weakest_cell": _weakest_cell(ratios, lower_is_better),
             "per_cell": per_cell, **({"per_cell_figures": {f: per_cell_of(f) for f in suite.cell_figures}}
                                      if suite.cell_figures else {}),
             "identical": identical, "identity_checked_runs": compared,
@@ -107,6 +120,11 @@ def build_suite_report(suite: Suite, machine: dict, command: Optional[str], inte
     return rounded(report, 4)
 
 
+def _weakest(row: dict) -> str:
+    weakest = row.get("weakest_cell")
+    return f"{weakest['ratio']:.2f}x ({weakest['cell']})" if weakest else "-"
+
+
 def _identity_cell(row: dict) -> str:
     if row["identical"] is None:
         return "reference" if row["is_reference"] else "not compared"
@@ -133,11 +151,12 @@ def render_suite_markdown(report: dict) -> str:
         lines += ["**Interrupted**: the figures cover only the runs done before Ctrl-C.", ""]
     vs = f"{head['title']} vs {report['baseline']}" if report["baseline"] else None
     lines += ["## Figures", ""]
-    lines += table(["row", "runs", *(f["title"] for f in figures), *([vs] if vs else []), "identical to its reference"],
+    lines += table(["row", "runs", *(f["title"] for f in figures), *([vs, "weakest cell"] if vs else []),
+                    "identical to its reference"],
                    [[r["setup"], str(r["runs"]) + (f" ({r['failed_runs']} failed)" if r["failed_runs"] else ""),
                      *(cell(r["figures"][f["key"]], f["format"]) for f in figures),
-                     *(["baseline" if r["setup"] == report["baseline"] else cell(r["ratio_to_baseline"], ".2f", "x")]
-                       if vs else []), _identity_cell(r)] for r in rows])
+                     *(["baseline" if r["setup"] == report["baseline"] else cell(r["ratio_to_baseline"], ".2f", "x"),
+                        _weakest(r)] if vs else []), _identity_cell(r)] for r in rows])
     lines += ["", f"## {head['title']} per cell", ""]
     lines += table(["cell", *(r["setup"] for r in rows)],
                    [[c, *(cell(r["per_cell"][c], head["format"]) for r in rows)] for c in report["cells"]])
