@@ -9,7 +9,7 @@ from .markdown import cell, problems_section, prompt_source_lines, row_problems,
 from .prompt_set import Prompt
 from .report_files import pyplot, save_chart, write_report_files
 from .setups import ENGINE_TITLES, Setup
-from .stats import first_difference, median, rounded, spread
+from .stats import first_difference, median, rounded, spread, worst_median
 from .verdict import speedup_verdict
 
 MIB = 1024 * 1024
@@ -126,12 +126,11 @@ def summarize_setup(setup: Setup, setups: dict[str, Setup], prompts: list[Prompt
             "speedup_verdict": speedup_verdict(median(cat_ratios), drafted, cat_ratios) if cat_ratios else None}
     row["per_prompt_tokens_per_s"] = {p.key: median(r.tokens_per_s for (key, _), r in setup.runs.items()
                                                     if key == p.key) for p in prompts}
-    per_prompt = {p.key: median(_paired_ratios(setup, base, {p.key})) for p in prompts} if base is not None else {}
-    row["per_prompt_speedup"] = {key: ratio for key, ratio in per_prompt.items() if ratio is not None}
-    floor = min(row["per_prompt_speedup"], key=row["per_prompt_speedup"].get, default=None)
+    per_prompt = {p.key: _paired_ratios(setup, base, {p.key}) for p in prompts} if base is not None else {}
+    row["per_prompt_speedup"] = {key: median(ratios) for key, ratios in per_prompt.items() if ratios}
     # the row's floor: a speed-up promise holds per prompt, not only for the median over all of them
-    row["lowest_prompt"] = ({"prompt": floor, "speedup": row["per_prompt_speedup"][floor]}
-                            if floor is not None and drafted and setup is not base else None)
+    floor = worst_median(per_prompt) if drafted and setup is not base else None
+    row["lowest_prompt"] = dict(zip(("prompt", "speedup"), floor)) if floor else None
     return row
 
 

@@ -27,6 +27,14 @@ def spread(xs: list[float]) -> Optional[dict[str, float]]:
             "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
+def worst_median(values: dict[str, list[float]], lower_is_better: bool = False) -> Optional[tuple[str, float]]:
+    """The key whose values have the worst median (the lowest; the highest where a lower figure is better) and that
+    median: a row's floor over its prompts or cells, each key's values one ratio per repeat. None: no values."""
+    medians = {key: m for key, m in ((key, median(v)) for key, v in values.items()) if m is not None}
+    worst = (max if lower_is_better else min)(medians, key=medians.get, default=None)
+    return (worst, medians[worst]) if worst is not None else None
+
+
 def rounded(value, digits=3):
     """Every float in value (nested dicts and lists too) rounded to digits; NaN becomes None."""
     if isinstance(value, float):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 from .machine import machine_section
 from .markdown import cell, problems_section, row_problems, table
 from .report_files import pyplot, save_chart, write_report_files
-from .stats import first_difference, median, rounded, spread
+from .stats import first_difference, median, rounded, spread, worst_median
 from .suite_runs import Suite, SuiteRow
 
 DEFINITIONS = """\
@@ -57,13 +57,6 @@ def _ratios(row: SuiteRow, baseline: Optional[SuiteRow], key: str) -> dict[str, 
     return ratios
 
 
-def _weakest_cell(ratios: dict[str, list[float]], lower_is_better: bool) -> Optional[dict]:
-    """The cell whose ratios have the worst median (the highest where a lower figure is better), and that median."""
-    medians = {cell: median(values) for cell, values in ratios.items()}
-    worst = (max if lower_is_better else min)(medians, key=medians.get, default=None)
-    return {"cell": worst, "ratio": medians[worst]} if worst is not None else None
-
-
 def _total(values) -> Optional[float]:
     values = [v for v in values if v is not None]
     return float(sum(values)) if values else None
@@ -83,12 +76,12 @@ def summarize_row(row: SuiteRow, suite: Suite, rows: dict[str, SuiteRow]) -> dic
     per_cell = per_cell_of(suite.headline)
     failures = [{**f, "prompt": f["cell"]} for f in row.failures]
     ratios = _ratios(row, rows.get(suite.baseline or ""), suite.headline)
-    lower_is_better = next(f.lower_is_better for f in suite.figures if f.key == suite.headline)
+    weakest = worst_median(ratios, next(f.lower_is_better for f in suite.figures if f.key == suite.headline))
     return {"setup": row.name, "description": row.description, "reference": row.reference, "runs": len(runs),
             "failed_runs": len(row.failures), "failures": failures[:20], "figures": figures,
             "headline_spread": spread(headline),
             "ratio_to_baseline": median(ratio for values in ratios.values() for ratio in values),
-            "weakest_cell": _weakest_cell(ratios, lower_is_better),
+            "weakest_cell": dict(zip(("cell", "ratio"), weakest)) if weakest else None,
             "per_cell": per_cell, **({"per_cell_figures": {f: per_cell_of(f) for f in suite.cell_figures}}
                                      if suite.cell_figures else {}),
             "identical": identical, "identity_checked_runs": compared,
