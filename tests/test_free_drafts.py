@@ -12,9 +12,10 @@ import pytest
 from edge_specdec.runtime import Engine, GenerationConfig, Pipeline
 from edge_specdec.runtime.drafters import Proposal
 from edge_specdec.runtime.sources import FIRST_PAUSE, OPENING_MATCH, STRONG_MATCH, TRIAL_ROUNDS, FreeFirst
+from edge_specdec.runtime.retokenize import Retokenizer
 from edge_specdec.runtime.suffix import (FREE_TOKENS, POOL_MATCH, RESUME_FROM_MATCH, RESUME_SHARE, RESUME_SPAN,
-                                         RESUME_TRIES, RESUMED_MATCH, DraftPool, SuffixDrafter, TokenIndex, as_proposal,
-                                         best_copy)
+                                         RESUME_TRIES, RESUMED_MATCH, Copy, DraftPool, Rename, SuffixDrafter,
+                                         TokenIndex, as_proposal, best_copy, renamed_word)
 from edge_specdec.vocab_map import TokenBytes
 from hostile_text import HOSTILE_STRINGS
 from support import (ALPHA, N_SAMPLES, OTHER_VOCAB, SAME_VOCAB, SAMPLING, bits, forced_logprobs, homogeneity_pvalue,
@@ -428,8 +429,89 @@ def test_an_anchor_whose_resumed_copies_miss_is_dropped():
         drafter.verified(as_proposal(found), 0, 0.1)
         sequence = sequence + [80 + i]  # the target's own token each time
     assert drafter.anchor is None and drafter.copy(sequence) is None
-    drafter, sequence = copied_then_parted(1, list(range(100, 101 + RESUME_SPAN)))  # far past the parting: nothing resumes
+    # far past the parting: nothing resumes
+    drafter, sequence = copied_then_parted(1, list(range(100, 101 + RESUME_SPAN)))
     assert drafter.copy(sequence) is None
+
+
+# --- renames: an edit the target made to copied text, replayed in later copies ---------------------------------
+
+# a vocabulary of whole pieces for the rename tests: the generic tokens spell " tN", the others what they say
+RENAME_PIECES = {53: b" users", 60: b"(users", 61: b"(", 62: b"people", 63: b" superusers", 99: b" people"}
+
+
+def rename_respell() -> Retokenizer:
+    pieces = [RENAME_PIECES.get(i, b" t%d" % i) for i in range(128)]
+    vocab = TokenBytes.pack(pieces)
+    by_length = sorted(range(len(pieces)), key=lambda i: -len(pieces[i]))
+
+    def encode(text: str) -> list[int]:  # greedy longest match: the toy tokenizer
+        data, out = text.encode(), []
+        while data:
+            token = next(i for i in by_length if data.startswith(pieces[i]))
+            out.append(token)
+            data = data[len(pieces[token]):]
+        return out
+    return Retokenizer(encode, vocab)
+
+
+def test_renamed_word_is_the_one_whole_word_an_edit_replaced():
+    assert renamed_word(b" users", b" people") == Rename(b"users", b"people")
+    assert renamed_word(b"(users", b"(people") == Rename(b"users", b"people")
+    assert renamed_word(b" count_words(", b" word_counts(") == Rename(b"count_words", b"word_counts")
+    assert renamed_word(b"load_users", b"load_people") == Rename(b"users", b"people")  # (a piece of a name)
+    assert renamed_word(b" delay =", b" max_delay =") is None  # an insertion: nothing was replaced
+    assert renamed_word(b" the old cat", b" a new dog") is None  # more than one word
+    assert renamed_word(b" 42", b" 43") is None  # a number, not a name
+    assert renamed_word(b" ab", b" cd") is None  # too short to be told from any other text
+    assert renamed_word(b" users", b" all_users") is None  # the new text would hold the old word again
+
+
+def test_a_rename_is_replayed_in_later_copies_and_a_copy_resumes_after_it():
+    """The target wrote " people" (99) where the source had " users" (53) and went on with the source (a resumed
+    copy it kept): later copies spell every whole word " users" as " people", and after a replayed copy the target
+    kept, a parting resumes in the source."""
+    source = LEAD + [50, 51, 52, 53, 54, 55, 56, 40, 41, 53, 42, 43, 44, 45, 46, 53, 47, 48, 49, 57, 58]
+    drafter = SuffixDrafter(source + [1], respell=rename_respell())
+    sequence = source + [1] + LEAD + [50, 51]
+    drafter.verified(as_proposal(drafter.copy(sequence)), 1, 0.1)  # 52 kept, then 99 in 53's place
+    sequence += [52, 99]
+    resumed = drafter.copy(sequence)
+    assert resumed.match == RESUMED_MATCH and resumed.tokens[:4] == [54, 55, 56, 40]
+    assert 53 in resumed.tokens and not drafter.renames  # (learnt only once the target keeps the resumed copy)
+    drafter.verified(as_proposal(resumed), 5, 0.1)  # kept up to 41, then the target renamed the second one too
+    assert drafter.renames == [Rename(b"users", b"people")]
+    sequence += [54, 55, 56, 40, 41, 99]
+    replayed = drafter.copy(sequence)
+    assert replayed.tokens[:7] == [42, 43, 44, 45, 46, 99, 47]  # the third " users" spelled " people"
+    assert replayed.origin is None and drafter.replayed is not None
+    drafter.verified(as_proposal(replayed), 7, 0.1)  # kept up to 47, then the target wrote 80 in 48's place
+    assert drafter.stats()["renamed_copies"] == 1 and drafter.renames
+    after = drafter.copy(sequence + replayed.tokens[:7] + [80])
+    assert after.match == RESUMED_MATCH and after.tokens[:2] == [49, 57]
+
+
+def test_a_rename_the_target_parts_from_inside_its_new_spelling_is_forgotten():
+    drafter = SuffixDrafter(LEAD + [50, 51, 53, 54, 55, 56], respell=rename_respell())
+    drafter.renames = [Rename(b"users", b"people")]
+    sequence = LEAD + [50, 51, 53, 54, 55, 56, 1] + LEAD + [50, 51]
+    found = drafter.copy(sequence)
+    assert found.tokens[:2] == [99, 54]
+    drafter.verified(as_proposal(found), 0, 0.1)  # the target kept " users" here: not a rename of this text
+    assert drafter.renames == [] and drafter.copy(sequence).tokens[:2] == [53, 54]
+
+
+def test_a_replayed_rename_respells_the_tokens_that_hold_the_word_and_only_whole_words():
+    """"(users" becomes "(" + "people" (the toy tokenizer's spelling of "(people"); " superusers" holds the old word
+    only as part of another, and a copy's last word may go on after it: both stay as they are."""
+    drafter = SuffixDrafter([1], respell=rename_respell())
+    drafter.renames = [Rename(b"users", b"people")]
+    copy = Copy([60, 40, 63, 41, 53, 42, 53], [1.0] * 7, 9, "suffix", ([0] * 20, 5, 10))
+    drafter.replay_renames(copy, 39, FREE_TOKENS, 9)
+    assert copy.tokens == [61, 62, 40, 63, 41, 99, 42, 53]
+    assert len(copy.chances) == len(copy.tokens) and copy.origin is None
+    assert [span[:2] for span in drafter.replayed.spans] == [(0, 2), (5, 6)]
+    assert drafter.replayed.after == [None, 7, 8, 9, 10, 11, 12, 13]  # source position after each token
 
 
 # --- lossless with real (tiny) models ----------------------------------------------------------------------------
@@ -542,6 +624,33 @@ def test_sampled_logprobs_are_the_target_alones_where_copies_were_verified(pipes
         assert bits(result.logprobs) == bits(forced_logprobs(pipe, prompt_ids, result.token_ids, config))
     assert copied and rolled_back  # copies were verified, some cut back
     pipe.forget()
+
+
+@pytest.mark.parametrize("algorithm", ["suffix", pytest.param("slem", marks=pytest.mark.slow)])
+def test_copies_that_replay_a_rename_keep_the_target_alone_s_ids_and_bits(pipes, algorithm, monkeypatch):
+    """Copies spelled with a rename (every whole word "return" as "yield", as if the target had renamed it) are
+    verified as any proposal is: greedy ids and logprob bits, and a sampled run's logprobs, are the target alone's."""
+    build = SuffixDrafter.__init__
+
+    def renaming(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        self.renames = [Rename(b"return", b"yield")]
+    monkeypatch.setattr(SuffixDrafter, "__init__", renaming)
+    pipe = pipes["hetero"]
+    greedy = GenerationConfig(max_new_tokens=24, ignore_eos=True, logprobs=True)
+    renamed = 0
+    for prompt in [REPEATING[0], REPEATING[2]]:
+        base = pipe.generate(prompt, greedy, algorithm="none", pool_scope=None)
+        spec = pipe.generate(prompt, greedy, algorithm=algorithm, num_assistant_tokens=4, pool_scope=None)
+        assert spec.token_ids == base.token_ids and logprob_bits(spec) == logprob_bits(base), prompt
+        renamed += spec.extra.get("renamed_copies", 0)
+        prompt_ids = pipe.tokenizer.encode(prompt)
+        for seed in range(2):
+            config = GenerationConfig(max_new_tokens=24, seed=seed, ignore_eos=True, logprobs=True, **SAMPLING)
+            result = pipe.generate(prompt_ids, config, algorithm=algorithm, num_assistant_tokens=4, pool_scope=None)
+            assert bits(result.logprobs) == bits(forced_logprobs(pipe, prompt_ids, result.token_ids, config))
+            renamed += result.extra.get("renamed_copies", 0)
+    assert renamed  # copies replayed the rename, and the target verified them
 
 
 @pytest.mark.slow

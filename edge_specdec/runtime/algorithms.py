@@ -75,7 +75,8 @@ class DraftContext:
         token, where the run would stop (unless it ignores them)."""
         ends = () if self.config.ignore_eos else tuple(self.config.eos_token_ids or ())
         return SuffixDrafter(self.prompt_ids, self.pool, self.pool_scope, ends=ends,
-                             same_word=self.vocab_map.target.same_word, starts_with=self.vocab_map.target.starts_with)
+                             same_word=self.vocab_map.target.same_word, starts_with=self.vocab_map.target.starts_with,
+                             respell=self.target_retokenizer)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,12 @@ chance, and so is what follows its parting. A copy of text seen to repeat less d
 often takes its new value from elsewhere (a number from the user's message), and the edited text goes on after it.
 A resumed copy is as long as a copy on a match of the anchor's repetition would be.
 
+Where the target put a word of its own in place of a word of the copied text and then went on with that text (a
+resumed copy it kept), the edit was probably a rename ("users" to "people" all through the code). The drafter
+remembers it (`Rename`) and replays it in its later copies of the request's text: each whole word that spells the
+old name is spelled with the new one (the tokens around it re-tokenized), so a rename costs one parting, not one
+per occurrence. A rename the target parts from inside its new spelling is forgotten.
+
 What the target keeps of copies depends on how long their match was: two matching tokens are often chance, eight
 rarely. The drafter keeps a record per class of match length (how often the target kept a copy's first token,
 decayed) and scales a copy's expected tokens by it, so the caller stops taking the copies of a class that keeps
@@ -53,6 +59,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .drafters import Drafter, Proposal
+from .retokenize import Retokenizer
 
 SEPARATOR = -1           # between two documents of a pool: no match or continuation crosses it
 MAX_MATCH = 32           # a match is measured up to this many tokens back
@@ -78,6 +85,8 @@ MATCH_CLASSES = (1, 2, 4, 7)  # copies are judged apart by their match's length:
 RECORD_DECAY = 0.9       # the weight of a class's earlier copies in its record, per copy
 RESUME_SHARE = 0.7       # the chance counted per step of a resumed copy (one occurrence, matched on one token)
 DRAFT_POOL_TOKENS = 65536  # the default bound of an engine's draft pool (tokens over all scopes)
+RENAMES = 4              # the most renames a request's copies replay (the latest)
+MIN_RENAMED = 3          # a rename's old word has at least this many bytes (shorter ones occur everywhere)
 
 
 def _pair(a: int, b: int) -> int:
@@ -255,6 +264,68 @@ class DraftPool:
                     "scopes": len(self.scopes)}
 
 
+@dataclass(frozen=True)
+class Rename:
+    """A word the target wrote in place of another where it edited copied text: `old` -> `new` (their bytes,
+    letters, digits and underscores)."""
+    old: bytes
+    new: bytes
+
+
+def _is_word_byte(b: int) -> bool:
+    """A letter or digit: a byte that goes on a word (an underscore parts the pieces of a name, "load_users")."""
+    return 48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122
+
+
+def renamed_word(old: bytes, new: bytes) -> Optional[Rename]:
+    """The rename an edit made, from the text it replaced (`old`) and the text written in its place (`new`): the
+    one whole word where the two differ, without what they share before and after it; None where they differ in
+    more than one word, in a short word, or where nothing was replaced (an insertion)."""
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    while head and _is_word_byte(old[head - 1]):  # back to the start of the word the difference begins in
+        head -= 1
+    while tail and _is_word_byte(old[len(old) - tail]):  # and on to the end of the word it ends in
+        tail -= 1
+    old_word, new_word = old[head:len(old) - tail], new[head:len(new) - tail]
+
+    def is_name(word: bytes) -> bool:  # letters, digits and underscores, a letter among them
+        return all(_is_word_byte(b) or b == 95 for b in word) and any(97 <= (b | 32) <= 122 for b in word)
+    if not (is_name(old_word) and is_name(new_word)) or len(old_word) < MIN_RENAMED or old_word in new_word:
+        return None  # (an old name inside the new one would be renamed again in the text already renamed)
+    return Rename(old_word, new_word)
+
+
+def whole_words(text: bytes, word: bytes, start: int, lead: bytes) -> list[int]:
+    """Where `word` stands in `text` as a whole word (no letter or digit on either side), from `start` on; `lead`:
+    the text before it. One that ends the text is left out: the word may go on after it."""
+    found, at = [], text.find(word, start)
+    while at >= 0:
+        before = text[at - 1] if at else lead[-1]
+        end = at + len(word)
+        if not _is_word_byte(before) and end < len(text) and not _is_word_byte(text[end]):
+            found.append(at)
+        at = text.find(word, at + 1)
+    return found
+
+
+@dataclass
+class Replay:
+    """A copy that replayed renames, as it went to the target: its tokens; per rename replayed, the span of tokens
+    that spell the new word; its source, and per token the source position after it (None inside a new
+    spelling); the sequence's length before it; the repetition its length was measured by."""
+    tokens: list[int]
+    spans: list[tuple[int, int, Rename]]
+    source: list[int]
+    after: list[Optional[int]]
+    length: int
+    basis: int
+
+
 @dataclass
 class Anchor:
     """A copy's place in its source after the target verified it: `tokens[next]` is the first source token the
@@ -283,13 +354,14 @@ class SuffixDrafter(Drafter):
     same_word(left, right): whether `right` after `left` goes on the same word (TokenBytes.same_word; None: never),
     so that a resumed copy does not start inside the target's new word; starts_with(whole, part): whether `whole`'s
     text begins with `part`'s and goes on (TokenBytes.starts_with; None: never), so that a target that split a
-    source token ("(" then "people" where the source had "(users") is not taken as having replaced two."""
+    source token ("(" then "people" where the source had "(users") is not taken as having replaced two. respell:
+    the target's re-tokenizer, with which copies replay the renames the target made (see the module's docstring)."""
 
     free_tokens = FREE_TOKENS
 
     def __init__(self, prompt_ids: list[int], pool: Optional[DraftPool] = None, scope: str = "",
                  ends: tuple[int, ...] = (), same_word: Optional[Callable[[int, int], bool]] = None,
-                 starts_with: Optional[Callable[[int, int], bool]] = None):
+                 starts_with: Optional[Callable[[int, int], bool]] = None, respell: Optional[Retokenizer] = None):
         self.own = TokenIndex(prompt_ids)
         self.prompt_length = len(prompt_ids)
         self.pool, self.scope = pool, scope
@@ -302,6 +374,10 @@ class SuffixDrafter(Drafter):
         self.recent: "OrderedDict[tuple, int]" = OrderedDict()  # a copy's place -> its match's length
         # per class of match length: decayed [copies whose first token the target kept, copies], from 1 of 1
         self.records = {c: [1.0, 1.0] for c in range(len(MATCH_CLASSES) + 1)}
+        self.respell = respell  # spells a rename's text in the target's tokens (None: renames are not replayed)
+        self.renames: list[Rename] = []  # the latest first
+        self.replayed: Optional[Replay] = None  # the last copy that replayed a rename
+        self.renamed = 0  # copies that replayed a rename and went to the target
 
     def sync(self, sequence: list[int]) -> None:
         """Make the request's index hold exactly `sequence` (it grows by a round's tokens; a guessed sequence
@@ -338,6 +414,8 @@ class SuffixDrafter(Drafter):
         found.tokens = found.tokens[:min(length, end)]
         kept, tried = self.records[match_class(found.match)]
         found.scale = kept / tried  # how often copies matched this long were right, in this request
+        if self.renames and found.source == "suffix":  # (the pool holds other requests' text)
+            self.replay_renames(found, sequence[-1], length, basis)
         if len(found.tokens) < MIN_FREE_TOKENS and not (found.tokens and found.tokens[-1] in self.ends):
             return None  # (a copy that ends the answer is worth its round however short)
         if found.origin is not None:  # what verified() needs to know of it (the last few: concurrent mode)
@@ -346,6 +424,46 @@ class SuffixDrafter(Drafter):
             while len(self.recent) > 4:
                 self.recent.popitem(last=False)
         return found
+
+    def replay_renames(self, found: Copy, before: int, limit: int, basis: int) -> None:
+        """Spell every whole word of the copy that a rename replaced with its new word (at most `limit` tokens in
+        all): the tokens that hold the word are re-tokenized with the bytes around it. `before`: the token the copy
+        follows; `basis`: the repetition its length was measured by (for the place to resume, see verified)."""
+        pieces = self.respell.pieces
+        source, at_source, length = found.origin
+        tokens, chances, spans, start = list(found.tokens), list(found.chances), [], 0
+        # per token of the copy: the source position after it (None inside a new spelling), where a copy kept up to
+        # that token goes on
+        after = [at_source + 2 + i for i in range(len(tokens))]
+        lead = (pieces.piece(before) if before >= 0 else None) or b" "  # (a special token parts words too)
+        while True:
+            data = [pieces.piece(t) or b"" for t in tokens]
+            text = b"".join(data)
+            hit = min(((at, rename) for rename in self.renames for at in whole_words(text, rename.old, start, lead)),
+                      default=None)
+            if hit is None:
+                break
+            at, rename = hit
+            ends = [0]
+            for piece in data:
+                ends.append(ends[-1] + len(piece))
+            first = next(i for i in range(len(tokens)) if ends[i + 1] > at)  # the tokens that hold the word
+            last = next(i for i in range(first, len(tokens)) if ends[i + 1] >= at + len(rename.old))
+            spelled = text[ends[first]:at] + rename.new + text[at + len(rename.old):ends[last + 1]]
+            new = self.respell.continuation([before] + tokens[:first], spelled)
+            complete = sum(len(pieces.piece(t) or b"") for t in new) == len(spelled)
+            tokens = tokens[:first] + new + tokens[last + 1:]
+            chances = chances[:first] + [chances[last]] * len(new) + chances[last + 1:]
+            after = after[:first] + [None] * (len(new) - 1) + [after[last] if complete else None] + after[last + 1:]
+            spans.append((first, first + len(new), rename))
+            if not complete:  # (spelled only in part: the copy ends there)
+                tokens, chances, after = tokens[:first + len(new)], chances[:first + len(new)], after[:first + len(new)]
+                break
+            start = ends[first] + len(spelled)  # the next word is looked for after the new spelling
+        if spans:
+            found.tokens, found.chances, found.origin = tokens[:limit], chances[:limit], None
+            self.replayed = Replay(list(found.tokens), [span for span in spans if span[0] < limit], source,
+                                   after[:limit], length, basis)
 
     def resume(self, sequence: list[int], guess: bool = False) -> Optional[Copy]:
         """A copy that resumes at the anchor (see the module's docstring): behind the sequence's last token where
@@ -407,6 +525,9 @@ class SuffixDrafter(Drafter):
             self.factor = min(8.0, 2 * self.factor)
         elif 2 * kept < proposal.copied:
             self.factor = max(0.5, self.factor / 2)
+        replay, self.replayed = self.replayed, None
+        if replay is not None and proposal.tokens[:len(replay.tokens)] == replay.tokens:
+            self.verified_replay(replay, kept, accepted <= proposal.copied)
         if proposal.origin is None:
             return
         tokens, before, length = proposal.origin
@@ -416,6 +537,8 @@ class SuffixDrafter(Drafter):
             record[0], record[1] = RECORD_DECAY * record[0] + (kept > 0), RECORD_DECAY * record[1] + 1
         anchor = self.anchor
         self.resumed += match == RESUMED_MATCH
+        if match == RESUMED_MATCH and kept and anchor is not None:
+            self.learn_rename(anchor, tokens, before, length)
         if match == RESUMED_MATCH and not kept and anchor is not None:  # a resumed copy missed: one try less
             anchor.tries += 1
             if anchor.tries >= RESUME_TRIES:
@@ -429,8 +552,32 @@ class SuffixDrafter(Drafter):
             # (a copy of text seen to repeat less leaves the anchor where it was: an edit often copies its new value
             # from elsewhere, a number from the user's message, and the text it edits goes on after it)
 
+    def verified_replay(self, replay: "Replay", kept: int, exact: bool) -> None:
+        """The target verified a copy that replayed renames and kept `kept` of its tokens: a rename it parted from
+        inside its new spelling is forgotten; the place after the kept tokens is where a copy resumes."""
+        self.renamed += 1
+        for first, end, rename in replay.spans:
+            if first <= kept < end and rename in self.renames:
+                self.renames.remove(rename)
+        after = replay.after[kept - 1] if kept else None
+        repeated = replay.basis + kept
+        if after is not None and after <= len(replay.source) and repeated >= RESUME_FROM_MATCH:
+            self.anchor = Anchor(replay.source, after, "suffix", replay.length + kept + 1, exact, repeated=repeated)
+
+    def learn_rename(self, anchor: Anchor, source: list[int], before: int, length: int) -> None:
+        """A resumed copy the target kept: the source tokens from the parting to `before` were replaced by the
+        tokens the target wrote from the parting to `length`. Where that was one word for another, remember it."""
+        if self.respell is None or not anchor.exact or len(self.own.tokens) < length or anchor.length < 1:
+            return
+        spell = self.respell.bytes_of
+        rename = renamed_word(spell([t for t in source[anchor.next:before + 1] if t >= 0]),
+                              spell(self.own.tokens[anchor.length - 1:length]))
+        if rename is not None:
+            self.renames = [rename] + [r for r in self.renames if r.old != rename.old][:RENAMES - 1]
+
     def stats(self) -> dict:
-        return {"resumed_copies": self.resumed} if self.resumed else {}
+        return {**({"resumed_copies": self.resumed} if self.resumed else {}),
+                **({"renamed_copies": self.renamed} if self.renamed else {})}
 
 
 def match_class(match: int) -> int:
