@@ -63,6 +63,22 @@ def test_a_draft_whose_tokens_the_target_rejects_stops_within_a_few_rounds_whate
         assert learned["mode"] is False if prior is None else (learned["mode"], learned["interval"]) == (True, 64)
 
 
+def test_after_a_sure_loss_drafting_is_checked_again_half_as_often_within_the_request():
+    """A translation the draft does not know: after its sure loss (3 measured rounds) and the 2 rounds that measure
+    the target alone, the target alone runs 2 * recheck rounds before drafting is measured again: each check costs
+    the draft's catch-up on the tokens written meanwhile and a few losing rounds."""
+    guard = DraftingGuard()
+    length = DraftLength(8, guard=guard)
+    modes = []
+    for i in range(80):
+        drafting = length.round_k() > 0
+        modes.append(drafting)
+        length.update(0, 1, 0.04, 0.12, drafted=True, first=i == 0) if drafting else \
+            length.update(0, 0, 0.0, 0.1, drafted=False, first=i == 0)
+    checks = [i for i in range(1, len(modes)) if modes[i] and not modes[i - 1]]  # drafting measured again
+    assert all(modes[:4]) and checks[0] == 4 + guard.probe + 2 * guard.recheck, modes
+
+
 def test_a_prompt_whose_drafts_miss_does_not_keep_the_next_prompt_from_drafting():
     """A translation the draft does not know, then a prompt on which drafting wins: the first stops drafting after a
     few rounds, and the second, starting from the verdict the first leaves, drafts from its start."""
@@ -86,7 +102,9 @@ def test_a_pair_whose_drafts_miss_on_every_prompt_learns_to_run_the_target_alone
         prior = guard.learned()
     assert drafted[0] >= 4 and drafted[1] >= 4  # a prompt's loss, then a second: both drafted their first rounds
     assert prior["mode"] is False and prior["lost"] == MOST_LOST
-    assert drafted[-1] == 0 and sum(drafted[-3:]) < drafted[0]  # a 64-round run no longer checks drafting
+    # a 64-round run no longer checks drafting every time: at most one probe of drafting (its catch-up round and
+    # 2 * probe rounds) every other run
+    assert drafted[-1] == 0 and sum(drafted[-4:]) <= 2 * (2 * guard.probe + 1)
 
 
 def test_a_draft_that_keeps_enough_is_never_cut_short():

@@ -251,7 +251,10 @@ class DraftingGuard:
     mode runs. A sure loss also sets aside the drafting and alone rates measured before it (an earlier prompt's, a
     prior's): the two modes are compared on this request's rounds. So a short answer whose draft keeps almost
     nothing (a translation the draft does not know) pays a few rounds for drafting, not the whole answer, and the
-    next request (another prompt) starts from what the guard knew before it (`learned`).
+    next request (another prompt) starts from what the guard knew before it (`learned`). Within that request,
+    drafting is then measured again after `2 * recheck` rounds of the target alone, not `recheck`: each check costs
+    the draft's catch-up on the tokens written meanwhile and a few losing rounds, on text already shown to be one
+    the draft does not know.
 
     prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
     starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again when
@@ -361,7 +364,10 @@ class DraftingGuard:
             faster = self._faster()
             # a mode that keeps winning is checked less and less often (up to 8x the interval): its probes of the
             # losing mode are what the guard costs
-            self.interval = min(8 * self.recheck, 2 * self.interval) if faster == self.before else self.recheck
+            if faster == self.before:
+                self.interval = min(8 * self.recheck, 2 * self.interval)
+            else:  # (after a sure loss this request's text is one the draft does not know: checked half as often)
+                self.interval = 2 * self.recheck if self.sure_lost and not faster else self.recheck
             self.probing, self.mode = False, faster
             self.left = self.interval
         else:  # measure the other mode again
