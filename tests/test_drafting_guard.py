@@ -40,6 +40,19 @@ def simulate_rounds(guard: DraftingGuard, drafting: list[tuple[int, float]], alo
     return modes
 
 
+def rounds_that_keep_nothing(guard: DraftingGuard, rounds: int) -> list[bool]:
+    """Rounds of a draft length under `guard` on a prompt the draft does not know: a drafting round costs a 0.04 s
+    draft and a 0.12 s block and keeps nothing; the target alone takes 0.1 s a token. Whether each round drafted."""
+    length = DraftLength(8, guard=guard)
+    modes = []
+    for i in range(rounds):
+        drafting = length.round_k() > 0
+        modes.append(drafting)
+        length.update(0, 1, 0.04, 0.12, drafted=True, first=i == 0) if drafting else \
+            length.update(0, 0, 0.0, 0.1, drafted=False, first=i == 0)
+    return modes
+
+
 def test_a_draft_whose_tokens_the_target_rejects_stops_within_a_few_rounds_whatever_the_prior():
     """A prompt the draft does not know (a translation): its rounds keep almost no drafted token, so each costs
     the draft's seconds for nothing. A prior from prompts where drafting won (its verdict checked again only 65
@@ -47,14 +60,7 @@ def test_a_draft_whose_tokens_the_target_rejects_stops_within_a_few_rounds_whate
     won = {"mode": True, "interval": 64, "drafting": [20.0, 0.2], "alone": [1.8, 0.06]}  # another prompt's
     for prior in (None, won):
         guard = DraftingGuard(prior=prior)
-        length = DraftLength(8, guard=guard)
-        modes = []
-        for i in range(64):
-            drafting = length.round_k() > 0
-            modes.append(drafting)
-            # a drafting round: a 0.04 s draft, a 0.12 s block and nothing kept; the target alone: 0.1 s a token
-            length.update(0, 1, 0.04, 0.12, drafted=True, first=i == 0) if drafting else \
-                length.update(0, 0, 0.0, 0.1, drafted=False, first=i == 0)
+        modes = rounds_that_keep_nothing(guard, 64)
         assert all(modes[:4]) and not any(modes[4:36])  # the first round and 3 measured ones, then the target alone
         # the loss was this prompt's: the next request starts from what the guard knew before it (the prior's
         # verdict), counting one run lost; with nothing known before, from this run's own verdict
@@ -68,13 +74,7 @@ def test_after_a_sure_loss_drafting_is_checked_again_half_as_often_within_the_re
     the target alone, the target alone runs 2 * recheck rounds before drafting is measured again: each check costs
     the draft's catch-up on the tokens written meanwhile and a few losing rounds."""
     guard = DraftingGuard()
-    length = DraftLength(8, guard=guard)
-    modes = []
-    for i in range(80):
-        drafting = length.round_k() > 0
-        modes.append(drafting)
-        length.update(0, 1, 0.04, 0.12, drafted=True, first=i == 0) if drafting else \
-            length.update(0, 0, 0.0, 0.1, drafted=False, first=i == 0)
+    modes = rounds_that_keep_nothing(guard, 80)
     checks = [i for i in range(1, len(modes)) if modes[i] and not modes[i - 1]]  # drafting measured again
     assert all(modes[:4]) and checks[0] == 4 + guard.probe + 2 * guard.recheck, modes
 

@@ -484,7 +484,7 @@ def test_a_rename_is_replayed_in_later_copies_and_a_copy_resumes_after_it():
     sequence += [54, 55, 56, 40, 41, 99]
     replayed = drafter.copy(sequence)
     assert replayed.tokens[:7] == [42, 43, 44, 45, 46, 99, 47]  # the third " users" spelled " people"
-    assert replayed.origin is None and drafter.replayed is not None
+    assert replayed.origin is None and tuple(replayed.tokens) in drafter.replays
     drafter.verified(as_proposal(replayed), 7, 0.1)  # kept up to 47, then the target wrote 80 in 48's place
     assert drafter.stats()["renamed_copies"] == 1 and drafter.renames
     after = drafter.copy(sequence + replayed.tokens[:7] + [80])
@@ -499,6 +499,9 @@ def test_a_rename_the_target_parts_from_inside_its_new_spelling_is_forgotten():
     assert found.tokens[:2] == [99, 54]
     drafter.verified(as_proposal(found), 0, 0.1)  # the target kept " users" here: not a rename of this text
     assert drafter.renames == [] and drafter.copy(sequence).tokens[:2] == [53, 54]
+    drafter = SuffixDrafter(LEAD + [50, 51, 53, 54, 55, 56])  # no re-tokenizer: nothing is replayed
+    drafter.renames = [Rename(b"users", b"people")]
+    assert drafter.copy(sequence).tokens[:2] == [53, 54]
 
 
 def test_a_replayed_rename_respells_the_tokens_that_hold_the_word_and_only_whole_words():
@@ -510,8 +513,9 @@ def test_a_replayed_rename_respells_the_tokens_that_hold_the_word_and_only_whole
     drafter.replay_renames(copy, 39, FREE_TOKENS, 9)
     assert copy.tokens == [61, 62, 40, 63, 41, 99, 42, 53]
     assert len(copy.chances) == len(copy.tokens) and copy.origin is None
-    assert [span[:2] for span in drafter.replayed.spans] == [(0, 2), (5, 6)]
-    assert drafter.replayed.after == [None, 7, 8, 9, 10, 11, 12, 13]  # source position after each token
+    replay = drafter.replays[tuple(copy.tokens)]
+    assert [span[:2] for span in replay.spans] == [(0, 2), (5, 6)]
+    assert replay.after == [None, 7, 8, 9, 10, 11, 12, 13]  # the source position after each token
 
 
 # --- lossless with real (tiny) models ----------------------------------------------------------------------------

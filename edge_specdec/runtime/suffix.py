@@ -315,10 +315,9 @@ def whole_words(text: bytes, word: bytes, start: int, lead: bytes) -> list[int]:
 
 @dataclass
 class Replay:
-    """A copy that replayed renames, as it went to the target: its tokens; per rename replayed, the span of tokens
-    that spell the new word; its source, and per token the source position after it (None inside a new
-    spelling); the sequence's length before it; the repetition its length was measured by."""
-    tokens: list[int]
+    """A copy that replayed renames, as it went to the target: per rename replayed, the span of its tokens that
+    spell the new word; its source, and per token the source position after it (None inside a new spelling); the
+    sequence's length before it; the repetition its length was measured by."""
     spans: list[tuple[int, int, Rename]]
     source: list[int]
     after: list[Optional[int]]
@@ -376,7 +375,9 @@ class SuffixDrafter(Drafter):
         self.records = {c: [1.0, 1.0] for c in range(len(MATCH_CLASSES) + 1)}
         self.respell = respell  # spells a rename's text in the target's tokens (None: renames are not replayed)
         self.renames: list[Rename] = []  # the latest first
-        self.replayed: Optional[Replay] = None  # the last copy that replayed a rename
+        # the last few copies that replayed a rename, by their tokens (concurrent mode builds the next round's copy
+        # before the target verified this one's)
+        self.replays: "OrderedDict[tuple[int, ...], Replay]" = OrderedDict()
         self.renamed = 0  # copies that replayed a rename and went to the target
 
     def sync(self, sequence: list[int]) -> None:
@@ -414,7 +415,7 @@ class SuffixDrafter(Drafter):
         found.tokens = found.tokens[:min(length, end)]
         kept, tried = self.records[match_class(found.match)]
         found.scale = kept / tried  # how often copies matched this long were right, in this request
-        if self.renames and found.source == "suffix":  # (the pool holds other requests' text)
+        if self.renames and self.respell is not None and found.source == "suffix":  # (the pool: other requests')
             self.replay_renames(found, sequence[-1], length, basis)
         if len(found.tokens) < MIN_FREE_TOKENS and not (found.tokens and found.tokens[-1] in self.ends):
             return None  # (a copy that ends the answer is worth its round however short)
@@ -462,8 +463,10 @@ class SuffixDrafter(Drafter):
             start = ends[first] + len(spelled)  # the next word is looked for after the new spelling
         if spans:
             found.tokens, found.chances, found.origin = tokens[:limit], chances[:limit], None
-            self.replayed = Replay(list(found.tokens), [span for span in spans if span[0] < limit], source,
-                                   after[:limit], length, basis)
+            self.replays[tuple(found.tokens)] = Replay([span for span in spans if span[0] < limit], source,
+                                                       after[:limit], length, basis)
+            while len(self.replays) > 4:
+                self.replays.popitem(last=False)
 
     def resume(self, sequence: list[int], guess: bool = False) -> Optional[Copy]:
         """A copy that resumes at the anchor (see the module's docstring): behind the sequence's last token where
@@ -525,8 +528,8 @@ class SuffixDrafter(Drafter):
             self.factor = min(8.0, 2 * self.factor)
         elif 2 * kept < proposal.copied:
             self.factor = max(0.5, self.factor / 2)
-        replay, self.replayed = self.replayed, None
-        if replay is not None and proposal.tokens[:len(replay.tokens)] == replay.tokens:
+        replay = self.replays.pop(tuple(proposal.tokens[:proposal.copied]), None)
+        if replay is not None:
             self.verified_replay(replay, kept, accepted <= proposal.copied)
         if proposal.origin is None:
             return
