@@ -452,7 +452,7 @@ class SuffixDrafter(Drafter):
             last = next(i for i in range(first, len(tokens)) if ends[i + 1] >= at + len(rename.old))
             spelled = text[ends[first]:at] + rename.new + text[at + len(rename.old):ends[last + 1]]
             new = self.respell.continuation([before] + tokens[:first], spelled)
-            complete = sum(len(pieces.piece(t) or b"") for t in new) == len(spelled)
+            complete = len(self.respell.bytes_of(new)) == len(spelled)
             tokens = tokens[:first] + new + tokens[last + 1:]
             chances = chances[:first] + [chances[last]] * len(new) + chances[last + 1:]
             after = after[:first] + [None] * (len(new) - 1) + [after[last] if complete else None] + after[last + 1:]
