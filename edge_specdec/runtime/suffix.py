@@ -87,6 +87,9 @@ RESUME_SHARE = 0.7       # the chance counted per step of a resumed copy (one oc
 DRAFT_POOL_TOKENS = 65536  # the default bound of an engine's draft pool (tokens over all scopes)
 RENAMES = 4              # the most renames a request's copies replay (the latest)
 MIN_RENAMED = 3          # a rename's old word has at least this many bytes (shorter ones occur everywhere)
+# copies remembered until the target verified them (concurrent mode builds the next round's copy before this one's
+# verification): their places (`recent`) and the renames they replayed (`replays`)
+PENDING_COPIES = 4
 
 
 def _pair(a: int, b: int) -> int:
@@ -422,7 +425,7 @@ class SuffixDrafter(Drafter):
         if found.origin is not None:  # what verified() needs to know of it (the last few: concurrent mode)
             tokens, before, at_length = found.origin
             self.recent[(id(tokens), before, at_length)] = found.match
-            while len(self.recent) > 4:
+            while len(self.recent) > PENDING_COPIES:
                 self.recent.popitem(last=False)
         return found
 
@@ -465,7 +468,7 @@ class SuffixDrafter(Drafter):
             found.tokens, found.chances, found.origin = tokens[:limit], chances[:limit], None
             self.replays[tuple(found.tokens)] = Replay([span for span in spans if span[0] < limit], source,
                                                        after[:limit], length, basis)
-            while len(self.replays) > 4:
+            while len(self.replays) > PENDING_COPIES:
                 self.replays.popitem(last=False)
 
     def resume(self, sequence: list[int], guess: bool = False) -> Optional[Copy]:
