@@ -1,7 +1,8 @@
 """A long prompt's prefill on a copy of the target at another precision (session.py, "A long prompt's prefill in
-bf16"; the threshold made small here): the target alone and every algorithm prefill a long prompt alike on the copy,
-in calls of at least PREFILL_LEAST tokens, so they write the same token ids and logprob bits; a later request reuses a
-cache only where its prompt is prefilled the same way; a copy the CPU cannot run or that fails its probe is dropped
+bf16"; the threshold made small here): the target alone and every algorithm prefill a long prompt but its last token
+alike on the copy, in calls of at least PREFILL_LEAST tokens, and its last token on the target, so they write the same
+token ids and logprob bits; the copy computes the cache only; a later request reuses a cache only where its prompt is
+prefilled the same way; a copy the CPU cannot run or that fails its probe (on the cache its calls write) is dropped
 and says why. bf16 where the CPU computes it, else f32 (the same machinery, on a CPU without bf16)."""
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import Engine, EngineConfig, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
-from edge_specdec.runtime.session import PREFILL_LEAST, PREFILL_LONGEST, PagedSession, open_model
+from edge_specdec.runtime.probes import passes_prefill_calls
+from edge_specdec.runtime.session import PREFILL_LEAST, PREFILL_LONGEST, PREFILL_OUTPUT_IDS, PagedSession, open_model
 from edge_specdec.serve.prefix_store import PrefixStore
 from support import OTHER_VOCAB, SAME_VOCAB, bits
 # the long-prompt runs' prompt, settings and fixtures (the threshold made small), and sampled runs checked against
@@ -43,6 +45,32 @@ def test_the_engine_keeps_the_copy_and_says_so(engines):
     assert engines(SAME_VOCAB).target_model.prefill is None and engines(SAME_VOCAB).long_prompt_note == ""
 
 
+def test_the_copy_computes_the_cache_and_the_target_the_prompts_last_row(engines, small_threshold, monkeypatch):
+    """The copy holds no second output layer (its logits have PREFILL_OUTPUT_IDS columns, never read); the prompt's
+    last token is the first one-token sequence on the target, whose row gives the first token."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    target = engine.target_model
+    assert target.prefill.output("logits").get_partial_shape()[-1].get_length() == PREFILL_OUTPUT_IDS
+    assert target.compiled.output("logits").get_partial_shape()[-1].get_length() == target.vocab_size
+    prompt = engine.tokenizer.encode(PROMPT)
+    sequences: list[tuple[int, list[int]]] = []
+    real = PagedSession.infer_sequences
+
+    def spy(self, tokens, rows):
+        sequences.append((self.length, list(tokens)))
+        return real(self, tokens, rows)
+    monkeypatch.setattr(PagedSession, "infer_sequences", spy)
+    session = engine.session()
+    session.generate(prompt, GREEDY, algorithm="none")
+    assert session.target.sequences_from == len(prompt) - 1
+    assert sequences[0] == (len(prompt) - 1, prompt[-1:])
+    # a caller that asks for rows of the prompt the copy computed is told so
+    fresh = engine.session().target
+    fresh.end_prompt(len(prompt))
+    with pytest.raises(ValueError, match="computes the cache only"):
+        fresh.feed(prompt, rows=2)
+
+
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (SAME_VOCAB, "prompt-lookup"),
                                             (OTHER_VOCAB, "slem"), (OTHER_VOCAB, "tli")])
 def test_greedy_drafting_writes_the_target_alones_ids_and_bits(engines, pair, algorithm, small_threshold,
@@ -52,11 +80,11 @@ def test_greedy_drafting_writes_the_target_alones_ids_and_bits(engines, pair, al
     assert len(prompt) >= THRESHOLD
     calls = _prefill_calls(monkeypatch)
     alone = engine.session().generate(prompt, GREEDY, algorithm="none")
-    assert sum(calls) >= len(prompt) and min(calls) >= PREFILL_LEAST  # the whole prompt went to the copy
+    assert sum(calls) >= len(prompt) - 1 and min(calls) >= PREFILL_LEAST  # the prompt but its last token: the copy
     calls.clear()
     drafted = engine.session().generate(prompt, GREEDY, algorithm=algorithm, num_assistant_tokens=4, confidence=0.0,
                                         pool_scope=None)
-    assert sum(calls) >= len(prompt) and min(calls) >= PREFILL_LEAST
+    assert sum(calls) >= len(prompt) - 1 and min(calls) >= PREFILL_LEAST
     assert drafted.token_ids == alone.token_ids and bits(drafted.logprobs) == bits(alone.logprobs)
     assert drafted.stats.draft_tokens_proposed + drafted.stats.free_tokens_proposed > 0
 
@@ -86,7 +114,8 @@ def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, al
 
 def test_a_conversations_turns_reuse_only_a_cache_prefilled_as_their_prompt_is(bundle_dir, small_threshold):
     """A short first turn (dq), then long turns (on the copy): the first long turn reuses nothing of the short
-    one's cache, the next reuses the last long prompt's part; each equals a fresh session on its prompt."""
+    one's cache, the next reuses what the copy wrote of the last long prompt; each equals a fresh session on its
+    prompt."""
     engine = Engine(bundle_dir(*SAME_VOCAB), long_prompt_precision=PRECISION)
     engine.__dict__["chat_template"] = ChatTemplate(CHAT)  # the tiny tokenizers have none of their own
     chat = engine.start_chat(system="be brief")
@@ -101,7 +130,7 @@ def test_a_conversations_turns_reuse_only_a_cache_prefilled_as_their_prompt_is(b
         fresh = engine.session().generate(prompt, config, algorithm="standard")
         assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs), turn
         assert result.stats.prompt_tokens_reused == reused_expected, turn
-        reused_expected = len(prompt)
+        reused_expected = len(prompt) - 1  # the part the copy wrote: the prompt's last token went on the target
 
 
 def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, small_threshold):
@@ -165,6 +194,26 @@ def test_the_probe_passes_on_the_copy_and_its_verdict_is_kept(bundle_dir):
     assert model.prefill is not None and known == {PRECISION: model.prefill_longest}
     # the longest call it passed with: the prefill's pieces may be longer than the target's
     assert model.prefill_longest in (PREFILL_LONGEST, model.longest_block)
+
+
+def test_the_probe_fails_a_copy_whose_calls_write_other_cache_bits(engines, monkeypatch):
+    """The probe compares the cache the copy's calls write (all the copy computes): a copy whose one call of them
+    all wrote other bits than its smaller calls fails it."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    session = engine.target_model.session()
+    assert passes_prefill_calls(session, engine.target_model.prefill_longest)
+    real = PagedSession.infer_alone
+
+    def long_calls_differ(self, tokens, rows):
+        logits = real(self, tokens, rows)
+        if self.prefilling and len(tokens) > 34:  # longer than the probe's short calls: its first slot differs
+            pool, table = self.cache_blocks()
+            block, slot = table[self.length // pool.block_size], self.length % pool.block_size
+            data = pool.tensors[pool.names[-1]].data
+            data[block, 0, slot, 0] = -data[block, 0, slot, 0] if data[block, 0, slot, 0] else 1
+        return logits
+    monkeypatch.setattr(PagedSession, "infer_alone", long_calls_differ)
+    assert not passes_prefill_calls(session, engine.target_model.prefill_longest)
 
 
 def test_an_unknown_precision_is_refused_where_it_is_set():

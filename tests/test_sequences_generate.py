@@ -59,6 +59,21 @@ def test_greedy_drafting_writes_the_target_alones_ids_and_bits(engines, pair, al
     assert drafted.stats.draft_tokens_proposed + drafted.stats.free_tokens_proposed > 0
 
 
+def test_a_run_reserved_up_front_keeps_its_pool_at_the_runs_size(engines, small_threshold):
+    """The pads' scratch block is taken before the run's blocks, so the first one-token sequences after a long
+    prompt do not double a pool sized to the run (a copy of all its blocks, and memory the run never uses)."""
+    session = engines(SAME_VOCAB).target_model.session()
+    prompt = engines(SAME_VOCAB).tokenizer.encode(PROMPT)
+    session.end_prompt(len(prompt))
+    session.reserve(len(prompt) + 16)
+    row = session.feed(prompt, rows=1)[-1]
+    for _ in range(8):
+        row = session.feed([int(row.argmax())], rows=1)[-1]
+    assert session.sequences_from == len(prompt)
+    assert len(session.blocks) == -(-(len(prompt) + 16) // session.block_size)
+    assert session.pool.capacity == len(session.blocks) + 1  # the run's blocks and the scratch block
+
+
 def test_a_short_prompt_keeps_the_block_layout(engines, small_threshold, monkeypatch):
     engine = engines(SAME_VOCAB)
     calls = _count_sequence_calls(monkeypatch)

@@ -241,12 +241,13 @@ PREFILL_CALLS = (8, 13, 8, 21, 34)
 
 
 def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
-    """Do tokens fed on a long prompt's prefill model (session.py, "A long prompt's prefill in bf16") get the same
-    last rows, bit for bit, in one call of them all (`longest` tokens, or as many as the context leaves room for;
-    the model's prefill_longest must let a call hold them) as in calls of PREFILL_CALLS tokens and then the rest,
-    one after another (the last reads the key/value slots the others wrote), on an empty cache, after a real
+    """Do tokens fed on a long prompt's prefill model (session.py, "A long prompt's prefill in bf16") write the same
+    cache, bit for bit, in one call of them all (`longest` tokens, or as many as the context leaves room for; the
+    model's prefill_longest must let a call hold them) as in calls of PREFILL_CALLS tokens and then the rest, one
+    after another (each later call reads the slots the ones before it wrote), on an empty cache, after a real
     prefill of REAL_PAST tokens and after a past of about `past` tokens (cheap, see `fill_past`; capped by the
-    model's context)? Every call of the probe runs on that model. Leaves the session empty."""
+    model's context)? The cache is all that model computes for a prompt. Every call of the probe runs on that
+    model. Leaves the session empty."""
     rng = np.random.default_rng(7)
     sizes = list(PREFILL_CALLS)
     room = (session.max_context or 1 << 30) - 64 - sum(sizes)
@@ -256,7 +257,6 @@ def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
     tokens = rng.integers(0, session.vocab_size, sum(sizes)).tolist()
     limit = None if session.max_context is None else session.max_context - len(tokens) - 64
     ends = np.cumsum(sizes)
-    rows = PREFILL_CALLS[0]  # the last rows, as a prompt's last call computes them: they read every slot written
     try:
         for before, copy in ((0, True), (REAL_PAST, False), (past, True)):
             before = before if limit is None else max(0, min(before, limit))
@@ -264,14 +264,28 @@ def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
             session.begin_long_prefill()  # every call below is a long prompt's prefill call
             if before:
                 fill_past(session, before, copy=copy)
-            whole = session.feed(tokens, rows=rows)
+            start = session.length
+            session.feed(tokens, rows=1)
+            whole = written_cache(session, start, session.length)
             session.rollback(len(tokens))
-            pieces = [session.feed(tokens[end - n:end], rows=rows) for n, end in zip(sizes, ends)][-1]
-            if not np.array_equal(whole, pieces):
+            for n, end in zip(sizes, ends):
+                session.feed(tokens[end - n:end], rows=1)
+            if not all(np.array_equal(a, b) for a, b in zip(whole, written_cache(session, start, session.length))):
                 return False
         return True
     finally:
         session.reset()
+
+
+def written_cache(session, start: int, end: int) -> list[np.ndarray]:
+    """The bytes a paged session's calls wrote at positions start..end-1 of the cache its next call reads and
+    writes (`cache_blocks`: the prefill copy's own while it prefills a long prompt): one array of [positions, heads,
+    bytes] per key/value input."""
+    pool, table = session.cache_blocks()
+    positions = np.arange(start, end)
+    blocks, slots = np.asarray(table)[positions // pool.block_size], positions % pool.block_size
+    with pool.lock:
+        return [np.ascontiguousarray(pool.tensors[name].data[blocks, :, slots]).view(np.uint8) for name in pool.names]
 
 
 def passes_block_invariance(session) -> bool:

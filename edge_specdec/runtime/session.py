@@ -61,18 +61,20 @@ and the calls run on the dynamic model (a static copy is compiled for one block 
 on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
 
 A long prompt's prefill in bf16 (`CompiledLM.prefill`, on request): on CPUs with bf16 arithmetic (AMX, AVX-512
-BF16) a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. Its rows keep their bits
-across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it cannot run
-the exact decode steps: a session feeds the prompt of a long-prompt run (before the sequences layout's boundary) on
-that copy, in calls of PREFILL_LEAST to prefill_longest tokens, and every later token on the dq model as before. The
-CPU plugin keeps a bf16 model's cache in bf16 and refuses bf16 for an f32 model's, so the copy writes blocks of its
-own (`_prefill_pool`, the same logical blocks), and each of its calls copies what it wrote into the session's blocks,
-converted to their type (`_mirror`): the same values for every run. A fresh prefill of the same prompt then writes
-the same, and a short prompt's cache holds dq-written values; so a later request reuses a cache only where its own
-prompt is prefilled the same way (`shared_prefix`: both long or both short), and the target alone and every
-algorithm, feeding the prompt alike, keep writing the same tokens. The copy holds its own repacked weights (about as
-much memory again as the target), its blocks as much again as the prompt's, and has a probe of its own
-(`probes.passes_prefill_calls`).
+BF16) a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes keeps its
+bits across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it
+cannot run the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before the
+sequences layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens, and
+every later token on the dq model as before. The copy computes the cache only: its output layer is cut to a few ids
+(graph.keep_output_rows), so it does not hold the target's output layer again, and the prompt's last token is the
+first one-token sequence on the dq model, whose row gives the first token. The CPU plugin keeps a bf16 model's cache
+in bf16 and refuses bf16 for an f32 model's, so the copy writes blocks of its own (`_prefill_pool`, the same logical
+blocks), and each of its calls copies what it wrote into the session's blocks, converted to their type (`_mirror`):
+the same values for every run. A fresh prefill of the same prompt then writes the same, and a short prompt's cache
+holds dq-written values; so a later request reuses a cache only where its own prompt is prefilled the same way
+(`shared_prefix`: both long or both short), and the target alone and every algorithm, feeding the prompt alike, keep
+writing the same tokens. The copy holds its own repacked weights but the output layer's, its blocks as much again as
+the prompt's, and has a probe of its own, on the cache its calls write (`probes.passes_prefill_calls`).
 
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
@@ -109,7 +111,7 @@ LONGEST_BLOCK = 64
 # sequences with their pad sequences, which a probe of its own checks): a verdict of exactness holds for one layout
 # only, so the measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest
 # block measured with it. Change it with any change to how calls are formed.
-CALL_LAYOUT = "paged-v3-sequences-after-long-prompts"
+CALL_LAYOUT = "paged-v4-sequences-after-long-prompts"
 # A prompt of at least this many tokens makes an exact paged session on the CPU feed every later token as a
 # one-token sequence (see "One-token sequences" above). Below it the mixed loop's re-laying of the past costs less
 # than the one-token kernels' per-token price on a verification block, and a short prompt's chat keeps reusing its
@@ -118,8 +120,11 @@ SEQUENCES_AFTER = 2048
 # the fewest tokens a call on a long prompt's bf16 prefill model holds (see "A long prompt's prefill in bf16" above)
 PREFILL_LEAST = 8
 # the most tokens a call on it holds where its probe passes with calls that long, else the target's longest block:
-# fewer, longer calls cost less per token, most after thousands of tokens (each call lays the past out again)
-PREFILL_LONGEST = 2048
+# the size that prefilled long prompts fastest, and longer calls take more scratch memory (benchmarks/RESULTS.md,
+# "Long prompts")
+PREFILL_LONGEST = 256
+# the token ids the prefill copy's cut output layer computes: a few, so that its matmul stays an ordinary one
+PREFILL_OUTPUT_IDS = 8
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -410,7 +415,9 @@ class ModelSession:
         long = self.prefills_long(length)
         if self.length and long != self.prefilled_long:
             raise ValueError("the cache was prefilled on another model than this prompt is: keep_prefix first")
-        self.sequences_from = length if self.takes_sequences and length >= SEQUENCES_AFTER else None
+        # the prefill copy computes the cache only: the prompt's last token is the first one-token sequence, on the
+        # target, whose row gives the first token
+        self.sequences_from = (length - long if self.takes_sequences and length >= SEQUENCES_AFTER else None)
         self.prefilled_long = long
 
     @property
@@ -504,6 +511,9 @@ class ModelSession:
         """Feed tokens that reach the sequences layout's boundary `start`: those before it in the block layout,
         the others as one-token sequences, in pieces of at most longest_block tokens; the last `rows` rows."""
         head = max(0, start - self.length)
+        if head and self.prefilling and rows > len(tokens) - head:
+            raise ValueError(f"a long prompt's prefill copy computes the cache only: ask for at most the last "
+                             f"{len(tokens) - head} rows")
         parts = [(tokens[:head], self._feed_blocks)] if head else []
         # (the sequences' pieces are the target's: longest_block is the prefill model's while the head is fed)
         pieces = self._pieces(tokens[head:], self.longest_call if self.block_invariant else None)
@@ -703,11 +713,15 @@ class PagedSession(ModelSession):
 
     def reserve(self, n_tokens: int) -> None:
         """Take enough blocks from the pool to hold n_tokens (doubling the table, so that this is rare); while the
-        session prefills a long prompt on the prefill copy, in the copy's blocks too."""
+        session prefills a long prompt on the prefill copy, in the copy's blocks too (up to the prompt's part it
+        writes). A session that takes the one-token-sequences layout takes its pool's scratch block first, so that
+        the pads' block never doubles a pool sized to a run."""
+        if self.takes_sequences:
+            self.pool.scratch
         _reserve(self.pool, self.blocks, n_tokens)
         if self.prefilling:
             self._request(0)  # the copy's request and blocks, created on first use
-            _reserve(self._prefill_pool, self._prefill_blocks, n_tokens)
+            _reserve(self._prefill_pool, self._prefill_blocks, min(n_tokens, self.sequences_from))
 
     def cache_blocks(self) -> tuple["BlockPool", list[int]]:
         """The pool and block table the next call reads and writes: the prefill copy's while the session prefills
@@ -1029,7 +1043,10 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
                  known: dict) -> None:
     """Give an exact model its long-prompt prefill copy at `precision` (see "A long prompt's prefill in bf16"
     above), compiled with cfg, if the device computes at that precision and the copy passes its probe (known: the
-    probe's verdict per precision from an earlier process, filled with what is measured)."""
+    probe's verdict per precision from an earlier process, filled with what is measured). The copy computes the cache
+    only: its output layer keeps PREFILL_OUTPUT_IDS token ids (its rows are never read)."""
+    model = model.clone()
+    keep_output_rows(model, np.arange(PREFILL_OUTPUT_IDS))  # where the layer has another form it stays whole
     compiled = core.compile_model(model, device, cfg)
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     computed = hint.to_string() if hasattr(hint, "to_string") else str(hint)
