@@ -14,6 +14,10 @@ then has sizes the block-invariance check covers. This script measures, on the r
   (probes.passes_block_invariance) with calls of at most that many tokens;
 - --profile N: the CPU plugin's per-operation times of one call of N tokens after a 1024-token past (matmuls
   against attention), at each precision.
+- --prefill-copy PRECISION: instead of all the above, the runtime's own long-prompt prefill copy (a Pipeline with
+  --long-prompt-precision PRECISION, session.py, "A long prompt's prefill in bf16"): the time to the first token of
+  a TOKENS-token prompt with the copy's calls cut at each --pieces size in turn (its prefill_longest), interleaved,
+  and whether every size wrote the same tokens.
 
 Precisions: dq and f32 as the runtime sets them (devices.CPU_PRECISIONS), bf16 = INFERENCE_PRECISION_HINT bf16
 (what OpenVINO GenAI runs on CPUs with AMX or AVX-512 BF16), with the dynamic quantization of dq. The machine's
@@ -34,7 +38,7 @@ import numpy as np
 import openvino as ov
 
 from edge_specdec.bundle import load_bundle
-from edge_specdec.runtime.devices import compile_config, profile
+from edge_specdec.runtime.devices import PREFILL_PRECISIONS, compile_config, profile
 from edge_specdec.runtime.graph import int4_group_size
 from edge_specdec.runtime.probes import longest_exact_call, passes_block_invariance
 from edge_specdec.runtime.session import LONGEST_BLOCK, open_model
@@ -205,6 +209,33 @@ def profile_call(core, model_xml: Path, models: dict, n: int, threads: int) -> N
         print(f"{name:>9}: {total:.1f} ms: " + ", ".join(f"{k} {v:.1f}" for k, v in top))
 
 
+def copy_times(bundle: str, precision: str, length: int, pieces: list[int], repeats: int) -> None:
+    """--prefill-copy: the first token of one prompt through the runtime's prefill copy, its calls cut at each size."""
+    from edge_specdec.runtime import GenerationConfig, Pipeline
+
+    pipe = Pipeline(bundle, long_prompt_precision=precision, prefix_reuse=False, draft_pool_tokens=0)
+    model = pipe.target_model
+    if model.prefill is None:
+        raise SystemExit(f"no {precision} prefill copy: {pipe.long_prompt_note}")
+    tokens = np.random.default_rng(0).integers(100, 20000, length).tolist()
+    config = GenerationConfig(max_new_tokens=4, temperature=0, ignore_eos=True)
+    seconds: dict[int, list[float]] = {n: [] for n in pieces}
+    outputs: dict[int, list[int]] = {}
+    for r in range(repeats + 1):  # repeat 0 uncounted
+        for n in pieces[r % len(pieces):] + pieces[:r % len(pieces)]:
+            model.prefill_longest = n
+            result = pipe.generate(tokens, config, algorithm="none")
+            outputs.setdefault(n, list(result.token_ids))
+            if r:
+                seconds[n].append(result.stats.first_token_seconds)
+        print(f"  repeat {r}{' (uncounted)' if r == 0 else ''} done, load average {loadavg()}", flush=True)
+    print(f"\nthe {precision} prefill copy, a {length}-token prompt: median seconds to the first token over {repeats} "
+          f"repeats, by the most tokens a call on the copy holds")
+    for n in pieces:
+        print(f"{n:>6}: {statistics.median(seconds[n]):.2f} s  ({' '.join(f'{x:.2f}' for x in seconds[n])})")
+    print(f"the same tokens at every size: {len({tuple(v) for v in outputs.values()}) == 1}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bundle", nargs="?", default="/root/bundles/real-pair", help="a bundle folder (its target)")
@@ -221,7 +252,15 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile one call of N tokens per precision (0: no)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="INFERENCE_NUM_THREADS (default: all)")
+    parser.add_argument("--prefill-copy", choices=PREFILL_PRECISIONS, metavar="PRECISION",
+                        help="instead: the runtime's long-prompt prefill copy at PRECISION, its first token with its "
+                             "calls cut at each --pieces size (each above 0)")
     args = parser.parse_args()
+    if args.prefill_copy:
+        if min(args.pieces) <= 0:
+            parser.error("--prefill-copy takes --pieces sizes above 0 (the copy's calls are cut at each)")
+        copy_times(args.bundle, args.prefill_copy, args.tokens, args.pieces, args.repeats)
+        return
 
     model_xml = load_bundle(args.bundle, verify=False).target.model_xml
     core = ov.Core()

@@ -408,8 +408,9 @@ class ModelSession:
     def end_prompt(self, length: int) -> None:
         """The prompt, `length` tokens, ends here: a prompt of at least SEQUENCES_AFTER tokens on a session that
         takes the sequences layout makes every later position one-token sequences, and is prefilled on the
-        long-prompt prefill model if the session has one; a shorter one (or another session) keeps the block layout
-        throughout. The cache must hold at most the prompt, written as this prompt would write it (keep_prefix)."""
+        long-prompt prefill model if the session has one (all but its last token, which is then the first one-token
+        sequence); a shorter one (or another session) keeps the block layout throughout. The cache must hold at most
+        the prompt's tokens before that boundary, written as this prompt would write them (keep_prefix)."""
         if self.length > length:
             raise ValueError(f"the cache holds {self.length} tokens, more than the prompt's {length}")
         long = self.prefills_long(length)
@@ -417,7 +418,8 @@ class ModelSession:
             raise ValueError("the cache was prefilled on another model than this prompt is: keep_prefix first")
         # the prefill copy computes the cache only: the prompt's last token is the first one-token sequence, on the
         # target, whose row gives the first token
-        self.sequences_from = (length - long if self.takes_sequences and length >= SEQUENCES_AFTER else None)
+        boundary = length - 1 if long else length
+        self.sequences_from = boundary if self.takes_sequences and length >= SEQUENCES_AFTER else None
         self.prefilled_long = long
 
     @property
