@@ -719,7 +719,7 @@ class PagedSession(ModelSession):
         writes). A session that takes the one-token-sequences layout takes its pool's scratch block first, so that
         the pads' block never doubles a pool sized to a run."""
         if self.takes_sequences:
-            self.pool.scratch
+            _ = self.pool.scratch  # taken on first use: here, before the run's blocks
         _reserve(self.pool, self.blocks, n_tokens)
         if self.prefilling:
             self._request(0)  # the copy's request and blocks, created on first use
