@@ -14,10 +14,10 @@ then has sizes the block-invariance check covers. This script measures, on the r
   (probes.passes_block_invariance) with calls of at most that many tokens;
 - --profile N: the CPU plugin's per-operation times of one call of N tokens after a 1024-token past (matmuls
   against attention), at each precision.
-- --prefill-copy PRECISION: instead of all the above, the runtime's own long-prompt prefill copy (a Pipeline with
-  --long-prompt-precision PRECISION, session.py, "A long prompt's prefill in bf16"): the time to the first token of
-  a TOKENS-token prompt with the copy's calls cut at each --pieces size in turn (its prefill_longest), interleaved,
-  and whether every size wrote the same tokens.
+- --prefill-copy PRECISION: instead of all the above, the runtime's own long-prompt prefill copy (the Pipeline of
+  `edge-specdec bench long-prompts` with --long-prompt-precision PRECISION, session.py, "A long prompt's prefill in
+  bf16"): the time to the first token of a TOKENS-token prompt with the copy's calls cut at each --pieces size in
+  turn (its prefill_longest), interleaved, and whether every size wrote the same tokens.
 
 Precisions: dq and f32 as the runtime sets them (devices.CPU_PRECISIONS), bf16 = INFERENCE_PRECISION_HINT bf16
 (what OpenVINO GenAI runs on CPUs with AMX or AVX-512 BF16), with the dynamic quantization of dq. The machine's
@@ -211,9 +211,10 @@ def profile_call(core, model_xml: Path, models: dict, n: int, threads: int) -> N
 
 def copy_times(bundle: str, precision: str, length: int, pieces: list[int], repeats: int) -> None:
     """--prefill-copy: the first token of one prompt through the runtime's prefill copy, its calls cut at each size."""
-    from edge_specdec.runtime import GenerationConfig, Pipeline
+    from edge_specdec.benchmark.suites.long_prompts import ours_pipeline
+    from edge_specdec.runtime import GenerationConfig
 
-    pipe = Pipeline(bundle, long_prompt_precision=precision, prefix_reuse=False, draft_pool_tokens=0)
+    pipe = ours_pipeline(bundle, long_prompt_precision=precision)  # as the long-prompts suite runs it
     model = pipe.target_model
     if model.prefill is None:
         raise SystemExit(f"no {precision} prefill copy: {pipe.long_prompt_note}")
