@@ -6,14 +6,17 @@ prefilled the same way; a copy the CPU cannot run or that fails its probe (on th
 and says why. bf16 where the CPU computes it, else f32 (the same machinery, on a CPU without bf16)."""
 from __future__ import annotations
 
+import numpy as np
 import openvino as ov
 import pytest
 
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import Engine, EngineConfig, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
-from edge_specdec.runtime.probes import passes_prefill_calls
-from edge_specdec.runtime.session import PREFILL_LEAST, PREFILL_LONGEST, PREFILL_OUTPUT_IDS, PagedSession, open_model
+from edge_specdec.runtime.prefill_blocks import bf16_as_f16
+from edge_specdec.runtime.probes import passes_prefill_calls, written_cache
+from edge_specdec.runtime.session import (PREFILL_LEAST, PREFILL_LONGEST, PREFILL_OUTPUT_IDS, BlockPool, PagedSession,
+                                          open_model)
 from edge_specdec.serve.prefix_store import PrefixStore
 from support import OTHER_VOCAB, SAME_VOCAB, bits
 # the long-prompt runs' prompt, settings and fixtures (the threshold made small), and sampled runs checked against
@@ -112,6 +115,66 @@ def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, al
     check_sampled_against_teacher_forcing(engines(pair, long_prompt_precision=PRECISION), algorithm)
 
 
+def test_the_copy_runs_on_the_sessions_own_blocks(engines, small_threshold, monkeypatch):
+    """No second set of KV blocks for the copy: one pool, the session's, that its request reads as bf16 where the
+    copy computes bf16 (the target's blocks are f16)."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    pools: list[tuple[BlockPool, ov.CompiledModel]] = []  # each pool made, and the model it was made for
+    real = BlockPool.__init__
+    monkeypatch.setattr(BlockPool, "__init__",
+                        lambda self, compiled: pools.append((self, compiled)) or real(self, compiled))
+    session = engine.session()
+    session.generate(engine.tokenizer.encode(PROMPT), GREEDY, algorithm="none")
+    assert session.target.prefilled_long
+    assert [pool for pool, compiled in pools if compiled is engine.target_model.compiled] == [session.target.pool]
+    assert not [pool for pool, compiled in pools if compiled is engine.target_model.prefill]
+    assert engine.target_model.prefill_reads_as == (ov.Type.bf16 if HAS_BF16 else None)
+
+
+def test_the_target_reads_the_copys_values_cast_to_f16_and_a_later_prefill_the_copys_bits(engines, small_threshold):
+    """What the copy wrote is converted in place for the target (the prompt's last token reads it); a later request
+    that goes on prefilling on the copy after it gets the copy's bits back, the values f16 cannot hold among them
+    (put into the copy's blocks here: the tiny model writes none; the conversation test above checks that such a
+    turn equals a fresh session)."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    prompt = engine.tokenizer.encode(PROMPT)
+    longer = prompt + engine.tokenizer.encode("    return [w for w in words if w]\n\ndef ")
+    session = engine.target_model.session()
+    session.end_prompt(len(prompt))
+    session.feed(prompt[:-1], rows=1)  # the copy's calls
+    if HAS_BF16:  # bf16 values f16 holds only as 0, as a subnormal, or as infinities, in the first and a later block
+        edges = np.asarray([0x0001, 0x3380, 0x3701, 0x4780, 0xFF80, 0x7FC1], np.uint16).view(np.float16)
+        for name in session.pool.names:
+            data = session.pool.tensors[name].data
+            data[session.blocks[0], 0, 0, :len(edges)] = edges
+            data[session.blocks[1], -1, 1, -len(edges):] = edges
+    written = written_cache(session, 0, len(prompt) - 1)
+    session.feed(prompt[-1:], rows=1)  # the target's first one-token sequence
+    cast = [bf16_as_f16(w.view(np.uint16)).view(np.uint8) if HAS_BF16 else w for w in written]
+    assert all(np.array_equal(a, b) for a, b in zip(written_cache(session, 0, len(prompt) - 1), cast))
+    assert session.keep_prefix(longer) == len(prompt) - 1
+    session.end_prompt(len(longer))
+    session.feed(longer[len(prompt) - 1:-1], rows=1)  # the copy again, after what it wrote for the first prompt
+    assert all(np.array_equal(a, b) for a, b in zip(written_cache(session, 0, len(prompt) - 1), written))
+
+
+def test_a_kv_cache_the_copy_cannot_write_keeps_no_copy_and_says_so(bundle_dir):
+    """A bf16 copy writes two bytes a value into the target's blocks, and the CPU plugin refuses it an f32 cache."""
+    if not HAS_BF16:
+        pytest.skip("this CPU has no bf16 arithmetic: the bf16 copy is dropped before its cache is looked at")
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="bf16",
+                       kv_cache="f32", known_prefill={})
+    assert model.block_invariant and model.prefill is None
+    assert "bf16 copy" in model.prefill_note and "f32 KV cache" in model.prefill_note
+
+
+def test_a_copy_whose_cache_is_the_targets_type_runs_on_the_blocks_as_they_are(bundle_dir):
+    """An f32 copy keeps the f16 cache it is asked for: nothing to convert."""
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="f32",
+                       known_prefill={})
+    assert model.prefill is not None and model.prefill_reads_as is None
+
+
 def test_a_conversations_turns_reuse_only_a_cache_prefilled_as_their_prompt_is(bundle_dir, small_threshold):
     """A short first turn (dq), then long turns (on the copy): the first long turn reuses nothing of the short
     one's cache, the next reuses what the copy wrote of the last long prompt; each equals a fresh session on its
@@ -207,7 +270,7 @@ def test_the_probe_fails_a_copy_whose_calls_write_other_cache_bits(engines, monk
     def long_calls_differ(self, tokens, rows):
         logits = real(self, tokens, rows)
         if self.prefilling and len(tokens) > 34:  # longer than the probe's short calls: its first slot differs
-            pool, table = self.cache_blocks()
+            pool, table = self.pool, self.blocks
             block, slot = table[self.length // pool.block_size], self.length % pool.block_size
             data = pool.tensors[pool.names[-1]].data
             data[block, 0, slot, 0] = -data[block, 0, slot, 0] if data[block, 0, slot, 0] else 1

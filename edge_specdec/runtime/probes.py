@@ -119,7 +119,7 @@ def fill_past(session, past: int, seed_tokens: int = 64, copy: bool = True) -> N
         session.feed(rng.integers(0, session.vocab_size, seed).tolist(), rows=1)
         whole = past // block * block
         session.reserve(whole + 64)
-        pool, table = session.cache_blocks()  # (a long prompt's prefill copy has blocks of its own)
+        table = session.blocks
         used, have = whole // block, seed // block
         try:
             with pool.lock:
@@ -278,10 +278,10 @@ def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
 
 
 def written_cache(session, start: int, end: int) -> list[np.ndarray]:
-    """The bytes a paged session's calls wrote at positions start..end-1 of the cache its next call reads and
-    writes (`cache_blocks`: the prefill copy's own while it prefills a long prompt): one array of [positions, heads,
-    bytes] per key/value input."""
-    pool, table = session.cache_blocks()
+    """The bytes a paged session's calls wrote at positions start..end-1 of its cache (as they lie: a long prompt's
+    prefill copy's bf16 values until the target reads them): one array of [positions, heads, bytes] per key/value
+    input."""
+    pool, table = session.pool, session.blocks
     positions = np.arange(start, end)
     blocks, slots = np.asarray(table)[positions // pool.block_size], positions % pool.block_size
     with pool.lock:

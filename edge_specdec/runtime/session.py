@@ -68,13 +68,14 @@ sequences layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEA
 every later token on the dq model as before. The copy computes the cache only: its output layer is cut to a few ids
 (graph.keep_output_rows), so it does not hold the target's output layer again, and the prompt's last token is the
 first one-token sequence on the dq model, whose row gives the first token. The CPU plugin keeps a bf16 model's cache
-in bf16 and refuses bf16 for an f32 model's, so the copy writes blocks of its own (`_prefill_pool`, the same logical
-blocks), and each of its calls copies what it wrote into the session's blocks, converted to their type (`_mirror`):
-the same values for every run. A fresh prefill of the same prompt then writes the same, and a short prompt's cache
+in bf16 and refuses bf16 for an f32 model's f16 one, but both take two bytes a value: the copy's request reads and
+writes the session's own blocks seen as bf16, and before the target reads what it wrote, those blocks are converted to
+f16 where they lie, and back before the copy goes on after them (prefill_blocks.py): the same values for every run,
+and no second set of blocks. A fresh prefill of the same prompt then writes the same, and a short prompt's cache
 holds dq-written values; so a later request reuses a cache only where its own prompt is prefilled the same way
 (`shared_prefix`: both long or both short), and the target alone and every algorithm, feeding the prompt alike, keep
-writing the same tokens. The copy holds its own repacked weights but the output layer's, its blocks as much again as
-the prompt's, and has a probe of its own, on the cache its calls write (`probes.passes_prefill_calls`).
+writing the same tokens. The copy holds its own repacked weights but the output layer's, and has a probe of its own,
+on the cache its calls write (`probes.passes_prefill_calls`).
 
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
@@ -98,6 +99,7 @@ import openvino as ov
 from ..errors import EdgeSpecdecError
 from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS, profile
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
+from .prefill_blocks import KeptAside, to_copy, to_target
 from .probes import (context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_prefill_calls,
                      passes_sequences_layout)
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
@@ -182,6 +184,9 @@ class CompiledLM:
         self.prefill: Optional[ov.CompiledModel] = None
         self.prefill_precision = ""
         self.prefill_longest = 0  # the most tokens one call on it holds (what its probe passed with)
+        # the element type the copy reads the session's blocks as, where it is not theirs (bf16 on f16 blocks: the
+        # session converts them between the copy's calls and the target's, see prefill_blocks.py)
+        self.prefill_reads_as: Optional[ov.Type] = None
         self.prefill_note = ""
         self._threads: Optional[int] = None
 
@@ -263,13 +268,6 @@ class CompiledLM:
                     continue
                 self.planned = self.planned - {n}
             self.add_static({n}, invariant=self._planned_invariant)
-
-
-def _as_type(values: np.ndarray, dtype, bf16: bool) -> np.ndarray:
-    """Cache values as another element type; bf16 ones (which numpy reads as f16 bits) widened to f32 first."""
-    if bf16:
-        values = (values.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return values.astype(dtype)
 
 
 def _reserve(pool: "BlockPool", table: list[int], n_tokens: int) -> None:
@@ -599,7 +597,7 @@ class BlockPool:
         self.block_size = value.get_partial_shape()[2].get_length()
         self.lock = threading.RLock()
         self.tensors: dict[str, ov.Tensor] = {}
-        self.requests: list[ov.InferRequest] = []
+        self.requests: list[tuple[ov.InferRequest, Optional[ov.Type]]] = []  # and the element type each reads
         self.free: list[int] = []
         self.capacity = 0
         self._scratch: Optional[int] = None
@@ -613,12 +611,13 @@ class BlockPool:
                 self._scratch = self.allocate(1)[0]
             return self._scratch
 
-    def attach(self, request: ov.InferRequest) -> None:
-        """Let a request run on this pool's tensors (now and after they grow)."""
+    def attach(self, request: ov.InferRequest, reads_as: Optional[ov.Type] = None) -> None:
+        """Let a request run on this pool's tensors (now and after they grow); reads_as: it sees them as this
+        element type of the same size (a long prompt's bf16 prefill copy on f16 blocks, see prefill_blocks.py)."""
         with self.lock:
-            self.requests.append(request)
+            self.requests.append((request, reads_as))
             for name, tensor in self.tensors.items():
-                request.set_tensor(name, tensor)
+                request.set_tensor(name, _seen_as(tensor, reads_as))
 
     def allocate(self, n: int) -> list[int]:
         """n free block ids (the tensors grow, doubling, when too few are free)."""
@@ -634,15 +633,22 @@ class BlockPool:
 
     def _grow(self, blocks: int) -> None:
         for name in self.names:  # the first attached request's tensors give the element types and block shapes
-            old = self.tensors[name] if name in self.tensors else self.requests[0].get_tensor(name)
+            old = self.tensors[name] if name in self.tensors else self.requests[0][0].get_tensor(name)
             tensor = ov.Tensor(old.get_element_type(), [blocks] + list(old.get_shape())[1:])
             if self.capacity:
                 tensor.data[:self.capacity] = old.data[:self.capacity]
             self.tensors[name] = tensor
-            for request in self.requests:
-                request.set_tensor(name, tensor)
+            for request, reads_as in self.requests:
+                request.set_tensor(name, _seen_as(tensor, reads_as))
         self.free.extend(range(self.capacity, blocks))
         self.capacity = blocks
+
+
+def _seen_as(tensor: ov.Tensor, element_type: Optional[ov.Type]) -> ov.Tensor:
+    """The tensor, or one on its memory that holds another element type of the same size."""
+    if element_type is None or element_type == tensor.get_element_type():
+        return tensor
+    return ov.Tensor(tensor.data, tensor.get_shape(), element_type)
 
 
 class PagedSession(ModelSession):
@@ -660,20 +666,20 @@ class PagedSession(ModelSession):
         self.blocks: list[int] = []  # the block table: this session's blocks in the pool, in order
         self.scheduler = None
         self._static: dict[int, ov.InferRequest] = {}  # this session's requests on the model's static copies
-        # its request on the long-prompt prefill model, the copy's own KV blocks and its block table there (see
-        # "A long prompt's prefill in bf16" above)
+        # its request on the long-prompt prefill model, which runs on the session's own blocks, the tokens of the
+        # cache in the copy's element type where it reads them as another (see "A long prompt's prefill in bf16"
+        # above, and prefill_blocks.py), and what converting them for the target kept aside
         self._prefill: Optional[ov.InferRequest] = None
-        self._prefill_pool: Optional[BlockPool] = None
-        self._prefill_blocks: list[int] = []
+        self._copy_written = 0
+        self._kept_aside: Optional[KeptAside] = None
         self._x: dict[int, dict[str, np.ndarray]] = {}  # see _inputs
         super().__init__(model)
         self.pool.attach(self.request)
 
     def __del__(self) -> None:
-        for pool, blocks in ((getattr(self, "pool", None), getattr(self, "blocks", None)),
-                             (getattr(self, "_prefill_pool", None), getattr(self, "_prefill_blocks", None))):
-            if pool is not None and blocks:
-                pool.release(blocks)
+        pool, blocks = getattr(self, "pool", None), getattr(self, "blocks", None)
+        if pool is not None and blocks:
+            pool.release(blocks)
 
     @property
     def static_sizes(self) -> frozenset:
@@ -698,8 +704,7 @@ class PagedSession(ModelSession):
         if self.prefilling:
             if self._prefill is None:
                 self._prefill = self.model.prefill.create_infer_request()
-                self._prefill_pool = BlockPool(self.model.prefill)
-                self._prefill_pool.attach(self._prefill)
+                self.pool.attach(self._prefill, self.model.prefill_reads_as)
             return self._prefill
         copy = self.model.static.get(n)
         if copy is None:
@@ -711,48 +716,31 @@ class PagedSession(ModelSession):
         return request
 
     def _restart(self) -> None:
-        pass  # the blocks stay in the table for the next tokens; each call takes more as it needs them
+        # the blocks stay in the table for the next tokens; each call takes more as it needs them, and writes them
+        # afresh: none holds the copy's values any more
+        self._copy_written, self._kept_aside = 0, None
 
     def reserve(self, n_tokens: int) -> None:
-        """Take enough blocks from the pool to hold n_tokens (doubling the table, so that this is rare); while the
-        session prefills a long prompt on the prefill copy, in the copy's blocks too (up to the prompt's part it
-        writes). A session that takes the one-token-sequences layout takes its pool's scratch block first, so that
-        the pads' block never doubles a pool sized to a run."""
+        """Take enough blocks from the pool to hold n_tokens (doubling the table, so that this is rare). A session
+        that takes the one-token-sequences layout takes its pool's scratch block first, so that the pads' block
+        never doubles a pool sized to a run."""
         if self.takes_sequences:
             _ = self.pool.scratch  # taken on first use: here, before the run's blocks
         _reserve(self.pool, self.blocks, n_tokens)
-        if self.prefilling:
-            self._request(0)  # the copy's request and blocks, created on first use
-            _reserve(self._prefill_pool, self._prefill_blocks, min(n_tokens, self.sequences_from))
 
-    def cache_blocks(self) -> tuple["BlockPool", list[int]]:
-        """The pool and block table the next call reads and writes: the prefill copy's while the session prefills
-        a long prompt on it, else the session's own."""
-        if self.prefilling:
-            self._request(0)
-            return self._prefill_pool, self._prefill_blocks
-        return self.pool, self.blocks
-
-    def _mirror(self, past: int, total: int) -> None:
-        """Copy what the prefill copy wrote at positions past..total-1 into the session's own blocks, converted to
-        their element type (the CPU plugin keeps a bf16 model's cache in bf16, and an f32 model's in f16 or f32):
-        the same conversion for every run, so the target alone and every algorithm read the same values."""
-        first, last = past // self.block_size, -(-total // self.block_size)
-        source = np.asarray(self._prefill_blocks[first:last], np.int64)
-        target = np.asarray(self.blocks[first:last], np.int64)
-        # the slots written, block by block: [blocks, heads, slots, head size], the first and last blocks in part
-        start, end = past - first * self.block_size, total - (last - 1) * self.block_size
-        edges = [(0, slice(start, end))] if len(target) == 1 else [(0, slice(start, None)),
-                                                                 (len(target) - 1, slice(None, end))]
-        with self.pool.lock, self._prefill_pool.lock:
-            for name in self.pool.names:
-                written, into = self._prefill_pool.tensors[name], self.pool.tensors[name].data
-                bf16 = written.get_element_type() == ov.Type.bf16
-                values = written.data[source]
-                for i, slots in edges:
-                    into[target[i], :, slots] = _as_type(values[i, :, slots], into.dtype, bf16)
-                if len(target) > 2:
-                    into[target[1:-1]] = _as_type(values[1:-1], into.dtype, bf16)
+    def _hand_over(self, on_copy: bool, past: int) -> None:
+        """Before a call that reads the cache's first `past` tokens: those the prefill copy wrote in the element type
+        of the model the call runs on, where the copy reads the blocks as another (see prefill_blocks.py): converted
+        for the target once the copy's calls end, back for the copy when it goes on after them."""
+        if self.model.prefill_reads_as is None:
+            return
+        if on_copy and self._kept_aside is not None:
+            to_copy(self.pool, self.blocks, self._kept_aside, min(past, self._kept_aside.positions),
+                    self.model.threads)
+            self._kept_aside = None
+        elif not on_copy and self._copy_written:
+            self._kept_aside = to_target(self.pool, self.blocks, min(past, self._copy_written), self.model.threads)
+            self._copy_written = 0
 
     def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
         if self.scheduler is not None and not self.prefilling:  # a batch runs on one model: a prefill runs alone
@@ -768,11 +756,12 @@ class PagedSession(ModelSession):
         used = -(-total // self.block_size)
         request = self._request(n)
         prefilling = request is self._prefill
+        self._hand_over(prefilling, past)
         x = self._inputs(request, n, used, rows)
         x["input_ids"][:] = tokens
         x["position_ids"][:] = np.arange(past, total)
         x["past_lens"][0] = past
-        x["block_indices"][:] = (self._prefill_blocks if prefilling else self.blocks)[:used]
+        x["block_indices"][:] = self.blocks[:used]
         x["block_indices_begins"][1] = used
         x["max_context_len"][...] = total
         if self.picks_rows:
@@ -782,7 +771,7 @@ class PagedSession(ModelSession):
             logits = request.get_tensor("logits").data
             logits = logits.reshape(len(logits), -1)[-rows:].copy()
         if prefilling:
-            self._mirror(past, total)
+            self._copy_written = total
         return logits
 
     def _infer_sequences(self, tokens: list[int], rows: int) -> np.ndarray:
@@ -795,6 +784,7 @@ class PagedSession(ModelSession):
         (its tokens, its past length, its block table). Reserves the blocks they need."""
         past = self.length
         self.reserve(past + len(tokens))
+        self._hand_over(False, past)
         return tokens, past, np.asarray(self.blocks[:-(-(past + len(tokens)) // self.block_size)], np.int32)
 
     def sequences(self, tokens: list[int]) -> list[tuple[list[int], int, np.ndarray]]:
@@ -802,6 +792,7 @@ class PagedSession(ModelSession):
         table): the same table, as long as each position needs. Reserves the blocks they need."""
         past = self.length
         self.reserve(past + len(tokens))
+        self._hand_over(False, past)
         blocks = np.asarray(self.blocks, np.int32)
         return [([token], p, blocks[:-(-(p + 1) // self.block_size)])
                 for p, token in enumerate(tokens, start=past)]
@@ -1049,7 +1040,14 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
     only: its output layer keeps PREFILL_OUTPUT_IDS token ids (its rows are never read)."""
     model = model.clone()
     keep_output_rows(model, np.arange(PREFILL_OUTPUT_IDS))  # where the layer has another form it stays whole
-    compiled = core.compile_model(model, device, cfg)
+    kv_cache = cfg.get("KV_CACHE_PRECISION", "the device's")
+    try:
+        compiled = core.compile_model(model, device, cfg)
+    except RuntimeError as error:  # the CPU plugin refuses a bf16 model an f32 cache
+        reason = str(error).strip().splitlines()[-1]
+        lm.prefill_note = (f"the {precision} copy does not compile with the target's {kv_cache} KV cache ({reason}; "
+                           f"--kv-cache f16 takes it): long prompts are prefilled as before")
+        return
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     computed = hint.to_string() if hasattr(hint, "to_string") else str(hint)
     wanted = cfg.get("INFERENCE_PRECISION_HINT")
@@ -1060,6 +1058,16 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
             [p.get_partial_shape() for p in _cache_inputs(lm.compiled)]:
         lm.prefill_note = f"the {precision} copy's KV blocks have another shape: long prompts are prefilled as before"
         return
+    # the copy runs on the target's own blocks: of its element type, or bf16 on f16 ones (prefill_blocks.py)
+    types = {(p.get_element_type(), q.get_element_type())
+             for p, q in zip(_cache_inputs(compiled), _cache_inputs(lm.compiled))}
+    unheld = types - {(t, t) for _, t in types} - {(ov.Type.bf16, ov.Type.f16)}
+    if unheld:
+        theirs, ours = sorted(unheld, key=str)[0]
+        lm.prefill_note = (f"the {precision} copy writes its KV cache in {theirs}, which the target's {ours} blocks do "
+                           f"not hold (--kv-cache f16 takes it): long prompts are prefilled as before")
+        return
+    lm.prefill_reads_as = ov.Type.bf16 if (ov.Type.bf16, ov.Type.f16) in types else None
     lm.prefill, lm.prefill_precision = compiled, precision
     sizes = sorted({PREFILL_LONGEST, lm.longest_block}, reverse=True)  # the calls tried, longest first
     verdict = known.get(precision)  # the longest call it passed with, or False
@@ -1078,7 +1086,7 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
         trim_heap()
     lm.prefill_longest = verdict or 0
     if not verdict:
-        lm.prefill, lm.prefill_precision = None, ""
+        lm.prefill, lm.prefill_precision, lm.prefill_reads_as = None, "", None
         lm.prefill_note = (f"the {precision} prefill copy gives other rows in calls of other sizes on {device}: long "
                            f"prompts are prefilled as before")
 
