@@ -252,3 +252,21 @@ def test_measurements_run_alone_on_a_batching_engine(bundle_dir, monkeypatch):
     fixed_block_pays(session, 4, reps=1)
     cheapest_step(session, reps=1)
     assert not submitted and session.scheduler is engine.scheduler
+
+
+def test_a_session_that_goes_leaves_its_shared_pool_as_it_found_it(bundle_dir):
+    """A pool shared by an engine's sessions outlives them: one that goes gives back its blocks and its requests,
+    which the pool would otherwise keep alive and bind to its tensors each time they grow."""
+    import gc
+    model = open_model(bundle_dir(*SAME) / "target" / "openvino_model.xml")
+    pool = BlockPool(model.compiled)
+    keeper = model.session(pool)
+    keeper.feed([1, 2, 3])
+    requests, held = len(pool.requests), pool.capacity - len(pool.free)
+    for _ in range(3):
+        session = model.session(pool)
+        session.feed(list(range(2, 40)))
+        assert len(pool.requests) == requests + 1
+        del session
+        gc.collect()
+        assert len(pool.requests) == requests and pool.capacity - len(pool.free) == held

@@ -136,26 +136,104 @@ def test_the_target_reads_the_copys_values_cast_to_f16_and_a_later_prefill_the_c
     that goes on prefilling on the copy after it gets the copy's bits back, the values f16 cannot hold among them
     (put into the copy's blocks here: the tiny model writes none; the conversation test above checks that such a
     turn equals a fresh session)."""
+    if not HAS_BF16:
+        pytest.skip("this CPU has no bf16 arithmetic: its f32 copy writes the target's f16 blocks, with nothing to "
+                    "convert")
     engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     longer = prompt + engine.tokenizer.encode("    return [w for w in words if w]\n\ndef ")
     session = engine.target_model.session()
     session.end_prompt(len(prompt))
     session.feed(prompt[:-1], rows=1)  # the copy's calls
-    if HAS_BF16:  # bf16 values f16 holds only as 0, as a subnormal, or as infinities, in the first and a later block
-        edges = np.asarray([0x0001, 0x3380, 0x3701, 0x4780, 0xFF80, 0x7FC1], np.uint16).view(np.float16)
-        for name in session.pool.names:
-            data = session.pool.tensors[name].data
-            data[session.blocks[0], 0, 0, :len(edges)] = edges
-            data[session.blocks[1], -1, 1, -len(edges):] = edges
+    # bf16 values f16 holds only as 0, as a subnormal, or as infinities, in the first and a later block
+    edges = np.asarray([0x0001, 0x3380, 0x3701, 0x4780, 0xFF80, 0x7FC1], np.uint16).view(np.float16)
+    for name in session.pool.names:
+        data = session.pool.tensors[name].data
+        data[session.blocks[0], 0, 0, :len(edges)] = edges
+        data[session.blocks[1], -1, 1, -len(edges):] = edges
     written = written_cache(session, 0, len(prompt) - 1)
     session.feed(prompt[-1:], rows=1)  # the target's first one-token sequence
-    cast = [bf16_as_f16(w.view(np.uint16)).view(np.uint8) if HAS_BF16 else w for w in written]
+    cast = [bf16_as_f16(w.view(np.uint16)).view(np.uint8) for w in written]
     assert all(np.array_equal(a, b) for a, b in zip(written_cache(session, 0, len(prompt) - 1), cast))
     assert session.keep_prefix(longer) == len(prompt) - 1
     session.end_prompt(len(longer))
     session.feed(longer[len(prompt) - 1:-1], rows=1)  # the copy again, after what it wrote for the first prompt
     assert all(np.array_equal(a, b) for a, b in zip(written_cache(session, 0, len(prompt) - 1), written))
+
+
+def _failing_copy_call(monkeypatch, after: int) -> None:
+    """Make the prefill copy's calls fail from the (after + 1)-th on, once its blocks are handed over to it."""
+    calls = []
+    real = PagedSession._inputs
+
+    def fail(self, request, n, used, rows):
+        if request is self._prefill:
+            calls.append(n)
+            if len(calls) > after:
+                raise RuntimeError("a failing call")
+        return real(self, request, n, used, rows)
+    monkeypatch.setattr(PagedSession, "_inputs", fail)
+
+
+def test_a_cache_restored_after_a_prefill_cut_short_is_read_as_written(engines, small_threshold, monkeypatch):
+    """A long prompt's prefill fails after the copy's first call; the server's prefix store then restores a short
+    prompt's cache (the target's f16 values) into that slot: the run reads it as it was written, and writes what a
+    fresh session writes."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    prompt = engine.tokenizer.encode(PROMPT * 3)  # more than one call on the copy
+    assert len(prompt) - 1 > engine.target_model.prefill_longest
+    short = engine.tokenizer.encode("def f(x):\n    return x + 1\n")
+    store = PrefixStore(max_bytes=1 << 30, min_tokens=4)
+    donor = engine.session()
+    donor.generate(short, GREEDY, algorithm="none")
+    assert store.prepare(donor, engine.tokenizer.encode("x = 1")).stored
+    slot = engine.session()
+    with monkeypatch.context() as patch:
+        _failing_copy_call(patch, after=1)
+        with pytest.raises(RuntimeError, match="a failing call"):
+            slot.generate(prompt, GREEDY, algorithm="none")
+    assert store.prepare(slot, short + short[:3]).restored
+    result = slot.generate(short + short[:3], GREEDY, algorithm="none")
+    fresh = engine.session().generate(short + short[:3], GREEDY, algorithm="none")
+    assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs)
+
+
+def test_a_copy_call_that_fails_after_the_hand_over_leaves_no_mixed_cache(engines, small_threshold, monkeypatch):
+    """A later long prompt's first call on the copy fails after the blocks were converted back for it; the first
+    prompt again, whose cached part all goes to the target, then writes what a fresh session writes."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    prompt = engine.tokenizer.encode(PROMPT)
+    session = engine.session()
+    session.generate(prompt, GREEDY, algorithm="none")
+    longer = prompt + engine.tokenizer.encode("    return [w for w in words if w]\n\ndef ")
+    with monkeypatch.context() as patch:
+        _failing_copy_call(patch, after=0)
+        with pytest.raises(RuntimeError, match="a failing call"):
+            session.generate(longer, GREEDY, algorithm="none")
+    result = session.generate(prompt, GREEDY, algorithm="none")  # all the copy wrote is kept: no call on it
+    fresh = engine.session().generate(prompt, GREEDY, algorithm="none")
+    assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs)
+
+
+def test_batched_sessions_prefill_long_prompts_on_their_shared_pool(engines, small_threshold):
+    """Two sessions of a batching engine (one block pool, one scheduler) on long prompts at once: each writes the
+    target alone's tokens and bits of an engine without batching."""
+    import threading
+    batching = engines(SAME_VOCAB, long_prompt_precision=PRECISION, batching=True)
+    plain = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    prompts = [plain.tokenizer.encode(PROMPT), plain.tokenizer.encode(PROMPT.replace("words", "parts"))]
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        results[i] = batching.session().generate(prompts[i], GREEDY, algorithm="standard", num_assistant_tokens=3)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, prompt in enumerate(prompts):
+        alone = plain.session().generate(prompt, GREEDY, algorithm="none")
+        assert results[i].token_ids == alone.token_ids and bits(results[i].logprobs) == bits(alone.logprobs)
 
 
 def test_a_kv_cache_the_copy_cannot_write_keeps_no_copy_and_says_so(bundle_dir):
@@ -165,7 +243,7 @@ def test_a_kv_cache_the_copy_cannot_write_keeps_no_copy_and_says_so(bundle_dir):
     model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="bf16",
                        kv_cache="f32", known_prefill={})
     assert model.block_invariant and model.prefill is None
-    assert "bf16 copy" in model.prefill_note and "f32 KV cache" in model.prefill_note
+    assert "bf16 copy does not compile" in model.prefill_note and "--kv-cache f16" in model.prefill_note
 
 
 def test_a_copy_whose_cache_is_the_targets_type_runs_on_the_blocks_as_they_are(bundle_dir):
@@ -215,7 +293,7 @@ def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, sm
 
 def test_the_prefix_store_keeps_no_cache_the_copy_wrote_and_gives_none_to_a_prompt_it_prefills(engines,
                                                                                                small_threshold):
-    """A cache the copy wrote has blocks in the copy's own pool, which a copy of the session's would miss."""
+    """A cache the copy wrote may hold its bf16 values, and what converting them kept aside stays with the session."""
     engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     store = PrefixStore(max_bytes=1 << 30, min_tokens=4)

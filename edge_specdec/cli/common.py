@@ -60,8 +60,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="prefill prompts of 2048 tokens or more on a copy of the target at this precision: bf16 "
                         "takes about 0.6x the time to the first token on CPUs with AMX or AVX-512 BF16, and the "
                         "copy holds the target's weights again but its output layer (about 0.8 GiB more for a 1.5B "
-                        "int4 target). Exact: the target alone prefills the same way. Off by default; elsewhere the "
-                        "CPU has no bf16 and it says so at load")
+                        "int4 target). Exact: the target alone prefills the same way. Needs the f16 KV cache (the "
+                        "default). Off by default; elsewhere the CPU has no bf16 and it says so at load")
     p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
                    help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "

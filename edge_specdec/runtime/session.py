@@ -60,22 +60,22 @@ prompts keep the block layout throughout. There is no lone-token rule in this la
 and the calls run on the dynamic model (a static copy is compiled for one block size). open_model probes the layout
 on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
 
-A long prompt's prefill in bf16 (`CompiledLM.prefill`, on request): on CPUs with bf16 arithmetic (AMX, AVX-512
-BF16) a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes keeps its
-bits across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it
-cannot run the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before the
-sequences layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens, and
-every later token on the dq model as before. The copy computes the cache only: its output layer is cut to a few ids
-(graph.keep_output_rows), so it does not hold the target's output layer again, and the prompt's last token is the
-first one-token sequence on the dq model, whose row gives the first token. The CPU plugin keeps a bf16 model's cache
-in bf16 and refuses bf16 for an f32 model's f16 one, but both take two bytes a value: the copy's request reads and
+A long prompt's prefill in bf16 (`CompiledLM.prefill`, on request): on CPUs with bf16 arithmetic (AMX, AVX-512 BF16) a
+copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes keeps its bits
+across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it cannot run
+the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before the sequences
+layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens, and every later
+token on the dq model as before. The copy computes the cache only: its output layer is cut to a few ids
+(graph.keep_output_rows), so it does not hold the target's output layer again, and the prompt's last token is the first
+one-token sequence on the dq model, whose row gives the first token. The CPU plugin keeps a bf16 model's cache in bf16
+and an f32 model's in f16 (a bf16 cache it refuses there), but both take two bytes a value: the copy's request reads and
 writes the session's own blocks seen as bf16, and before the target reads what it wrote, those blocks are converted to
-f16 where they lie, and back before the copy goes on after them (prefill_blocks.py): the same values for every run,
-and no second set of blocks. A fresh prefill of the same prompt then writes the same, and a short prompt's cache
-holds dq-written values; so a later request reuses a cache only where its own prompt is prefilled the same way
+f16 where they lie, and back before the copy goes on after them (prefill_blocks.py): the same values for every run, and
+no second set of blocks. A fresh prefill of the same prompt then writes the same, and a short prompt's cache holds
+dq-written values; so a later request reuses a cache only where its own prompt is prefilled the same way
 (`shared_prefix`: both long or both short), and the target alone and every algorithm, feeding the prompt alike, keep
-writing the same tokens. The copy holds its own repacked weights but the output layer's, and has a probe of its own,
-on the cache its calls write (`probes.passes_prefill_calls`).
+writing the same tokens. The copy holds its own repacked weights but the output layer's, and has a probe of its own, on
+the cache its calls write (`probes.passes_prefill_calls`).
 
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
@@ -619,6 +619,13 @@ class BlockPool:
             for name, tensor in self.tensors.items():
                 request.set_tensor(name, _seen_as(tensor, reads_as))
 
+    def detach(self, requests: list) -> None:
+        """Stop handing these requests the pool's tensors (a session's, when it goes: a pool shared by an engine's
+        sessions outlives them)."""
+        gone = {id(request) for request in requests if request is not None}
+        with self.lock:
+            self.requests = [(request, seen) for request, seen in self.requests if id(request) not in gone]
+
     def allocate(self, n: int) -> list[int]:
         """n free block ids (the tensors grow, doubling, when too few are free)."""
         with self.lock:
@@ -678,8 +685,11 @@ class PagedSession(ModelSession):
 
     def __del__(self) -> None:
         pool, blocks = getattr(self, "pool", None), getattr(self, "blocks", None)
-        if pool is not None and blocks:
-            pool.release(blocks)
+        if pool is not None:
+            if blocks:
+                pool.release(blocks)
+            pool.detach([getattr(self, "request", None), getattr(self, "_prefill", None),
+                         *getattr(self, "_static", {}).values()])
 
     @property
     def static_sizes(self) -> frozenset:
@@ -734,13 +744,18 @@ class PagedSession(ModelSession):
         for the target once the copy's calls end, back for the copy when it goes on after them."""
         if self.model.prefill_reads_as is None:
             return
-        if on_copy and self._kept_aside is not None:
-            to_copy(self.pool, self.blocks, self._kept_aside, min(past, self._kept_aside.positions),
-                    self.model.threads)
-            self._kept_aside = None
-        elif not on_copy and self._copy_written:
-            self._kept_aside = to_target(self.pool, self.blocks, min(past, self._copy_written), self.model.threads)
-            self._copy_written = 0
+        try:
+            if on_copy and self._kept_aside is not None:
+                if past > self._kept_aside.positions:  # the target wrote tokens there: the copy cannot go on after them
+                    raise ValueError(f"the prefill copy goes on at {past} after {self._kept_aside.positions} tokens")
+                to_copy(self.pool, self.blocks, self._kept_aside, past, self.model.threads)
+                self._kept_aside, self._copy_written = None, past
+            elif not on_copy and self._copy_written:
+                self._kept_aside = to_target(self.pool, self.blocks, min(past, self._copy_written), self.model.threads)
+                self._copy_written = 0
+        except BaseException:  # a conversion cut short leaves blocks of either type: the cache is not kept
+            self.reset()
+            raise
 
     def _infer(self, tokens: list[int], rows: int) -> np.ndarray:
         if self.scheduler is not None and not self.prefilling:  # a batch runs on one model: a prefill runs alone
@@ -1040,13 +1055,14 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
     only: its output layer keeps PREFILL_OUTPUT_IDS token ids (its rows are never read)."""
     model = model.clone()
     keep_output_rows(model, np.arange(PREFILL_OUTPUT_IDS))  # where the layer has another form it stays whole
-    kv_cache = cfg.get("KV_CACHE_PRECISION", "the device's")
     try:
         compiled = core.compile_model(model, device, cfg)
-    except RuntimeError as error:  # the CPU plugin refuses a bf16 model an f32 cache
+    except RuntimeError as error:  # such as the CPU plugin refusing a bf16 model an f32 cache
         reason = str(error).strip().splitlines()[-1]
-        lm.prefill_note = (f"the {precision} copy does not compile with the target's {kv_cache} KV cache ({reason}; "
-                           f"--kv-cache f16 takes it): long prompts are prefilled as before")
+        kv_cache = cfg.get("KV_CACHE_PRECISION", "f16")
+        fix = f"; with the target's {kv_cache} KV cache: --kv-cache f16 takes it" if kv_cache != "f16" else ""
+        lm.prefill_note = (f"the {precision} copy does not compile on {device} ({reason}{fix}): long prompts are "
+                           f"prefilled as before")
         return
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     computed = hint.to_string() if hasattr(hint, "to_string") else str(hint)
@@ -1061,13 +1077,12 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
     # the copy runs on the target's own blocks: of its element type, or bf16 on f16 ones (prefill_blocks.py)
     types = {(p.get_element_type(), q.get_element_type())
              for p, q in zip(_cache_inputs(compiled), _cache_inputs(lm.compiled))}
-    unheld = types - {(t, t) for _, t in types} - {(ov.Type.bf16, ov.Type.f16)}
-    if unheld:
-        theirs, ours = sorted(unheld, key=str)[0]
+    if not (all(theirs == ours for theirs, ours in types) or types == {(ov.Type.bf16, ov.Type.f16)}):
+        theirs, ours = sorted((pair for pair in types if pair[0] != pair[1]), key=str)[0]
         lm.prefill_note = (f"the {precision} copy writes its KV cache in {theirs}, which the target's {ours} blocks do "
                            f"not hold (--kv-cache f16 takes it): long prompts are prefilled as before")
         return
-    lm.prefill_reads_as = ov.Type.bf16 if (ov.Type.bf16, ov.Type.f16) in types else None
+    lm.prefill_reads_as = ov.Type.bf16 if types == {(ov.Type.bf16, ov.Type.f16)} else None
     lm.prefill, lm.prefill_precision = compiled, precision
     sizes = sorted({PREFILL_LONGEST, lm.longest_block}, reverse=True)  # the calls tried, longest first
     verdict = known.get(precision)  # the longest call it passed with, or False

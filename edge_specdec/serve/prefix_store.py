@@ -63,8 +63,10 @@ def export_cache(session: PagedSession) -> KVCopy:
 
 
 def import_cache(session: PagedSession, copy: KVCopy) -> None:
-    """Make the session hold the copied cache: its tokens, the copied blocks in the session's own blocks."""
+    """Make the session hold the copied cache: its tokens, the copied blocks in the session's own blocks. Whatever the
+    session held goes (a long prompt's prefill copy's values in its blocks too: they are rewritten)."""
     used = -(-len(copy.tokens) // session.block_size)
+    session.reset()
     session.reserve(len(copy.tokens))
     pool = session.pool
     with pool.lock:
@@ -120,8 +122,8 @@ class PrefixStore:
         limit = len(prompt_ids) - 1  # the run feeds the prompt's last token whatever is cached
         kept = min(target.shared_prefix(prompt_ids), limit)
         # The store keeps only caches the target wrote: one a long prompt's prefill copy wrote (session.py, "A long
-        # prompt's prefill in bf16") has blocks in the copy's own pool too, which a copy of the session's misses;
-        # and a prompt that the copy prefills may reuse none the target wrote.
+        # prompt's prefill in bf16") may hold the copy's bf16 values, and what converting them for the target kept
+        # aside stays with the session; and a prompt that the copy prefills may reuse none the target wrote.
         candidates = [] if target.prefills_long(len(prompt_ids)) else self.entries.items()
         with self._lock:
             best, match = None, kept
