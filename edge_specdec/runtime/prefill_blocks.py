@@ -58,8 +58,8 @@ def inexact_in_f16(bits: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=None)
 def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each of the 65,536 bit patterns: its f16 bits as a bf16 value, whether f16 holds that value inexactly,
-    and its bf16 bits as an f16 value (a lookup in tables this small costs a third of computing them)."""
+    """For each of the 65,536 bit patterns: read as bf16, its f16 bits and whether f16 holds it inexactly; read as
+    f16, its bf16 bits (a lookup in tables this small is cheaper than the arithmetic on every value)."""
     every = np.arange(1 << 16, dtype=np.uint16)
     return bf16_as_f16(every).view(np.uint16), inexact_in_f16(every), f16_as_bf16(every.view(np.float16))
 
