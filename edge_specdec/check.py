@@ -40,7 +40,7 @@ from .runtime import Engine, GenerationConfig
 from .runtime.algorithms import AUTO, REGISTRY
 from .runtime.devices import compile_config, draft_candidates, list_devices, resolve_cache_dir
 from .runtime.probes import _scratch, passes_block_invariance
-from .runtime.session import open_model
+from .runtime.session import SEQUENCES_AFTER, open_model
 from .runtime.settings import EngineConfig
 
 PROMPTS = ["def fibonacci(n):", "The capital of France is", "import json\n\ndef load(path):"]
@@ -219,6 +219,8 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
     if memory.get("kv_bytes_per_token"):
         say(f"KV cache: {memory['kv_bytes_per_token'] / 1024:.1f} KiB per token of context (the target's "
             f"{target.kv_cache} cache, all layers); 4096 tokens: {memory['kv_bytes_per_token'] * 4096 / 2**20:.0f} MiB")
+    long_prompts = long_prompt_line(engine)
+    say(long_prompts)
     say("greedy exactness (token ids and logprob bits) against the target alone:")
     exact = exactness(engine, prompts or PROMPTS, max_new_tokens, say)
     costs = {"target_blocks_ms": {n: 1000 * s for n, s in step_costs(target.session(), BLOCKS).items()}}
@@ -260,8 +262,19 @@ def run_check(bundle: Union[str, Path], config: Optional[EngineConfig] = None, *
     memory["peak_rss_mib"] = peak_rss_mib()
     say(f"peak memory of this process (the engine, its sessions and the checks): {memory['peak_rss_mib']:.0f} MiB")
     return {"bundle": str(bundle), "placement": vars(engine.placement), "precision": target.precision,
-            "kv_cache": target.kv_cache, "block_invariant": invariant, "exactness": exact, "costs": costs,
+            "kv_cache": target.kv_cache, "long_prompts": long_prompts, "block_invariant": invariant,
+            "exactness": exact, "costs": costs,
             "prediction": prediction, "memory": memory, "ok": ok, "seconds": time.perf_counter() - start}
+
+
+def long_prompt_line(engine: Engine) -> str:
+    """How prompts of SEQUENCES_AFTER tokens or more are prefilled (EngineConfig.long_prompt_precision), and why not
+    on a copy where the setting allowed one."""
+    target, asked = engine.target_model, engine.config.long_prompt_precision
+    head = f"long prompts ({SEQUENCES_AFTER}+ tokens, --long-prompt-precision {asked}): prefilled "
+    if target.prefill is not None:
+        return head + f"on a {target.prefill_precision} copy of the target"
+    return head + "on the target" + (f" ({target.prefill_note})" if target.prefill_note else "")
 
 
 def simulated_or_error(engine: Engine, prompts: list[str], sampling, say: Callable[[str], None]) -> dict:

@@ -6,6 +6,8 @@ prefilled the same way; a copy the CPU cannot run or that fails its probe (on th
 and says why. bf16 where the CPU computes it, else f32 (the same machinery, on a CPU without bf16)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import openvino as ov
 import pytest
@@ -14,9 +16,10 @@ from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import Engine, EngineConfig, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
 from edge_specdec.runtime.prefill_blocks import bf16_as_f16
-from edge_specdec.runtime.probes import passes_prefill_calls, written_cache
-from edge_specdec.runtime.session import (PREFILL_LEAST, PREFILL_LONGEST, PREFILL_OUTPUT_IDS, BlockPool, PagedSession,
-                                          open_model)
+from edge_specdec.runtime.probes import passes_prefill_calls, prefill_copy_ratio, written_cache
+from edge_specdec.runtime import session as session_module
+from edge_specdec.runtime.session import (CPU_CAPABILITY, PREFILL_LEAST, PREFILL_LONGEST, PREFILL_OUTPUT_IDS,
+                                          SEQUENCES_AFTER, BlockPool, PagedSession, open_model)
 from edge_specdec.serve.prefix_store import PrefixStore
 from support import OTHER_VOCAB, SAME_VOCAB, bits
 # the long-prompt runs' prompt, settings and fixtures (the threshold made small), and sampled runs checked against
@@ -360,3 +363,152 @@ def test_the_probe_fails_a_copy_whose_calls_write_other_cache_bits(engines, monk
 def test_an_unknown_precision_is_refused_where_it_is_set():
     with pytest.raises(EdgeSpecdecError, match="long_prompt_precision"):
         EngineConfig(long_prompt_precision="fp8")
+
+
+@pytest.fixture
+def auto_on_tiny(monkeypatch):
+    """The default ("auto") made to consider the tiny target, at this CPU's copy precision; the copy's timing
+    replaced by a ratio the test sets (the list it returns: the ratio, then each call's count)."""
+    monkeypatch.setattr(session_module, "AUTO_PREFILL", PRECISION)
+    monkeypatch.setattr(session_module, "AUTO_PREFILL_BYTES", 0)
+    timing = {"ratio": 0.5, "calls": 0}
+
+    def timed(session, tokens, reps=3):
+        timing["calls"] += 1
+        return timing["ratio"]
+    monkeypatch.setattr(session_module, "prefill_copy_ratio", timed)
+    return timing
+
+
+def _compiles(monkeypatch) -> list[str]:
+    """The INFERENCE_PRECISION_HINT of every model compiled from now on."""
+    hints: list[str] = []
+    real = ov.Core.compile_model
+
+    def spy(self, model, device=None, config=None):
+        hints.append(str((config or {}).get("INFERENCE_PRECISION_HINT")))
+        return real(self, model, device, config)
+    monkeypatch.setattr(ov.Core, "compile_model", spy)
+    return hints
+
+
+def test_auto_keeps_the_copy_where_it_prefills_fast_enough(bundle_dir, auto_on_tiny):
+    known, times = {}, {}
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="auto",
+                       known_prefill=known, known_prefill_time=times)
+    assert model.prefill is not None and model.prefill_precision == PRECISION
+    assert known == {PRECISION: model.prefill_longest} and times == {PRECISION: 0.5} and auto_on_tiny["calls"] == 1
+    again = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="auto",
+                       known_prefill=known, known_prefill_time=times)
+    assert again.prefill is not None and auto_on_tiny["calls"] == 1  # timed once per machine and bundle
+
+
+def test_auto_drops_a_copy_too_slow_to_pay_and_compiles_none_once_it_knows(bundle_dir, auto_on_tiny, monkeypatch):
+    auto_on_tiny["ratio"] = 0.85  # over AUTO_PREFILL_RATIO
+    xml = bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml"
+    known, times = {}, {}
+    model = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
+    assert session_module.AUTO_PREFILL_RATIO < 0.85
+    assert model.prefill is None and model.prefill_longest == 0 and times[PRECISION] == 0.85
+    assert "0.85x the target's time" in model.prefill_note
+    assert f"--long-prompt-precision {PRECISION} keeps it" in model.prefill_note
+    hints = _compiles(monkeypatch)
+    again = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
+    assert again.prefill is None and "the target's time" in again.prefill_note
+    assert hints == [hints[0]] and auto_on_tiny["calls"] == 1  # the target only: no copy compiled, none timed
+
+
+@pytest.mark.parametrize("why", ["small", "f32 cache", "no such arithmetic", "failed probe"])
+def test_auto_compiles_no_copy_where_it_cannot_pay(bundle_dir, auto_on_tiny, monkeypatch, why):
+    xml = bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml"
+    settings: dict = {"known_prefill": {}, "known_prefill_time": {}}
+    if why == "small":
+        monkeypatch.setattr(session_module, "AUTO_PREFILL_BYTES", xml.with_suffix(".bin").stat().st_size + 1)
+    elif why == "f32 cache":
+        settings["kv_cache"] = "f32"
+    elif why == "no such arithmetic":
+        real = ov.Core.get_property
+
+        def without(self, *args):
+            value = real(self, *args)
+            return [c for c in value if c != CPU_CAPABILITY[PRECISION]] if args[-1] == "OPTIMIZATION_CAPABILITIES" \
+                else value
+        monkeypatch.setattr(ov.Core, "get_property", without)
+    else:
+        settings["known_prefill"] = {PRECISION: False}
+    hints = _compiles(monkeypatch)
+    model = open_model(xml, "CPU", prefill_precision="auto", **settings)
+    assert model.block_invariant and model.prefill is None and len(hints) == 1 and auto_on_tiny["calls"] == 0
+    assert model.prefill_note.startswith(f"no {PRECISION} prefill copy: ")
+    assert {"small": "prefills quickly", "f32 cache": "f32 KV cache", "no such arithmetic": f"no {PRECISION} arith",
+            "failed probe": "failed its probe"}[why] in model.prefill_note
+
+
+def test_the_default_is_auto_and_a_copy_it_does_not_keep_stays_off_the_load_line(engines):
+    """The tiny target is under AUTO_PREFILL_BYTES: the default keeps no copy, says nothing at load, and `check`'s
+    line says why."""
+    from edge_specdec.check import long_prompt_line
+
+    engine = engines(SAME_VOCAB)
+    assert engine.config.long_prompt_precision == "auto" and engine.target_model.prefill is None
+    assert engine.long_prompt_note == "" and "prefills quickly" in long_prompt_line(engine)
+    kept = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    assert f"on a {PRECISION} copy" in long_prompt_line(kept)
+    with pytest.raises(EdgeSpecdecError, match="long_prompt_precision"):
+        EngineConfig(long_prompt_precision=None)
+
+
+def test_off_keeps_no_copy_and_says_nothing(bundle_dir, auto_on_tiny, monkeypatch):
+    hints = _compiles(monkeypatch)
+    engine = Engine(bundle_dir(*SAME_VOCAB), long_prompt_precision="off", draft_pool_tokens=0)
+    assert engine.target_model.prefill is None and engine.target_model.prefill_note == ""
+    assert engine.long_prompt_note == "" and str(ov.Type.bf16) not in hints and "bf16" not in hints
+
+
+def test_the_copys_timing_compares_its_prefill_with_the_targets(bundle_dir, monkeypatch):
+    """prefill_copy_ratio times the copy's calls against the target's own: a copy made slower shows it."""
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision=PRECISION,
+                       known_prefill={})
+    session = model.session()
+    plain = prefill_copy_ratio(session, 64, reps=1)
+    assert plain > 0 and session.length == 0 and not session.prefilling
+    real = PagedSession.infer_alone
+
+    def slower_copy(self, tokens, rows):
+        if self.prefilling:
+            time.sleep(0.05)
+        return real(self, tokens, rows)
+    monkeypatch.setattr(PagedSession, "infer_alone", slower_copy)
+    slowed = prefill_copy_ratio(session, 64, reps=1)
+    assert slowed > plain and slowed > 1
+
+
+@pytest.mark.parametrize("prompt,given,expected", [
+    ("def f(x):", None, "off"),                                  # one short prompt: no copy to compile
+    ("é" * (SEQUENCES_AFTER // 4 - 1), None, "off"),             # just under half as many bytes as the threshold
+    ("é" * (SEQUENCES_AFTER // 4), None, "auto"),                # a prompt that might still reach it
+    ("def f(x):", "bf16", "bf16"),                               # asked for by name: kept as asked
+    (None, None, "auto"),                                        # a conversation: its prompts are not known
+])
+def test_a_one_shot_run_too_short_for_the_copy_does_not_load_it(monkeypatch, tmp_path, prompt, given, expected):
+    from edge_specdec.cli import main, run as run_cli
+
+    seen = []
+
+    def opened(args, announce=True):
+        seen.append(args.long_prompt_precision)
+        raise EdgeSpecdecError("stop here")
+    monkeypatch.setattr(run_cli, "open_pipeline", opened)
+    args = ["run", "--chat"] if prompt is None else ["run", "--prompt-file", str(tmp_path / "p.txt")]
+    if prompt is not None:
+        (tmp_path / "p.txt").write_text(prompt, encoding="utf-8")
+    assert main(args + (["--long-prompt-precision", given] if given else [])) == 1
+    assert seen == [expected]
+
+
+def test_a_prompt_under_half_the_threshold_in_bytes_stays_under_it_in_tokens(engines):
+    """What a one-shot run's check relies on: a token holds at least a byte, so a chat template of up to half the
+    threshold still leaves the prompt short (here the tiny tokenizer on mixed scripts, digits and whitespace)."""
+    tokenizer = engines(SAME_VOCAB).tokenizer
+    text = "Ünïcødé text, 数字 123 \t\n" * 60
+    assert len(tokenizer.encode(text)) <= len(text.encode("utf-8"))

@@ -61,6 +61,9 @@ def test_a_file_that_is_not_a_cache_is_measured_again(tmp_path, capsys, text):
     ("guard/slem", {**GUARD, "interval": -1}), ("guard/slem", {**GUARD, "alone": [1.0, float("nan")]}),
     ("guard/slem", {**GUARD, "lost": -1}), ("guard/slem", {**GUARD, "lost": "3"}),
     ("draft_device/GPU,CPU", {"GPU": 1.0}), ("no/such/measurement", True),
+    ("target/prefill_time", {"bf16": 0}), ("target/prefill_time", {"bf16": "0.6"}),
+    ("target/prefill_time", {"bf16": True}), ("target/prefill_time", {"bf16": float("inf")}),
+    ("target/prefill_time", 0.6),
 ])
 def test_an_entry_of_the_wrong_shape_type_or_range_is_dropped(tmp_path, capsys, name, value):
     """Even sealed as if this module had written it, a value no measurement gives is not read."""
@@ -80,11 +83,13 @@ def test_an_entry_of_the_wrong_shape_type_or_range_is_dropped(tmp_path, capsys, 
     ("target/longest_block", {"dq": 64}, {"dq": 256}),
     ("target/step", 2, 3),
     ("guard/slem", GUARD, {**GUARD, "mode": True}),
+    ("target/prefill_time", {"bf16": 0.9}, {"bf16": 0.5}),
 ])
 def test_a_value_edited_on_disk_is_dropped(tmp_path, name, measured, flipped):
     """A valid value that this module did not write for this key (its seal does not match) is measured again."""
     cache = MeasurementCache(tmp_path, {"bundle": "b"})
     cache.put(name, measured)
+    assert MeasurementCache(tmp_path, {"bundle": "b"}).values[name] == measured  # as written, it is read
     rewrite(cache, lambda e: e[name].update(value=flipped))
     assert name not in MeasurementCache(tmp_path, {"bundle": "b"}).values
 

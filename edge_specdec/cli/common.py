@@ -7,7 +7,7 @@ import re
 import sys
 
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
-from ..runtime.devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS
+from ..runtime.devices import KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
 from ..runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW
 from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.session import ROLLBACK_METHODS
@@ -56,12 +56,16 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="the KV cache's element type: f32, f16 (the CPU's default: half of f32's memory, as exact) "
                         "or u8 (about a quarter of f32's, not block-invariant: the output is then exact only up to "
                         "float noise, and the run says so); `edge-specdec check` shows the bytes per token")
-    p.add_argument("--long-prompt-precision", choices=PREFILL_PRECISIONS, metavar="PRECISION",
+    p.add_argument("--long-prompt-precision", choices=LONG_PROMPT_PRECISIONS, default="auto", metavar="PRECISION",
                    help="prefill prompts of 2048 tokens or more on a copy of the target at this precision: bf16 "
-                        "takes about 0.6x the time to the first token on CPUs with AMX or AVX-512 BF16, and the "
-                        "copy holds the target's weights again but its output layer (about 0.8 GiB more for a 1.5B "
-                        "int4 target). Exact: the target alone prefills the same way. Needs the f16 KV cache (the "
-                        "default). Off by default; elsewhere the CPU has no bf16 and it says so at load")
+                        "takes about 0.6x the time to the first token on CPUs with AMX, and the copy holds the "
+                        "target's weights again but its output layer (about 0.8 GiB more for a 1.5B int4 target, and "
+                        "4 s more load). Exact: the target alone prefills the same way. Needs the f16 KV cache (the "
+                        "default). auto (the default): bf16 where it pays, that is a target of 256 MB or more on a "
+                        "CPU with bf16 whose copy, timed once per machine and bundle, prefills in at most 0.8x the "
+                        "target's time (AMX: yes; AVX-512 BF16 alone: no; AVX2: no bf16), and never for a one-shot "
+                        "`run` prompt too short to use it; `edge-specdec check` says which. off: the target "
+                        "prefills every prompt (the least memory)")
     p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
                    help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "

@@ -84,9 +84,20 @@ def _check_text(text: str, where: str) -> None:
         _utf8(raw, where)
 
 
+def _one_shot_is_short(prompt: Optional[str]) -> bool:
+    """Whether this run's one prompt cannot reach the long-prompt prefill's threshold: under half as many UTF-8 bytes
+    as its tokens (a token holds at least a byte; the other half is left for a chat template). Then --long-prompt-
+    precision auto keeps no prefill copy, whose compile and memory the run would pay for nothing."""
+    from ..runtime.session import SEQUENCES_AFTER
+
+    return prompt is not None and len(prompt.encode("utf-8", "surrogateescape")) < SEQUENCES_AFTER // 2
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     args.bundle = args.bundle or str(DEMO_BUNDLE)
     prompt = _read_prompt(args)
+    if args.long_prompt_precision == "auto" and _one_shot_is_short(prompt):
+        args.long_prompt_precision = "off"
     config, speculative = decoding_settings(args)
     if args.chat and prompt is None and args.compare:
         raise EdgeSpecdecError("--compare needs one prompt (--prompt, --prompt-file or stdin), not an "

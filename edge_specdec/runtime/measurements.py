@@ -123,12 +123,20 @@ def _is_prefill_verdicts(value: Any) -> bool:
                                        (v is False or (type(v) is int and 8 <= v <= 4096)) for k, v in value.items())
 
 
+def _is_prefill_times(value: Any) -> bool:
+    """The long-prompt prefill copy's time per precision name as a share of the target's own prefill
+    (probes.prefill_copy_ratio)."""
+    return type(value) is dict and all(re.fullmatch(r"[a-z0-9]{1,8}", k) and _is_number(v) and 0 < v < 100
+                                       for k, v in value.items())
+
+
 # name pattern -> is the value one that measurement gives? (cheapest_step gives the least block, 1 or 2, or one
 # more; a fixed block is at most a long draft's k + 1)
 VALID: list[tuple[str, Callable[[str, Any], bool]]] = [
     (r"target/invariant", lambda name, v: _is_precision_verdicts(v)),
     (r"target/sequences", lambda name, v: _is_precision_verdicts(v)),
     (r"target/prefill", lambda name, v: _is_prefill_verdicts(v)),
+    (r"target/prefill_time", lambda name, v: _is_prefill_times(v)),
     (r"target/longest_block", lambda name, v: _is_precision_calls(v)),
     (r"target/batch_invariant", lambda name, v: _is_bool(v)),
     (r"target/static_invariant/\d{1,2}(,\d{1,2})*", lambda name, v: _is_bool(v)),

@@ -123,14 +123,13 @@ class Engine:
 
     @property
     def long_prompt_note(self) -> str:
-        """What long_prompt_precision came to: "" when not asked for, else the precision long prompts are
-        prefilled at, or why they are not (session.py, "A long prompt's prefill in bf16")."""
-        if not self.config.long_prompt_precision:
-            return ""
+        """What long_prompt_precision came to (session.py, "A long prompt's prefill in bf16"): the precision long
+        prompts are prefilled at, else why they are not when a precision was asked for, else ("off", or "auto"
+        finding that a copy would not pay) ""; `check` shows auto's reason."""
         model = self.target_model
         if model.prefill is not None:
             return f"prompts of {SEQUENCES_AFTER}+ tokens prefilled at {model.prefill_precision}"
-        return model.prefill_note
+        return "" if self.config.long_prompt_precision in ("off", "auto") else model.prefill_note
 
     def _bundle_models(self) -> list[tuple[str, Any]]:
         """The bundle's models by role: the target, and the draft if it has one."""
@@ -188,8 +187,9 @@ class Engine:
         longest = dict(self.measurements.known("target/longest_block") or {})  # the longest exact call, the same
         sequences = dict(self.measurements.known("target/sequences") or {})  # the one-token-sequences layout's
         prefill = dict(self.measurements.known("target/prefill") or {})  # the long-prompt prefill copy's
+        prefill_time = dict(self.measurements.known("target/prefill_time") or {})  # auto's timing of it
         checked_before, longest_before, sequences_before = dict(known), dict(longest), dict(sequences)
-        prefill_before = dict(prefill)
+        prefill_before, prefill_time_before = dict(prefill), dict(prefill_time)
         self.vocab_map = self.bundle.load_vocab_map()
         common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
                       kv_cache=config.kv_cache)
@@ -202,7 +202,9 @@ class Engine:
                                            max_context=target.info.get("max_position_embeddings"),
                                            config=configs["target"], known_invariant=known,
                                            known_longest=longest, known_sequences=sequences,
-                                           prefill_precision=config.long_prompt_precision, known_prefill=prefill,
+                                           prefill_precision=None if config.long_prompt_precision == "off" else
+                                           config.long_prompt_precision, known_prefill=prefill,
+                                           known_prefill_time=prefill_time,
                                            **self._npu("target"))
             self.draft_model = draft_job.result() if draft_job else None
         if longest != longest_before:  # written before the verdicts measured with it
@@ -213,6 +215,8 @@ class Engine:
             self.measurements.put("target/sequences", sequences)
         if prefill != prefill_before:
             self.measurements.put("target/prefill", prefill)
+        if prefill_time != prefill_time_before:
+            self.measurements.put("target/prefill_time", prefill_time)
 
     def _warm_up(self) -> None:
         """Run each model on a scratch session: a block as long as a short prompt and a single step (a static copy

@@ -101,6 +101,27 @@ def cheapest_step(session, reps: int = 4, margin: float = 0.97) -> int:
     return least + 1 if np.median(costs[least + 1]) < margin * np.median(costs[least]) else least
 
 
+def prefill_copy_ratio(session, tokens: int, reps: int = 3) -> float:
+    """The time a long prompt's prefill copy (session.py, "A long prompt's prefill in bf16") takes to feed `tokens`
+    random tokens on an empty cache, as a share of the time the target's own prefill takes (in calls of its longest
+    exact block): the least of `reps` interleaved runs of each, after one of each uncounted (a first call may repack
+    weights). Leaves the session empty."""
+    ids = np.random.default_rng(3).integers(0, session.vocab_size, tokens).tolist()
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for _ in range(reps + 1):
+            for on_copy, runs in seconds.items():
+                session.reset()
+                if on_copy:
+                    session.begin_long_prefill()
+                start = time.perf_counter()
+                session.feed(ids, rows=1)
+                runs.append(time.perf_counter() - start)
+    finally:
+        session.reset()
+    return min(seconds[True][1:]) / min(seconds[False][1:])
+
+
 def fill_past(session, past: int, seed_tokens: int = 64, copy: bool = True) -> None:
     """Put a context of about `past` tokens into an empty paged session cheaply: a short real prefill of
     seed_tokens random tokens, whose KV blocks are then copied along the block table up to `past` (rounded down

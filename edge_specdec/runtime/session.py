@@ -97,11 +97,12 @@ import numpy as np
 import openvino as ov
 
 from ..errors import EdgeSpecdecError
-from .devices import DRAFT_GENERATION_TOKENS, KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS, profile
+from .devices import (AUTO_PREFILL, AUTO_PREFILL_BYTES, AUTO_PREFILL_RATIO, DRAFT_GENERATION_TOKENS, KV_CACHES,
+                      NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS, profile)
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .prefill_blocks import KeptAside, to_copy, to_target
 from .probes import (context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_prefill_calls,
-                     passes_sequences_layout)
+                     passes_sequences_layout, prefill_copy_ratio)
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -934,7 +935,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                known_longest: Optional[dict] = None, known_sequences: Optional[dict] = None,
                npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS,
                kv_cache: Optional[str] = None, prefill_precision: Optional[str] = None,
-               known_prefill: Optional[dict] = None) -> CompiledLM:
+               known_prefill: Optional[dict] = None, known_prefill_time: Optional[dict] = None) -> CompiledLM:
     """Compile one model for decoding.
 
     rollback: "paged", "masked" or "npuw" (default: the device's profile; the NPU takes only "npuw", see npu.py,
@@ -957,7 +958,9 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     prefill_precision: also compile a copy at this precision (devices.PREFILL_PRECISIONS) that prefills long prompts
     (see "A long prompt's prefill in bf16" above), on an exact model that takes the one-token-sequences layout,
     kept if the device computes at that precision and the copy passes its probe (known_prefill: that probe's
-    verdict per precision, from an earlier process); `CompiledLM.prefill_note` says why one is not kept.
+    verdict per precision, from an earlier process, filled with what is measured); "auto": AUTO_PREFILL where it
+    pays (see `_auto_prefill_may_pay`; known_prefill_time: the copy's timing per precision, the same way);
+    `CompiledLM.prefill_note` says why one is not kept.
     """
     core = core or ov.Core()
     device_profile = profile(device)
@@ -968,8 +971,8 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         kv_cache = None  # the NPU's pipeline keeps its own cache
     if rollback == "masked":
         precision = "f32"
-    if prefill_precision is not None and prefill_precision not in PREFILL_PRECISIONS:
-        raise EdgeSpecdecError(f"unknown prefill precision {prefill_precision!r}: choose one of "
+    if prefill_precision not in (None, "auto", *PREFILL_PRECISIONS):
+        raise EdgeSpecdecError(f"unknown prefill precision {prefill_precision!r}: choose one of auto, "
                                f"{', '.join(PREFILL_PRECISIONS)}.")
     model = core.read_model(str(model_xml))
     if rollback in OPENERS:
@@ -1032,10 +1035,14 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             trim_heap()
             release_mapped(lm.weights_file)
         if passed is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
-            if prefill_precision and lm.sequences:
-                _add_prefill(lm, core, model, device, {**cfg, **PREFILL_PRECISIONS[prefill_precision]},
-                             prefill_precision, known_prefill if known_prefill is not None else {})
-            elif prefill_precision:
+            known = known_prefill if known_prefill is not None else {}
+            times = known_prefill_time if known_prefill_time is not None else {}
+            auto = prefill_precision == "auto"
+            wanted = AUTO_PREFILL if auto else prefill_precision
+            if wanted and lm.sequences and (not auto or _auto_prefill_may_pay(lm, core, device, known, times)):
+                _add_prefill(lm, core, model, device, {**cfg, **PREFILL_PRECISIONS[wanted]}, wanted, known,
+                             times if auto else None)
+            elif wanted and not auto:
                 lm.prefill_note = (f"a {prefill_precision} prefill needs an exact paged model on the CPU that takes "
                                    f"the one-token-sequences layout after long prompts")
             return lm
@@ -1047,12 +1054,46 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     return lm
 
 
+# the CPU plugin's OPTIMIZATION_CAPABILITIES entry of each prefill precision
+CPU_CAPABILITY = {"bf16": "BF16", "f32": "FP32"}
+
+
+def _auto_prefill_may_pay(lm: CompiledLM, core: ov.Core, device: str, known: dict, times: dict) -> bool:
+    """Whether the default ("auto") long-prompt prefill compiles its AUTO_PREFILL copy for this exact model: on a
+    CPU with that arithmetic, on an f16 KV cache (the one the copy shares), for a target of at least
+    AUTO_PREFILL_BYTES of weights (a smaller one prefills quickly anyway, and the copy holds its weights again), and
+    unless this machine has already found the copy failing its probe or too slow to pay for its memory (known, times:
+    see _add_prefill). Otherwise says why in lm.prefill_note and compiles nothing."""
+    ratio = times.get(AUTO_PREFILL)
+    why = ""
+    if profile(device).kind != "CPU" or CPU_CAPABILITY[AUTO_PREFILL] not in core.get_property(
+            device, "OPTIMIZATION_CAPABILITIES"):
+        why = f"{device} has no {AUTO_PREFILL} arithmetic"
+    elif lm.kv_cache != "f16":
+        why = f"the {lm.kv_cache} KV cache does not take a {AUTO_PREFILL} copy's"
+    elif lm.weights_file.stat().st_size < AUTO_PREFILL_BYTES:
+        why = f"a target under {AUTO_PREFILL_BYTES >> 20} MB prefills quickly without it"
+    elif known.get(AUTO_PREFILL) is False:
+        why = f"the {AUTO_PREFILL} copy failed its probe on this machine"
+    elif ratio is not None and ratio > AUTO_PREFILL_RATIO:
+        why = _too_slow(ratio)
+    if why:
+        lm.prefill_note = f"no {AUTO_PREFILL} prefill copy: {why}"
+    return not why
+
+
+def _too_slow(ratio: float) -> str:
+    return (f"it prefilled in {ratio:.2f}x the target's time on this machine, more than the {AUTO_PREFILL_RATIO}x "
+            f"that pays for its memory (--long-prompt-precision {AUTO_PREFILL} keeps it)")
+
+
 def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cfg: dict, precision: str,
-                 known: dict) -> None:
+                 known: dict, times: Optional[dict] = None) -> None:
     """Give an exact model its long-prompt prefill copy at `precision` (see "A long prompt's prefill in bf16"
     above), compiled with cfg, if the device computes at that precision and the copy passes its probe (known: the
-    probe's verdict per precision from an earlier process, filled with what is measured). The copy computes the cache
-    only: its output layer keeps PREFILL_OUTPUT_IDS token ids (its rows are never read)."""
+    probe's verdict per precision from an earlier process, filled with what is measured). times: keep it only if it
+    prefills in at most AUTO_PREFILL_RATIO of the target's time (times[precision], measured once, the same way). The
+    copy computes the cache only: its output layer keeps PREFILL_OUTPUT_IDS token ids (its rows are never read)."""
     model = model.clone()
     keep_output_rows(model, np.arange(PREFILL_OUTPUT_IDS))  # where the layer has another form it stays whole
     try:
@@ -1100,10 +1141,20 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
         del probe
         trim_heap()
     lm.prefill_longest = verdict or 0
+    if verdict and times is not None and precision not in times:
+        probe = lm.session()
+        with releasing_mapped(lm.weights_file):
+            times[precision] = round(prefill_copy_ratio(probe, PREFILL_LONGEST), 3)
+        del probe
+        trim_heap()
     if not verdict:
-        lm.prefill, lm.prefill_precision, lm.prefill_reads_as = None, "", None
         lm.prefill_note = (f"the {precision} prefill copy gives other rows in calls of other sizes on {device}: long "
                            f"prompts are prefilled as before")
+    elif times is not None and times[precision] > AUTO_PREFILL_RATIO:
+        lm.prefill_note = f"no {precision} prefill copy: {_too_slow(times[precision])}"
+    else:
+        return
+    lm.prefill, lm.prefill_precision, lm.prefill_reads_as, lm.prefill_longest = None, "", None, 0
 
 
 def _cache_inputs(compiled: ov.CompiledModel) -> list:

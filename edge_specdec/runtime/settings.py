@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 from ..errors import EdgeSpecdecError
 from .algorithms import ALGORITHMS, AUTO, CONFIDENCE, LOOKUP_FIRST, Algorithm
 from .batching import MAX_WAIT
-from .devices import KV_CACHES, NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS
+from .devices import KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
 from .draft_window import DRAFT_WINDOW, MIN_WINDOW
 from .drafters import DRAFT_POLICIES
 from .session import ROLLBACK_METHODS
@@ -61,10 +61,11 @@ class EngineConfig:
     # a quarter of f32's memory but is not block-invariant: runs on it are exact only up to float noise (Result.exact)
     kv_cache: Optional[str] = None
     # prefill prompts of at least session.SEQUENCES_AFTER tokens on a copy of the target at this precision
-    # (devices.PREFILL_PRECISIONS; "bf16": about 0.6x dq's time on CPUs with AMX or AVX-512 BF16, the copy holding
-    # the target's weights again; None: on the target as every other call). Exact like dq: the target alone and
-    # every algorithm prefill alike (session.py, "A long prompt's prefill in bf16")
-    long_prompt_precision: Optional[str] = None
+    # (devices.LONG_PROMPT_PRECISIONS; "bf16": about 0.6x dq's time on CPUs with AMX, the copy holding the target's
+    # weights again; "auto": bf16 where that pays, measured once per machine; "off": on the target as every other
+    # call). Exact like dq: the target alone and every algorithm prefill alike (session.py, "A long prompt's prefill
+    # in bf16")
+    long_prompt_precision: str = "auto"
     kv_rollback: Optional[str] = None     # how a KV cache forgets rejected tokens (see open_model); None: the device's
     concurrent: Optional[bool] = None     # draft while the target verifies; None: when they sit on different devices
     # the draft computes logits for its first draft_vocab token ids and its special tokens only, so it proposes only
@@ -110,9 +111,8 @@ class EngineConfig:
         _check(self.precision in PRECISIONS, "precision", f"one of {', '.join(PRECISIONS)}", self.precision)
         _check(self.kv_cache is None or self.kv_cache in KV_CACHES, "kv_cache",
                f"one of {', '.join(KV_CACHES)}, or None (the device's own)", self.kv_cache)
-        _check(self.long_prompt_precision is None or self.long_prompt_precision in PREFILL_PRECISIONS,
-               "long_prompt_precision", f"one of {', '.join(PREFILL_PRECISIONS)}, or None (the target's own)",
-               self.long_prompt_precision)
+        _check(self.long_prompt_precision in LONG_PROMPT_PRECISIONS, "long_prompt_precision",
+               f"one of {', '.join(LONG_PROMPT_PRECISIONS)}", self.long_prompt_precision)
         _check(self.kv_rollback is None or self.kv_rollback in ROLLBACK_METHODS, "kv_rollback",
                f"one of {', '.join(ROLLBACK_METHODS)}, or None (the device's own)", self.kv_rollback)
         _check(_whole(self.draft_vocab, 0), "draft_vocab", "0 (the whole vocabulary) or a number of token ids",

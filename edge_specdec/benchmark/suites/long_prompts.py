@@ -96,8 +96,7 @@ def suite_prompts(engine, lengths: list[int], tasks: list[str]) -> dict[str, lis
     return out
 
 
-def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None,
-                  long_prompt_precision: Optional[str] = None):
+def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None, long_prompt_precision: str = "auto"):
     """Our Pipeline as the suite runs it: no static copies, no prefix reuse (each run prefills the whole prompt) and
     no draft pool (a repeat must not copy the answer of the run before it)."""
     from ...runtime import Pipeline
@@ -108,16 +107,16 @@ def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None,
 
 def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
               kv_cache: Optional[str], algorithm: str, draft_window: Optional[int] = None,
-              per_call: bool = False, long_prompt_precision: Optional[str] = None) -> dict:
+              per_call: bool = False, long_prompt_precision: str = "auto") -> dict:
     """In a fresh process: our Pipeline on the prompt, one uncounted run, then the medians of `repeats` runs;
     draft_window: SpeculativeConfig.draft_window (None: its default). per_call: the timed runs record their target
     calls, summed up as PER_CALL_FIGURES (medians over the runs), and returned whole as "target_calls".
-    long_prompt_precision: EngineConfig.long_prompt_precision."""
+    long_prompt_precision: EngineConfig.long_prompt_precision (one asked for by name must be kept)."""
     from ...runtime import GenerationConfig
     from ..target_calls import call_figures
 
     pipe = ours_pipeline(bundle, kv_cache, long_prompt_precision=long_prompt_precision)
-    if long_prompt_precision and pipe.target_model.prefill is None:
+    if long_prompt_precision not in ("auto", "off") and pipe.target_model.prefill is None:
         raise RuntimeError(f"--long-prompt-precisions {long_prompt_precision}: {pipe.long_prompt_note}")
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
 
@@ -355,7 +354,7 @@ def write_text(path: Path, text: str) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ...runtime.devices import KV_CACHES, PREFILL_PRECISIONS
+    from ...runtime.devices import KV_CACHES, LONG_PROMPT_PRECISIONS
 
     p.description = __doc__
     p.epilog = ("examples:\n  edge-specdec bench long-prompts bundles/qwen+smollm --lengths 4096 8192 "
@@ -381,10 +380,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-windows", nargs="+", type=int, default=[], metavar="N",
                    help="add a row of ours with the default algorithm whose draft reads a window of N tokens of the "
                         "prompt and output (--draft-window; 0: the whole of them), for each N")
-    p.add_argument("--long-prompt-precisions", nargs="+", default=[], choices=PREFILL_PRECISIONS,
-                   metavar="PRECISION",
+    p.add_argument("--long-prompt-precisions", nargs="+", default=[],
+                   choices=[p for p in LONG_PROMPT_PRECISIONS if p != "auto"], metavar="PRECISION",
                    help="add rows of ours, the target alone and the default algorithm, whose long prompts are "
-                        "prefilled at PRECISION (--long-prompt-precision), for each one")
+                        "prefilled at PRECISION (--long-prompt-precision; the other rows take its default, auto), "
+                        "for each one; off: on the target")
     p.add_argument("--per-call", action="store_true",
                    help="our rows' timed runs record every target call (its tokens, its block on the device, the "
                         "past it attends over, its time): the table gets the target's mean ms per 1-token step and "
