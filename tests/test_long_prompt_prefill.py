@@ -441,7 +441,7 @@ def test_auto_compiles_no_copy_where_it_cannot_pay(bundle_dir, auto_on_tiny, mon
     assert model.block_invariant and model.prefill is None and len(hints) == 1 and auto_on_tiny["calls"] == 0
     assert model.prefill_note.startswith(f"no {PRECISION} prefill copy: ")
     assert {"small": "prefills quickly", "f32 cache": "f32 KV cache", "no such arithmetic": f"no {PRECISION} arith",
-            "failed probe": "failed its probe"}[why] in model.prefill_note
+            "failed probe": "did not compile or pass its probe"}[why] in model.prefill_note
 
 
 def test_the_default_is_auto_and_a_copy_it_does_not_keep_stays_off_the_load_line(engines):
@@ -462,7 +462,37 @@ def test_off_keeps_no_copy_and_says_nothing(bundle_dir, auto_on_tiny, monkeypatc
     hints = _compiles(monkeypatch)
     engine = Engine(bundle_dir(*SAME_VOCAB), long_prompt_precision="off", draft_pool_tokens=0)
     assert engine.target_model.prefill is None and engine.target_model.prefill_note == ""
-    assert engine.long_prompt_note == "" and str(ov.Type.bf16) not in hints and "bf16" not in hints
+    assert engine.long_prompt_note == "" and "bf16" not in hints and auto_on_tiny["calls"] == 0
+
+
+def test_auto_times_the_copy_once_per_machine_and_bundle(bundle_dir, auto_on_tiny, tmp_path):
+    """The timing goes into the measurement cache, and a later engine on the same machine reads it."""
+    first = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, draft_pool_tokens=0)
+    assert first.target_model.prefill is not None and PRECISION in first.long_prompt_note
+    assert first.measurements.values["target/prefill_time"] == {PRECISION: 0.5}
+    again = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, draft_pool_tokens=0)
+    assert again.target_model.prefill is not None and auto_on_tiny["calls"] == 1
+
+
+def test_auto_remembers_a_copy_the_cpu_does_not_compute_and_compiles_none_again(bundle_dir, auto_on_tiny,
+                                                                                monkeypatch):
+    real = ov.CompiledModel.get_property
+    monkeypatch.setattr(ov.CompiledModel, "get_property", lambda self, name: ov.Type.f16
+                        if name == "INFERENCE_PRECISION_HINT" else real(self, name))  # neither bf16 nor f32
+    xml = bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml"
+    known, times = {}, {}
+    model = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
+    assert model.prefill is None and known == {PRECISION: False} and "arithmetic" in model.prefill_note
+    hints = _compiles(monkeypatch)
+    again = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
+    assert again.prefill is None and len(hints) == 1 and "did not compile or pass its probe" in again.prefill_note
+
+
+@pytest.mark.parametrize("precision", ["auto", PRECISION])
+def test_a_target_that_is_not_exact_says_why_it_has_no_copy(bundle_dir, precision):
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", kv_cache="u8",
+                       prefill_precision=precision, known_prefill={}, known_prefill_time={})
+    assert not model.block_invariant and model.prefill is None and "needs an exact paged model" in model.prefill_note
 
 
 def test_the_copys_timing_compares_its_prefill_with_the_targets(bundle_dir, monkeypatch):

@@ -365,3 +365,24 @@ def test_pairs_result_becomes_a_catalog_entry_that_pairs_prints(capsys, monkeypa
     with pytest.raises(Exception, match="no draft model"):
         catalog_entry({"machine": {}, "candidates": [{"name": NO_DRAFT, "source": None, "prediction": {}}]},
                       command="x")
+
+
+@pytest.mark.parametrize("given,expected", [({}, "off"), ({"long_prompt_precision": "auto"}, "off"),
+                                            ({"long_prompt_precision": "bf16"}, "bf16")])
+def test_pair_loads_no_long_prompt_prefill_copy_unless_asked(monkeypatch, tmp_path, given, expected):
+    """Its replay prices decode rounds; auto's bf16 copy would hold memory in the base and each candidate's engine."""
+    import edge_specdec.runtime as runtime
+    from edge_specdec.pairing import PairSettings, _simulate
+
+    configs = []
+
+    class Stop(Exception):
+        pass
+
+    def engine(bundle, config, core=None):
+        configs.append(config)
+        raise Stop
+    monkeypatch.setattr(runtime, "Engine", engine)
+    with pytest.raises(Stop):
+        _simulate(tmp_path, [], ["def f(x):"], PairSettings(engine=given), lambda _: None, None)
+    assert [c.long_prompt_precision for c in configs] == [expected]

@@ -63,8 +63,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "4 s more load). Exact: the target alone prefills the same way. Needs the f16 KV cache (the "
                         "default). auto (the default): bf16 where it pays, that is a target of 256 MB or more on a "
                         "CPU with bf16 whose copy, timed once per machine and bundle, prefills in at most 0.8x the "
-                        "target's time (AMX: yes; AVX-512 BF16 alone: no; AVX2: no bf16), and never for a one-shot "
-                        "`run` prompt too short to use it; `edge-specdec check` says which. off: the target "
+                        "target's time (AMX: yes; AVX-512 BF16 alone: no; most AVX2 CPUs: no bf16), and never for a "
+                        "one-shot `run` prompt too short to use it; `edge-specdec check` says which. off: the target "
                         "prefills every prompt (the least memory)")
     p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",

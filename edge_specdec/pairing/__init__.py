@@ -256,7 +256,10 @@ def _simulate(base: Path, candidates: list[Candidate], prompts: list[str], setti
     from .replay import greedy_answers, replay
     from .sampled import sampled_answers
 
-    config = EngineConfig(**{**settings.engine, "concurrent": False, "static_shapes": False})
+    # the replay prices decode rounds: auto's long-prompt prefill copy would only hold memory in each engine loaded
+    prefill = settings.engine.get("long_prompt_precision", "auto")
+    config = EngineConfig(**{**settings.engine, "concurrent": False, "static_shapes": False,
+                             "long_prompt_precision": "off" if prefill == "auto" else prefill})
     mode = "greedy" if settings.sampling is None else "sampled"
     say(f"loading the target ({base.name}) and computing its {mode} answers to {len(prompts)} prompts "
         f"({settings.max_new_tokens} tokens each)")

@@ -3,7 +3,8 @@
 Opening a bundle measures a few things on the device: whether the target's blocks are bit-identical to single
 steps at each precision (exactness, `probes.passes_block_invariance`), whether the tokens after a long prompt may go
 as one-token sequences (`probes.passes_sequences_layout`), whether a long prompt's bf16 prefill copy keeps its
-bits across call sizes (`probes.passes_prefill_calls`, when asked for), and the longest call that keeps the bits of
+bits across call sizes (`probes.passes_prefill_calls`) and, for the default's choice, how fast it prefills against the
+target (`probes.prefill_copy_ratio`), and the longest call that keeps the bits of
 short calls (`probes.longest_exact_call`, the pieces a long prompt is fed in), whether fixed block sizes pay
 (`probes.fixed_block_pays`), which single step is cheapest (`probes.cheapest_step`), and what the drafting guard
 learned. They depend on the machine (the instruction sets the CPU plugin picks its kernels by, and the threads it

@@ -60,10 +60,10 @@ prompts keep the block layout throughout. There is no lone-token rule in this la
 and the calls run on the dynamic model (a static copy is compiled for one block size). open_model probes the layout
 on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
 
-A long prompt's prefill in bf16 (`CompiledLM.prefill`, on request): on CPUs with bf16 arithmetic (AMX, AVX-512 BF16) a
-copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes keeps its bits
-across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it cannot run
-the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before the sequences
+A long prompt's prefill in bf16 (`CompiledLM.prefill`; by default where it pays, see `_auto_prefill_may_pay`): on CPUs
+with AMX a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes keeps its
+bits across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it cannot
+run the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before the sequences
 layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens, and every later
 token on the dq model as before. The copy computes the cache only: its output layer is cut to a few ids
 (graph.keep_output_rows), so it does not hold the target's output layer again, and the prompt's last token is the first
@@ -976,8 +976,10 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                                f"{', '.join(PREFILL_PRECISIONS)}.")
     model = core.read_model(str(model_xml))
     if rollback in OPENERS:
-        return OPENERS[rollback](core, model, device, max_context=max_context, config=config,
-                                 npu_max_prompt=npu_max_prompt, npu_generation_tokens=npu_generation_tokens)
+        lm = OPENERS[rollback](core, model, device, max_context=max_context, config=config,
+                               npu_max_prompt=npu_max_prompt, npu_generation_tokens=npu_generation_tokens)
+        lm.prefill_note = _needs_exact(prefill_precision)
+        return lm
     vocab_size = model.output("logits").get_partial_shape()[-1].get_length()
     output_ids, config = _prepare_graph(model, rollback, device_profile.kind, vocab_size, output_ids, config)
     int4_group = int4_group_size(model)
@@ -998,6 +1000,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
         # sequences" above), if the layout's probe below passes
         lm.sequences = lm.block_invariant and device_profile.kind == "CPU"
         if not lm.block_invariant:
+            lm.prefill_note = _needs_exact(prefill_precision)
             return lm
         measure_longest = type(longest.get(attempt)) is not int
         passed = None if measure_longest else checks.get(attempt)  # a verdict holds for the longest call it had
@@ -1039,19 +1042,29 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             times = known_prefill_time if known_prefill_time is not None else {}
             auto = prefill_precision == "auto"
             wanted = AUTO_PREFILL if auto else prefill_precision
-            if wanted and lm.sequences and (not auto or _auto_prefill_may_pay(lm, core, device, known, times)):
+            if not lm.sequences:
+                lm.prefill_note = _needs_exact(prefill_precision)
+            elif wanted and (not auto or _auto_prefill_may_pay(lm, core, device, known, times)):
                 _add_prefill(lm, core, model, device, {**cfg, **PREFILL_PRECISIONS[wanted]}, wanted, known,
                              times if auto else None)
-            elif wanted and not auto:
-                lm.prefill_note = (f"a {prefill_precision} prefill needs an exact paged model on the CPU that takes "
-                                   f"the one-token-sequences layout after long prompts")
             return lm
         first = first or lm
     lm = first  # no precision passed the bitwise check: exact up to float noise, like "masked"
     lm.block_invariant = False
+    lm.prefill_note = _needs_exact(prefill_precision)
     lm.exactness_note = (f"the target's {lm.kv_cache} KV cache is not block-invariant on {device}" if kv_cache
                          else f"the target is not block-invariant on {device}")
     return lm
+
+
+def _needs_exact(prefill_precision: Optional[str]) -> str:
+    """Why a model that is not an exact paged CPU model taking the one-token-sequences layout has no prefill copy
+    (none asked for: "")."""
+    if not prefill_precision:
+        return ""
+    precision = AUTO_PREFILL if prefill_precision == "auto" else prefill_precision
+    return (f"a {precision} prefill needs an exact paged model on the CPU that takes the one-token-sequences layout "
+            f"after long prompts")
 
 
 # the CPU plugin's OPTIMIZATION_CAPABILITIES entry of each prefill precision
@@ -1059,22 +1072,22 @@ CPU_CAPABILITY = {"bf16": "BF16", "f32": "FP32"}
 
 
 def _auto_prefill_may_pay(lm: CompiledLM, core: ov.Core, device: str, known: dict, times: dict) -> bool:
-    """Whether the default ("auto") long-prompt prefill compiles its AUTO_PREFILL copy for this exact model: on a
-    CPU with that arithmetic, on an f16 KV cache (the one the copy shares), for a target of at least
-    AUTO_PREFILL_BYTES of weights (a smaller one prefills quickly anyway, and the copy holds its weights again), and
+    """Whether the default ("auto") long-prompt prefill compiles its AUTO_PREFILL copy for this exact CPU model: for a
+    target of at least AUTO_PREFILL_BYTES of weights (a smaller one prefills quickly anyway, and the copy holds its
+    weights again), on a CPU with that arithmetic, on an f16 KV cache (the one the copy shares), and
     unless this machine has already found the copy failing its probe or too slow to pay for its memory (known, times:
     see _add_prefill). Otherwise says why in lm.prefill_note and compiles nothing."""
     ratio = times.get(AUTO_PREFILL)
     why = ""
-    if profile(device).kind != "CPU" or CPU_CAPABILITY[AUTO_PREFILL] not in core.get_property(
-            device, "OPTIMIZATION_CAPABILITIES"):
+    if lm.weights_file.stat().st_size < AUTO_PREFILL_BYTES:
+        why = f"a target under {AUTO_PREFILL_BYTES >> 20} MB prefills quickly without it"
+    elif CPU_CAPABILITY[AUTO_PREFILL] not in core.get_property(device, "OPTIMIZATION_CAPABILITIES"):
         why = f"{device} has no {AUTO_PREFILL} arithmetic"
     elif lm.kv_cache != "f16":
         why = f"the {lm.kv_cache} KV cache does not take a {AUTO_PREFILL} copy's"
-    elif lm.weights_file.stat().st_size < AUTO_PREFILL_BYTES:
-        why = f"a target under {AUTO_PREFILL_BYTES >> 20} MB prefills quickly without it"
     elif known.get(AUTO_PREFILL) is False:
-        why = f"the {AUTO_PREFILL} copy failed its probe on this machine"
+        why = (f"the {AUTO_PREFILL} copy did not compile or pass its probe on this machine (--long-prompt-precision "
+               f"{AUTO_PREFILL} says why)")
     elif ratio is not None and ratio > AUTO_PREFILL_RATIO:
         why = _too_slow(ratio)
     if why:
@@ -1083,6 +1096,7 @@ def _auto_prefill_may_pay(lm: CompiledLM, core: ov.Core, device: str, known: dic
 
 
 def _too_slow(ratio: float) -> str:
+    """Why auto drops a copy whose prefill took `ratio` of the target's time."""
     return (f"it prefilled in {ratio:.2f}x the target's time on this machine, more than the {AUTO_PREFILL_RATIO}x "
             f"that pays for its memory (--long-prompt-precision {AUTO_PREFILL} keeps it)")
 
@@ -1094,6 +1108,12 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
     probe's verdict per precision from an earlier process, filled with what is measured). times: keep it only if it
     prefills in at most AUTO_PREFILL_RATIO of the target's time (times[precision], measured once, the same way). The
     copy computes the cache only: its output layer keeps PREFILL_OUTPUT_IDS token ids (its rows are never read)."""
+    def refuse(note: str) -> None:
+        """No copy, and why; auto remembers the machine's no (as the probe's), so later loads compile none."""
+        lm.prefill_note = note
+        if times is not None:
+            known[precision] = False
+
     model = model.clone()
     keep_output_rows(model, np.arange(PREFILL_OUTPUT_IDS))  # where the layer has another form it stays whole
     try:
@@ -1102,27 +1122,23 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
         reason = str(error).strip().splitlines()[-1]
         kv_cache = cfg.get("KV_CACHE_PRECISION", "f16")
         fix = f"; with the target's {kv_cache} KV cache: --kv-cache f16 takes it" if kv_cache != "f16" else ""
-        lm.prefill_note = (f"the {precision} copy does not compile on {device} ({reason}{fix}): long prompts are "
-                           f"prefilled as before")
-        return
+        return refuse(f"the {precision} copy does not compile on {device} ({reason}{fix}): long prompts are "
+                      f"prefilled as before")
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     computed = hint.to_string() if hasattr(hint, "to_string") else str(hint)
     wanted = cfg.get("INFERENCE_PRECISION_HINT")
     if wanted and computed != wanted:
-        lm.prefill_note = f"{device} has no {precision} arithmetic ({computed}): long prompts are prefilled as before"
-        return
+        return refuse(f"{device} has no {precision} arithmetic ({computed}): long prompts are prefilled as before")
     if [p.get_partial_shape() for p in _cache_inputs(compiled)] != \
             [p.get_partial_shape() for p in _cache_inputs(lm.compiled)]:
-        lm.prefill_note = f"the {precision} copy's KV blocks have another shape: long prompts are prefilled as before"
-        return
+        return refuse(f"the {precision} copy's KV blocks have another shape: long prompts are prefilled as before")
     # the copy runs on the target's own blocks: of its element type, or bf16 on f16 ones (prefill_blocks.py)
     types = {(p.get_element_type(), q.get_element_type())
              for p, q in zip(_cache_inputs(compiled), _cache_inputs(lm.compiled))}
     if not (all(theirs == ours for theirs, ours in types) or types == {(ov.Type.bf16, ov.Type.f16)}):
         theirs, ours = sorted((pair for pair in types if pair[0] != pair[1]), key=str)[0]
-        lm.prefill_note = (f"the {precision} copy writes its KV cache in {theirs}, which the target's {ours} blocks do "
-                           f"not hold (--kv-cache f16 takes it): long prompts are prefilled as before")
-        return
+        return refuse(f"the {precision} copy writes its KV cache in {theirs}, which the target's {ours} blocks do "
+                      f"not hold (--kv-cache f16 takes it): long prompts are prefilled as before")
     lm.prefill_reads_as = ov.Type.bf16 if types == {(ov.Type.bf16, ov.Type.f16)} else None
     lm.prefill, lm.prefill_precision = compiled, precision
     sizes = sorted({PREFILL_LONGEST, lm.longest_block}, reverse=True)  # the calls tried, longest first
