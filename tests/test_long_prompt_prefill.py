@@ -18,8 +18,9 @@ from edge_specdec.runtime.chat import ChatTemplate
 from edge_specdec.runtime.prefill_blocks import bf16_as_f16
 from edge_specdec.runtime.probes import passes_prefill_calls, prefill_copy_ratio, written_cache
 from edge_specdec.runtime import session as session_module
-from edge_specdec.runtime.session import (CPU_CAPABILITY, PREFILL_LEAST, PREFILL_LONGEST, PREFILL_OUTPUT_IDS,
-                                          SEQUENCES_AFTER, BlockPool, PagedSession, open_model)
+from edge_specdec.runtime.session import (CPU_CAPABILITY, PREFILL_ALIGN, PREFILL_LEAST, PREFILL_LONGEST,
+                                          PREFILL_OUTPUT_IDS, SEQUENCES_AFTER, BlockPool, ModelSession, PagedSession,
+                                          open_model)
 from edge_specdec.serve.prefix_store import PrefixStore
 from support import OTHER_VOCAB, SAME_VOCAB, bits
 # the long-prompt runs' prompt, settings and fixtures (the threshold made small), and sampled runs checked against
@@ -93,6 +94,38 @@ def test_greedy_drafting_writes_the_target_alones_ids_and_bits(engines, pair, al
     assert sum(calls) >= len(prompt) - 1 and min(calls) >= PREFILL_LEAST
     assert drafted.token_ids == alone.token_ids and bits(drafted.logprobs) == bits(alone.logprobs)
     assert drafted.stats.draft_tokens_proposed + drafted.stats.free_tokens_proposed > 0
+
+
+@pytest.mark.parametrize("count,longest,align,sizes", [
+    (2047, 256, 128, [256] * 7 + [255]),
+    (4102, 256, 128, [256] * 15 + [128, 134]),  # a rest of 6 takes 128 tokens of the last whole piece
+    (600, 384, 128, [384, 216]),
+    (600, 300, 128, [256, 256, 88]),  # the largest multiple of 128 up to 300
+    (250, 256, 128, [250]),  # one call holds them
+    (600, 256, 1, [200, 200, 200]),  # no alignment: even pieces
+    (600, 130, 128, [120] * 5),  # no room for a multiple and a rest: even pieces
+])
+def test_the_copys_pieces_are_aligned_and_their_rest_holds_its_fewest_tokens(count, longest, align, sizes):
+    pieces = ModelSession._aligned_pieces(list(range(count)), longest, align)
+    assert [len(piece) for piece in pieces] == sizes and sum(pieces, []) == list(range(count))
+
+
+def test_the_copy_feeds_a_long_prompt_in_aligned_pieces_that_write_what_even_pieces_write(engines, small_threshold,
+                                                                                          monkeypatch):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    model = engine.target_model
+    prompt = engine.tokenizer.encode(PROMPT * 3)
+    head = len(prompt) - 1  # the tokens the copy prefills
+    assert head > model.prefill_longest >= 2 * PREFILL_ALIGN and head % PREFILL_ALIGN >= PREFILL_LEAST, head
+    calls = _prefill_calls(monkeypatch)
+    aligned = engine.session().generate(prompt, GREEDY, algorithm="none")
+    whole, rest = divmod(head, model.prefill_longest)
+    assert calls == [model.prefill_longest] * whole + [rest]
+    calls.clear()
+    monkeypatch.setattr(model, "prefill_align", 1)
+    even = engine.session().generate(prompt, GREEDY, algorithm="none")
+    assert len(calls) == whole + 1 and calls != [model.prefill_longest] * whole + [rest]
+    assert aligned.token_ids == even.token_ids and bits(aligned.logprobs) == bits(even.logprobs)
 
 
 def test_a_short_prompt_is_not_prefilled_on_the_copy(engines, small_threshold, monkeypatch):

@@ -64,10 +64,11 @@ A long prompt's prefill in bf16 (`CompiledLM.prefill`; by default where it pays,
 with AMX a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes keeps its
 bits across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it cannot
 run the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before the sequences
-layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens, and every later
-token on the dq model as before. The copy computes the cache only: its output layer is cut to a few ids
-(graph.keep_output_rows), so it does not hold the target's output layer again, and the prompt's last token is the first
-one-token sequence on the dq model, whose row gives the first token. The CPU plugin keeps a bf16 model's cache in bf16
+layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens (pieces of a
+multiple of PREFILL_ALIGN tokens, the size its matmuls compute fastest, and the rest), and every later token on the dq
+model as before. The copy computes the cache only: its output layer is cut to a few ids (graph.keep_output_rows), so it
+does not hold the target's output layer again, and the prompt's last token is the first one-token sequence on the dq
+model, whose row gives the first token. The CPU plugin keeps a bf16 model's cache in bf16
 and an f32 model's in f16 (a bf16 cache it refuses there), but both take two bytes a value: the copy's request reads and
 writes the session's own blocks seen as bf16, and before the target reads what it wrote, those blocks are converted to
 f16 where they lie, and back before the copy goes on after them (prefill_blocks.py): the same values for every run, and
@@ -126,6 +127,10 @@ PREFILL_LEAST = 8
 # the size that prefilled long prompts fastest, and longer calls take more scratch memory (benchmarks/RESULTS.md,
 # "Long prompts")
 PREFILL_LONGEST = 256
+# a long prompt's prefill copy takes its calls in pieces of a multiple of this many tokens and then the rest: the CPU
+# plugin's bf16 matmuls compute a call of such a size faster per token than a call of any other size (on AMX; see
+# benchmarks/RESULTS.md, "Long prompts"), and the copy's rows are the same whatever the size of its calls
+PREFILL_ALIGN = 128
 # the token ids the prefill copy's cut output layer computes: a few, so that its matmul stays an ordinary one
 PREFILL_OUTPUT_IDS = 8
 
@@ -185,6 +190,7 @@ class CompiledLM:
         self.prefill: Optional[ov.CompiledModel] = None
         self.prefill_precision = ""
         self.prefill_longest = 0  # the most tokens one call on it holds (what its probe passed with)
+        self.prefill_align = PREFILL_ALIGN  # its calls' pieces are a multiple of this many tokens (but the last)
         # the element type the copy reads the session's blocks as, where it is not theirs (bf16 on f16 blocks: the
         # session converts them between the copy's calls and the target's, see prefill_blocks.py)
         self.prefill_reads_as: Optional[ov.Type] = None
@@ -485,6 +491,20 @@ class ModelSession:
         bounds = np.linspace(0, len(tokens), count + 1).round().astype(int)
         return [tokens[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
 
+    @staticmethod
+    def _aligned_pieces(tokens: list[int], longest: int, align: int) -> list[list[int]]:
+        """The tokens in pieces of the largest multiple of `align` up to `longest` tokens, then the rest, which holds
+        at least PREFILL_LEAST (the last whole piece hands it `align` tokens where it would hold fewer); even
+        pieces (_pieces) where they fit in one call, or where `longest` and `align` leave no room for that."""
+        size = longest // align * align
+        if len(tokens) <= longest or align < PREFILL_LEAST or size - align < PREFILL_LEAST:
+            return ModelSession._pieces(tokens, longest)
+        ends = list(range(size, len(tokens), size))
+        if len(tokens) - ends[-1] < PREFILL_LEAST:
+            ends[-1] -= align
+        bounds = [0, *ends, len(tokens)]
+        return [tokens[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
+
     def _feed_parts(self, parts: list[tuple[list[int], Callable[[list[int], int], np.ndarray]]],
                     rows: int) -> np.ndarray:
         """Feed consecutive parts, each by its own feed(tokens, rows); the last `rows` rows of logits, from the
@@ -503,10 +523,13 @@ class ModelSession:
         return self.feed(tokens, rows=rows)
 
     def _feed_in_pieces(self, tokens: list[int], rows: int) -> np.ndarray:
-        """Feed a long block in even pieces of at most longest_block tokens (in the block layout); the last `rows`
-        rows of logits."""
-        return self._feed_parts([(piece, self._feed_blocks) for piece in self._pieces(tokens, self.longest_block)],
-                                rows)
+        """Feed a long block in even pieces of at most longest_block tokens (in the block layout), on the long-prompt
+        prefill copy in aligned ones (see PREFILL_ALIGN); the last `rows` rows of logits."""
+        if self.prefilling:
+            pieces = self._aligned_pieces(tokens, self.longest_block, self.model.prefill_align)
+        else:
+            pieces = self._pieces(tokens, self.longest_block)
+        return self._feed_parts([(piece, self._feed_blocks) for piece in pieces], rows)
 
     def _feed_across(self, tokens: list[int], rows: int, start: int) -> np.ndarray:
         """Feed tokens that reach the sequences layout's boundary `start`: those before it in the block layout,
