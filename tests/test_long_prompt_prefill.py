@@ -116,10 +116,12 @@ def test_the_copy_feeds_a_long_prompt_in_aligned_pieces_that_write_what_even_pie
     model = engine.target_model
     prompt = engine.tokenizer.encode(PROMPT * 3)
     head = len(prompt) - 1  # the tokens the copy prefills
-    assert head > model.prefill_longest >= 2 * PREFILL_ALIGN and head % PREFILL_ALIGN >= PREFILL_LEAST, head
+    whole, rest = divmod(head, model.prefill_longest)
+    # pieces of prefill_longest (a multiple of the alignment) and a rest long enough to stand alone
+    assert whole >= 1 and rest >= PREFILL_LEAST, head
+    assert model.prefill_longest >= 2 * PREFILL_ALIGN and model.prefill_longest % PREFILL_ALIGN == 0
     calls = _prefill_calls(monkeypatch)
     aligned = engine.session().generate(prompt, GREEDY, algorithm="none")
-    whole, rest = divmod(head, model.prefill_longest)
     assert calls == [model.prefill_longest] * whole + [rest]
     calls.clear()
     monkeypatch.setattr(model, "prefill_align", 1)
