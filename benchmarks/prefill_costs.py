@@ -17,8 +17,9 @@ then has sizes the block-invariance check covers. This script measures, on the r
 - --prefill-copy PRECISION: instead of all the above, the runtime's own long-prompt prefill copy (the Pipeline of
   `edge-specdec bench long-prompts` with --long-prompt-precision PRECISION, session.py, "A long prompt's prefill in
   bf16"): the time to the first token of a TOKENS-token prompt with the copy's calls cut at each --pieces size in
-  turn (its prefill_longest) and its pieces aligned to each --aligns multiple (its prefill_align; 1: even pieces),
-  interleaved, and whether every variant wrote the same tokens.
+  turn (its prefill_longest), its pieces aligned to each --aligns multiple (its prefill_align; 1: even pieces) and
+  a call padded up to it by at most each --pads fraction of it (session.PREFILL_PAD_MOST; 0: no pads), interleaved,
+  and whether every variant wrote the same tokens.
 
 Precisions: dq and f32 as the runtime sets them (devices.CPU_PRECISIONS), bf16 = INFERENCE_PRECISION_HINT bf16
 (what OpenVINO GenAI runs on CPUs with AMX or AVX-512 BF16), with the dynamic quantization of dq. The machine's
@@ -42,7 +43,7 @@ from edge_specdec.bundle import load_bundle
 from edge_specdec.runtime.devices import PREFILL_PRECISIONS, compile_config, profile
 from edge_specdec.runtime.graph import int4_group_size
 from edge_specdec.runtime.probes import longest_exact_call, passes_block_invariance
-from edge_specdec.runtime.session import LONGEST_BLOCK, PREFILL_ALIGN, open_model
+from edge_specdec.runtime.session import LONGEST_BLOCK, PREFILL_ALIGN, PREFILL_PAD_MOST, open_model
 
 # name -> (the runtime precision whose properties it starts from, properties laid over them)
 PRECISIONS = {
@@ -210,11 +211,13 @@ def profile_call(core, model_xml: Path, models: dict, n: int, threads: int) -> N
         print(f"{name:>9}: {total:.1f} ms: " + ", ".join(f"{k} {v:.1f}" for k, v in top))
 
 
-def copy_times(bundle: str, precision: str, length: int, pieces: list[int], aligns: list[int], repeats: int) -> None:
-    """--prefill-copy: the first token of one prompt through the runtime's prefill copy, its calls cut at each size
-    and aligned to each multiple."""
+def copy_times(bundle: str, precision: str, length: int, pieces: list[int], aligns: list[int], pads: list[float],
+               repeats: int) -> None:
+    """--prefill-copy: the first token of one prompt through the runtime's prefill copy, its calls cut at each size,
+    aligned to each multiple and padded up to it by at most each fraction of it."""
     from edge_specdec.benchmark.suites.long_prompts import ours_pipeline
     from edge_specdec.runtime import GenerationConfig
+    from edge_specdec.runtime import session as session_module
 
     pipe = ours_pipeline(bundle, long_prompt_precision=precision)  # as the long-prompts suite runs it
     model = pipe.target_model
@@ -222,22 +225,24 @@ def copy_times(bundle: str, precision: str, length: int, pieces: list[int], alig
         raise SystemExit(f"no {precision} prefill copy: {pipe.long_prompt_note}")
     tokens = np.random.default_rng(0).integers(100, 20000, length).tolist()
     config = GenerationConfig(max_new_tokens=4, temperature=0, ignore_eos=True)
-    variants = [(n, align) for n in pieces for align in aligns]
-    seconds: dict[tuple[int, int], list[float]] = {variant: [] for variant in variants}
-    outputs: dict[tuple[int, int], list[int]] = {}
+    variants = [(n, align, pad) for n in pieces for align in aligns for pad in pads]
+    seconds: dict[tuple, list[float]] = {variant: [] for variant in variants}
+    outputs: dict[tuple, list[int]] = {}
     for r in range(repeats + 1):  # repeat 0 uncounted
         for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
-            model.prefill_longest, model.prefill_align = variant
+            model.prefill_longest, model.prefill_align, session_module.PREFILL_PAD_MOST = variant
             result = pipe.generate(tokens, config, algorithm="none")
             outputs.setdefault(variant, list(result.token_ids))
             if r:
                 seconds[variant].append(result.stats.first_token_seconds)
         print(f"  repeat {r}{' (uncounted)' if r == 0 else ''} done, load average {loadavg()}", flush=True)
     print(f"\nthe {precision} prefill copy, a {length}-token prompt: median seconds to the first token over {repeats} "
-          f"repeats, by the most tokens a call on the copy holds and the multiple its pieces are aligned to")
-    for n, align in variants:
-        runs = seconds[n, align]
-        print(f"{n:>6} aligned to {align:>4}: {statistics.median(runs):.2f} s  ({' '.join(f'{x:.2f}' for x in runs)})")
+          f"repeats, by the most tokens a call on the copy holds, the multiple its pieces are aligned to and the "
+          f"most a call is padded up to it (a fraction of it)")
+    for n, align, pad in variants:
+        runs = seconds[n, align, pad]
+        print(f"{n:>6} aligned to {align:>4}, padded by at most {pad:.2f}: {statistics.median(runs):.2f} s  "
+              f"({' '.join(f'{x:.2f}' for x in runs)})")
     print(f"the same tokens in every variant: {len({tuple(v) for v in outputs.values()}) == 1}")
 
 
@@ -263,13 +268,18 @@ def main() -> None:
     parser.add_argument("--aligns", type=int, nargs="+", default=[PREFILL_ALIGN],
                         help=f"with --prefill-copy: the multiples the copy's pieces are aligned to, in turn (1: even "
                              f"pieces; default {PREFILL_ALIGN}, the runtime's)")
+    parser.add_argument("--pads", type=float, nargs="+", default=[PREFILL_PAD_MOST],
+                        help=f"with --prefill-copy: the most a call on the copy is padded up to its alignment, a "
+                             f"fraction of it, in turn (0: no pads; default {PREFILL_PAD_MOST}, the runtime's)")
     args = parser.parse_args()
     if args.prefill_copy:
         if min(args.pieces) <= 0:
             parser.error("--prefill-copy takes --pieces sizes above 0 (the copy's calls are cut at each)")
         if min(args.aligns) <= 0:
             parser.error("--aligns takes multiples above 0 (1: even pieces)")
-        copy_times(args.bundle, args.prefill_copy, args.tokens, args.pieces, args.aligns, args.repeats)
+        if not all(0 <= pad < 1 for pad in args.pads):
+            parser.error("--pads takes fractions from 0 (no pads) up to but not including 1")
+        copy_times(args.bundle, args.prefill_copy, args.tokens, args.pieces, args.aligns, args.pads, args.repeats)
         return
 
     model_xml = load_bundle(args.bundle, verify=False).target.model_xml

@@ -117,17 +117,73 @@ def test_the_copy_feeds_a_long_prompt_in_aligned_pieces_that_write_what_even_pie
     prompt = engine.tokenizer.encode(PROMPT * 3)
     head = len(prompt) - 1  # the tokens the copy prefills
     whole, rest = divmod(head, model.prefill_longest)
-    # pieces of prefill_longest (a multiple of the alignment) and a rest long enough to stand alone
-    assert whole >= 1 and rest >= PREFILL_LEAST, head
+    # pieces of prefill_longest (a multiple of the alignment) and a rest long enough to stand alone, which falls short
+    # of a multiple of the alignment by a few tokens: it is padded up to that multiple
+    assert whole >= 1 and rest >= PREFILL_LEAST and 0 < -rest % PREFILL_ALIGN <= 8, head
     assert model.prefill_longest >= 2 * PREFILL_ALIGN and model.prefill_longest % PREFILL_ALIGN == 0
     calls = _prefill_calls(monkeypatch)
     aligned = engine.session().generate(prompt, GREEDY, algorithm="none")
-    assert calls == [model.prefill_longest] * whole + [rest]
+    assert calls == [model.prefill_longest] * whole + [-(-rest // PREFILL_ALIGN) * PREFILL_ALIGN]
     calls.clear()
     monkeypatch.setattr(model, "prefill_align", 1)
     even = engine.session().generate(prompt, GREEDY, algorithm="none")
-    assert len(calls) == whole + 1 and calls != [model.prefill_longest] * whole + [rest]
+    assert len(calls) == whole + 1 and sum(calls) == head  # even pieces, none padded
     assert aligned.token_ids == even.token_ids and bits(aligned.logprobs) == bits(even.logprobs)
+
+
+@pytest.mark.parametrize("rest,call", [
+    (125, 128),  # 3 short of a multiple of 128: padded up to it
+    (96, 128),  # a quarter of the alignment short: padded
+    (95, 95),  # more than a quarter short: not padded
+    (60, 60),
+    (230, 256),
+])
+def test_the_copys_last_call_is_padded_up_to_its_alignment_where_it_falls_just_short(engines, small_threshold,
+                                                                                     monkeypatch, rest, call):
+    """The pad tokens lie after the call's own and are forgotten: the run writes the ids and logprob bits a run
+    without pads writes."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    model = engine.target_model
+    assert model.prefill_longest == 2 * PREFILL_ALIGN == 256
+    prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + rest + 1]
+    assert len(prompt) == model.prefill_longest + rest + 1
+    calls = _prefill_calls(monkeypatch)
+    padded = engine.session().generate(prompt, GREEDY, algorithm="none")
+    assert calls == [model.prefill_longest, call]
+    calls.clear()
+    monkeypatch.setattr(session_module, "PREFILL_PAD_MOST", 0.0)
+    unpadded = engine.session().generate(prompt, GREEDY, algorithm="none")
+    assert calls == [model.prefill_longest, rest]
+    assert padded.token_ids == unpadded.token_ids and bits(padded.logprobs) == bits(unpadded.logprobs)
+
+
+@pytest.mark.parametrize("head,longest,room,calls", [
+    (352, 256, 384, [256, 128]),  # a rest of 96, padded to 128: the blocks held reach that far
+    (352, 256, 352, [256, 96]),  # the blocks held end before the pads' end: not padded
+    (240, 256, 256, [256]),  # one call, padded
+    (240, 250, 256, [240]),  # a call of 256 is longer than the copy's probe covers: not padded
+])
+def test_the_copy_pads_a_call_only_into_blocks_the_session_holds_and_up_to_its_longest_call(
+        engines, small_threshold, monkeypatch, head, longest, room, calls):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    model = engine.target_model
+    tokens = engine.tokenizer.encode(PROMPT * 3)[:head]
+    sizes = _prefill_calls(monkeypatch)
+    caches = []
+    for pad_most in (session_module.PREFILL_PAD_MOST, 0.0):  # then without pads, to compare what they write
+        monkeypatch.setattr(session_module, "PREFILL_PAD_MOST", pad_most)
+        monkeypatch.setattr(model, "prefill_longest", longest)
+        session = model.session()
+        session.end_prompt(head + 1)
+        session.reserve(room)
+        held = len(session.blocks)
+        assert held * session.block_size == room  # the blocks held end where the case says
+        sizes.clear()
+        session.feed(tokens, rows=1)
+        assert sizes == (calls if pad_most else [min(n, head - sum(calls[:i])) for i, n in enumerate(calls)])
+        assert session.length == head and len(session.blocks) == held  # the pads took no block
+        caches.append(written_cache(session, 0, head))
+    assert all(np.array_equal(a, b) for a, b in zip(*caches))
 
 
 def test_a_short_prompt_is_not_prefilled_on_the_copy(engines, small_threshold, monkeypatch):

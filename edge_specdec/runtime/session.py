@@ -60,23 +60,24 @@ prompts keep the block layout throughout. There is no lone-token rule in this la
 and the calls run on the dynamic model (a static copy is compiled for one block size). open_model probes the layout
 on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
 
-A long prompt's prefill in bf16 (`CompiledLM.prefill`; by default where it pays, see `_auto_prefill_may_pay`): on CPUs
-with AMX a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes keeps its
-bits across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels), so it cannot
-run the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before the sequences
-layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens (pieces of a
-multiple of PREFILL_ALIGN tokens, the size its matmuls compute fastest, and the rest), and every later token on the dq
-model as before. The copy computes the cache only: its output layer is cut to a few ids (graph.keep_output_rows), so it
-does not hold the target's output layer again, and the prompt's last token is the first one-token sequence on the dq
-model, whose row gives the first token. The CPU plugin keeps a bf16 model's cache in bf16
-and an f32 model's in f16 (a bf16 cache it refuses there), but both take two bytes a value: the copy's request reads and
-writes the session's own blocks seen as bf16, and before the target reads what it wrote, those blocks are converted to
-f16 where they lie, and back before the copy goes on after them (prefill_blocks.py): the same values for every run, and
-no second set of blocks. A fresh prefill of the same prompt then writes the same, and a short prompt's cache holds
-dq-written values; so a later request reuses a cache only where its own prompt is prefilled the same way
-(`shared_prefix`: both long or both short), and the target alone and every algorithm, feeding the prompt alike, keep
-writing the same tokens. The copy holds its own repacked weights but the output layer's, and has a probe of its own, on
-the cache its calls write (`probes.passes_prefill_calls`).
+A long prompt's prefill in bf16 (`CompiledLM.prefill`; by default where it pays, see `_auto_prefill_may_pay`): on
+CPUs with AMX a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes
+keeps its bits across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels),
+so it cannot run the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before
+the sequences layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens
+(pieces of a multiple of PREFILL_ALIGN tokens, the size its matmuls compute fastest, and the rest, padded up to such
+a multiple where it falls just short: PREFILL_PAD_MOST), and every later token on the dq model as before. The copy
+computes the cache only: its output layer is cut to a few ids (graph.keep_output_rows), so it does not hold the
+target's output layer again, and the prompt's last token is the first one-token sequence on the dq model, whose row
+gives the first token. The CPU plugin keeps a bf16 model's cache in bf16 and an f32 model's in f16 (a bf16 cache it
+refuses there), but both take two bytes a value: the copy's request reads and writes the session's own blocks seen
+as bf16, and before the target reads what it wrote, those blocks are converted to f16 where they lie, and back
+before the copy goes on after them (prefill_blocks.py): the same values for every run, and no second set of blocks.
+A fresh prefill of the same prompt then writes the same, and a short prompt's cache holds dq-written values; so a
+later request reuses a cache only where its own prompt is prefilled the same way (`shared_prefix`: both long or both
+short), and the target alone and every algorithm, feeding the prompt alike, keep writing the same tokens. The copy
+holds its own repacked weights but the output layer's, and has a probe of its own, on the cache its calls write
+(`probes.passes_prefill_calls`).
 
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
@@ -131,6 +132,10 @@ PREFILL_LONGEST = 256
 # plugin's bf16 matmuls compute a call of such a size faster per token than a call of any other size (on AMX; see
 # benchmarks/RESULTS.md, "Long prompts"), and the copy's rows are the same whatever the size of its calls
 PREFILL_ALIGN = 128
+# and a call on it that falls short of a multiple of its alignment by at most this fraction of it is padded up to the
+# multiple (pad tokens after its own, forgotten after the call): a token of an aligned call costs about 0.8x, so
+# the pad costs less than it saves up to about a quarter
+PREFILL_PAD_MOST = 0.25
 # the token ids the prefill copy's cut output layer computes: a few, so that its matmul stays an ordinary one
 PREFILL_OUTPUT_IDS = 8
 
@@ -462,8 +467,9 @@ class ModelSession:
         if widen:  # re-feed the last cached tokens, whose cache slots get the same values again
             block = self.tokens[-widen:] + block
             self.rollback(widen)
-        # an empty cache has nothing (more) to re-feed: pad the block after the tokens, then forget the pad
-        pad = max(0, least - len(block))
+        # an empty cache has nothing (more) to re-feed: pad the block after the tokens, then forget the pad (a call on
+        # the prefill copy is padded up to its alignment the same way)
+        pad = max(0, least - len(block), self._aligning_pad(len(block)))
         block += [block[-1]] * pad
         self.last_block = len(block)
         logits = self._widened(self._infer(block, rows + pad))
@@ -472,6 +478,24 @@ class ModelSession:
             self.rollback(pad)
             logits = logits[:-pad]
         return logits[-rows:] if widen else logits
+
+    def _aligning_pad(self, n: int) -> int:
+        """The pad tokens that bring a call of n tokens on the long-prompt prefill copy up to the next multiple of its
+        alignment (see PREFILL_PAD_MOST), where the copy's probe covers a call that long and the cache has room for
+        them; 0 elsewhere. The copy's rows are the same whatever the size of its calls, and the pads lie after the
+        call's own tokens, which do not attend to them: the cache of those tokens is what an unpadded call writes."""
+        if not self.prefilling:
+            return 0
+        align = self.model.prefill_align
+        pad = -n % align
+        if pad > PREFILL_PAD_MOST * align or n + pad > self.model.prefill_longest:
+            return 0
+        return pad if self.length + n + pad <= self.room else 0
+
+    @property
+    def room(self) -> int:
+        """How many tokens the cache holds without taking more memory."""
+        return self.max_context if self.max_context is not None else 1 << 30
 
     def _widened(self, logits: np.ndarray) -> np.ndarray:
         """Rows of the model's output ids widened to the whole vocabulary (-inf for the ids left out)."""
@@ -725,6 +749,11 @@ class PagedSession(ModelSession):
         blocks go into batched calls, whose shape changes with every batch anyway and whose every row costs its
         logits."""
         return self.min_block if self.scheduler is None or self.scheduler.active <= 1 else 1
+
+    @property
+    def room(self) -> int:
+        """How many tokens the blocks this session holds take (at most the model's context)."""
+        return min(len(self.blocks) * self.block_size, super().room)
 
     def add_static(self, sizes) -> None:
         """Give the model static copies for these block sizes (see `CompiledLM.add_static`); resets the session."""
