@@ -14,6 +14,7 @@ import pytest
 from edge_specdec.bundle import load_bundle
 from edge_specdec.export import WeightSettings, export_bundle
 from hostile_text import HOSTILE_STRINGS
+from support import bits
 
 ROOT = Path(os.environ.get("EDGE_SPECDEC_REAL_MODELS", Path.home() / ".cache/edge-specdec/real-models"))
 pytestmark = [
@@ -108,16 +109,14 @@ def _exact_then_reused(engine, ids: list[int], config, more: int) -> int:
     """On `ids`, `auto` gives the target alone's ids and logprob bits; a longer second request (its answer and `more`
     prompt tokens after it) on the target alone's session reuses its cache and writes what a fresh session writes.
     Returns the prompt tokens the second request reused."""
-    def bits(result):
-        return [np.float64(entry.logprob).view(np.int64) for entry in result.logprobs]
     first = engine.session()
     alone = first.generate(ids, config, algorithm="none")
     drafted = engine.session().generate(ids, config, algorithm="auto")
-    assert drafted.exact and drafted.token_ids == alone.token_ids and bits(drafted) == bits(alone)
+    assert drafted.exact and drafted.token_ids == alone.token_ids and bits(drafted.logprobs) == bits(alone.logprobs)
     longer = ids + alone.token_ids + ids[:more]
     reused = first.generate(longer, config, algorithm="auto")
     fresh = engine.session().generate(longer, config, algorithm="none")
-    assert reused.token_ids == fresh.token_ids and bits(reused) == bits(fresh)
+    assert reused.token_ids == fresh.token_ids and bits(reused.logprobs) == bits(fresh.logprobs)
     return reused.stats.prompt_tokens_reused
 
 
@@ -138,14 +137,17 @@ def test_real_target_is_exact_after_a_long_prompt():
     assert _exact_then_reused(engine, ids, config, more=20) > 150
 
 
-def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt():
-    """With --long-prompt-precision bf16 on a CPU with bf16 arithmetic: a 2100-token prompt prefilled on the bf16
-    copy gives the target alone's logprob bits with `auto`, and a longer second request that reuses what the copy
-    wrote of the first's prompt (and only that: the rest went in another layout) writes what a fresh session writes
-    (session.py, "A long prompt's prefill in bf16")."""
+@pytest.mark.parametrize("length", [2100, 2048])
+def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt(length, monkeypatch):
+    """With --long-prompt-precision bf16 on a CPU with bf16 arithmetic: a long prompt prefilled on the bf16 copy gives
+    the target alone's logprob bits with `auto`, and a longer second request that reuses what the copy wrote of the
+    first's prompt (and only that: the rest went in another layout) writes what a fresh session writes (session.py,
+    "A long prompt's prefill in bf16"). 2048 tokens leave the copy a last call of 255, padded to 256: a run without
+    the pad writes the same bits."""
     import openvino as ov
 
     from edge_specdec.runtime import Engine, GenerationConfig
+    from edge_specdec.runtime import session as session_module
 
     if not REAL_PAIR_BUNDLE.is_dir():
         pytest.skip(f"{REAL_PAIR_BUNDLE} missing: run benchmarks/export_real_models.py")
@@ -154,7 +156,12 @@ def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt():
     engine = Engine(REAL_PAIR_BUNDLE, long_prompt_precision="bf16")
     assert engine.target_model.prefill is not None, engine.long_prompt_note
     text = (Path(__file__).parent.parent / "edge_specdec" / "runtime" / "session.py").read_text()
-    ids = engine.tokenizer.encode(text)[:2100]
-    assert len(ids) == 2100
+    ids = engine.tokenizer.encode(text)[:length]
+    assert len(ids) == length
     config = GenerationConfig(max_new_tokens=24, logprobs=True, ignore_eos=True)
-    assert _exact_then_reused(engine, ids, config, more=40) == 2099  # what the copy wrote: all but the last token
+    assert _exact_then_reused(engine, ids, config, more=40) == length - 1  # what the copy wrote: all but the last token
+    if length % session_module.PREFILL_ALIGN == 0:
+        padded = engine.session().generate(ids, config, algorithm="none")
+        monkeypatch.setattr(session_module, "PREFILL_PAD_MOST", 0.0)
+        unpadded = engine.session().generate(ids, config, algorithm="none")
+        assert unpadded.token_ids == padded.token_ids and bits(unpadded.logprobs) == bits(padded.logprobs)
