@@ -157,14 +157,14 @@ def test_the_copys_last_call_is_padded_up_to_its_alignment_where_it_falls_just_s
     assert padded.token_ids == unpadded.token_ids and bits(padded.logprobs) == bits(unpadded.logprobs)
 
 
-@pytest.mark.parametrize("head,longest,room,calls", [
-    (352, 256, 384, [256, 128]),  # a rest of 96, padded to 128: the blocks held reach that far
-    (352, 256, 352, [256, 96]),  # the blocks held end before the pads' end: not padded
-    (240, 256, 256, [256]),  # one call, padded
-    (240, 250, 256, [240]),  # a call of 256 is longer than the copy's probe covers: not padded
+@pytest.mark.parametrize("head,longest,room,calls,unpadded", [
+    (352, 256, 384, [256, 128], [256, 96]),  # a rest of 96, padded to 128: the blocks held reach that far
+    (352, 256, 352, [256, 96], [256, 96]),  # the blocks held end before the pads' end: not padded
+    (240, 256, 256, [256], [240]),  # one call, padded
+    (240, 250, 256, [240], [240]),  # a call of 256 is longer than the copy's probe covers: not padded
 ])
 def test_the_copy_pads_a_call_only_into_blocks_the_session_holds_and_up_to_its_longest_call(
-        engines, small_threshold, monkeypatch, head, longest, room, calls):
+        engines, small_threshold, monkeypatch, head, longest, room, calls, unpadded):
     engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
     tokens = engine.tokenizer.encode(PROMPT * 3)[:head]
@@ -180,7 +180,7 @@ def test_the_copy_pads_a_call_only_into_blocks_the_session_holds_and_up_to_its_l
         assert held * session.block_size == room  # the blocks held end where the case says
         sizes.clear()
         session.feed(tokens, rows=1)
-        assert sizes == (calls if pad_most else [min(n, head - sum(calls[:i])) for i, n in enumerate(calls)])
+        assert sizes == (calls if pad_most else unpadded)
         assert session.length == head and len(session.blocks) == held  # the pads took no block
         caches.append(written_cache(session, 0, head))
     assert all(np.array_equal(a, b) for a, b in zip(*caches))
