@@ -168,7 +168,7 @@ def forced_logprobs(pipe, prompt_ids: list[int], tokens: list[int], config):
 
     session = pipe.target
     session.reset()
-    session.end_prompt(len(prompt_ids))  # the layout a run on that prompt feeds the positions after it in
+    session.end_prompt(prompt_ids)  # the layout a run on that prompt feeds the positions after it in
     rows = session.feed(prompt_ids + tokens, rows=len(tokens) + 1)[:-1]
     session.reset()
     return token_logprobs(penalize(rows, config, prompt_ids, tokens), tokens, config)

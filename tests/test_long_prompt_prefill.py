@@ -73,7 +73,7 @@ def test_the_copy_computes_the_cache_and_the_target_the_prompts_last_row(engines
     assert sequences[0] == (len(prompt) - 1, prompt[-1:])
     # a caller that asks for rows of the prompt the copy computed is told so
     fresh = engine.session().target
-    fresh.end_prompt(len(prompt))
+    fresh.end_prompt(prompt)
     with pytest.raises(ValueError, match="computes the cache only"):
         fresh.feed(prompt, rows=2)
 
@@ -174,7 +174,7 @@ def test_the_copy_pads_a_call_only_into_blocks_the_session_holds_and_up_to_its_l
         monkeypatch.setattr(session_module, "PREFILL_PAD_MOST", pad_most)
         monkeypatch.setattr(model, "prefill_longest", longest)
         session = model.session()
-        session.end_prompt(head + 1)
+        session.end_prompt(tokens + [0])
         session.reserve(room)
         held = len(session.blocks)
         assert held * session.block_size == room  # the blocks held end where the case says
@@ -237,7 +237,7 @@ def test_the_target_reads_the_copys_values_cast_to_f16_and_a_later_prefill_the_c
     prompt = engine.tokenizer.encode(PROMPT)
     longer = prompt + engine.tokenizer.encode("    return [w for w in words if w]\n\ndef ")
     session = engine.target_model.session()
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     session.feed(prompt[:-1], rows=1)  # the copy's calls
     # bf16 values f16 holds only as 0, as a subnormal, or as infinities, in the first and a later block
     edges = np.asarray([0x0001, 0x3380, 0x3701, 0x4780, 0xFF80, 0x7FC1], np.uint16).view(np.float16)
@@ -250,7 +250,7 @@ def test_the_target_reads_the_copys_values_cast_to_f16_and_a_later_prefill_the_c
     cast = [bf16_as_f16(w.view(np.uint16)).view(np.uint8) for w in written]
     assert all(np.array_equal(a, b) for a, b in zip(written_cache(session, 0, len(prompt) - 1), cast))
     assert session.keep_prefix(longer) == len(prompt) - 1
-    session.end_prompt(len(longer))
+    session.end_prompt(longer)
     session.feed(longer[len(prompt) - 1:-1], rows=1)  # the copy again, after what it wrote for the first prompt
     assert all(np.array_equal(a, b) for a, b in zip(written_cache(session, 0, len(prompt) - 1), written))
 
@@ -347,25 +347,28 @@ def test_a_copy_whose_cache_is_the_targets_type_runs_on_the_blocks_as_they_are(b
     assert model.prefill is not None and model.prefill_reads_as is None
 
 
-def test_a_conversations_turns_reuse_only_a_cache_prefilled_as_their_prompt_is(bundle_dir, small_threshold):
-    """A short first turn (dq), then long turns (on the copy): the first long turn reuses nothing of the short
-    one's cache, the next reuses what the copy wrote of the last long prompt; each equals a fresh session on its
-    prompt."""
+def test_a_conversations_turns_reuse_a_cache_prefilled_as_their_prompt_is(bundle_dir, small_threshold):
+    """A short first turn (dq), then a long one (a document: prefilled on the copy up to its end), then short
+    questions: the long turn reuses nothing of the short one's cache (the copy prefills the positions the target
+    wrote), the questions reuse the whole cache, answers too (the copy's end stays where the document's turn ended);
+    each turn equals a fresh session on its prompt (session.py, "A chat's turns")."""
     engine = Engine(bundle_dir(*SAME_VOCAB), long_prompt_precision=PRECISION)
     engine.__dict__["chat_template"] = ChatTemplate(CHAT)  # the tiny tokenizers have none of their own
     chat = engine.start_chat(system="be brief")
     config = GenerationConfig(max_new_tokens=10, ignore_eos=True, logprobs=True)
     first = chat.ask("hi", config, algorithm="standard")
     assert len(chat.ids) < THRESHOLD and not chat.session.target.prefilled_long and first.token_ids
-    reused_expected = 0  # the short turn's cache was written by the target, not the copy
+    reused_expected, copy_end = 0, None  # the short turn's cache was written by the target, not the copy
     for turn in (PROMPT, "now the tests", "and a docstring"):
         result = chat.ask(turn, config, algorithm="standard")
         prompt = chat.ids[:len(chat.ids) - len(chat._tokens_of(result))]
-        assert len(prompt) >= THRESHOLD and chat.session.target.prefilled_long
+        target = chat.session.target
+        copy_end = copy_end or len(prompt) - 1  # the document's turn: the copy wrote all but its last token
+        assert len(prompt) >= THRESHOLD and target.copy_end == target.sequences_from == copy_end
         fresh = engine.session().generate(prompt, config, algorithm="standard")
         assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs), turn
         assert result.stats.prompt_tokens_reused == reused_expected, turn
-        reused_expected = len(prompt) - 1  # the part the copy wrote: the prompt's last token went on the target
+        reused_expected = len(chat.ids) - 1  # all the run fed: its prompt, and its answer but the last token
 
 
 def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, small_threshold):

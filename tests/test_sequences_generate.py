@@ -64,7 +64,7 @@ def test_a_run_reserved_up_front_keeps_its_pool_at_the_runs_size(engines, small_
     prompt do not double a pool sized to the run (a copy of all its blocks, and memory the run never uses)."""
     session = engines(SAME_VOCAB).target_model.session()
     prompt = engines(SAME_VOCAB).tokenizer.encode(PROMPT)
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     session.reserve(len(prompt) + 16)
     row = session.feed(prompt, rows=1)[-1]
     for _ in range(8):
@@ -86,7 +86,7 @@ def _forced(engine, prompt: list[int], tokens: list[int], config) -> list:
     """The target alone's logprobs of `tokens` after `prompt`, in one feed from scratch, with the boundary a run
     on that prompt has."""
     session = engine.session().target
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     rows = session.feed(prompt + tokens, rows=len(tokens) + 1)[:-1]
     return token_logprobs(penalize(rows, config, prompt, tokens), tokens, config)
 
@@ -119,23 +119,26 @@ def test_teacher_forcing_without_the_boundary_gives_other_bits(engines, small_th
 
 
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "slem")])
-def test_a_conversations_next_turn_after_a_long_prompt_is_a_fresh_sessions(bundle_dir, pair, algorithm,
-                                                                           small_threshold):
+def test_a_conversations_next_turn_after_a_long_prompt_reuses_the_answer_and_is_a_fresh_sessions(
+        bundle_dir, pair, algorithm, small_threshold):
+    """The one-token sequences start after the first turn past the threshold, in every later prompt too (session.py,
+    "A chat's turns"): a later turn reuses the whole cache, the answers fed in that layout too."""
     engine = Engine(bundle_dir(*pair))
     engine.__dict__["chat_template"] = ChatTemplate(CHAT)  # the tiny tokenizers have none of their own
     chat = engine.start_chat(system="be brief")
+    assert chat.session.target.answer_opening == engine.answer_opening != ()
     config = GenerationConfig(max_new_tokens=10, ignore_eos=True, logprobs=True)
     first = chat.ask(PROMPT, config, algorithm=algorithm)
     first_prompt = len(chat.ids) - len(chat._tokens_of(first))
     assert first_prompt >= THRESHOLD and chat.session.target.sequences_from == first_prompt
     for turn in ("now the tests", "and a docstring"):
+        fed = len(chat.ids) - 1  # the last prompt and its answer but the answer's last token, never fed
         result = chat.ask(turn, config, algorithm=algorithm)
         prompt = chat.ids[:len(chat.ids) - len(chat._tokens_of(result))]
+        assert chat.session.target.sequences_from == first_prompt
         fresh = engine.session().generate(prompt, config, algorithm=algorithm)
         assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs), turn
-        # the cache kept the last prompt's tokens only, not the answer fed after it
-        assert result.stats.prompt_tokens_reused == first_prompt, turn
-        first_prompt = len(prompt)
+        assert result.stats.prompt_tokens_reused == fed, turn
 
 
 def test_a_batching_engine_writes_what_a_session_alone_writes(bundle_dir, engines, small_threshold):

@@ -34,16 +34,17 @@ def _tokens(seed: int, n: int, vocab: int) -> list[int]:
 def test_the_model_takes_the_layout_and_a_short_prompt_keeps_the_blocks(model, small_threshold):
     assert model.sequences and model.threads >= 1
     session = model.session()
-    session.feed(_tokens(0, THRESHOLD - 1, model.vocab_size), rows=1)
-    session.end_prompt(THRESHOLD - 1)
+    short, long = _tokens(0, THRESHOLD - 1, model.vocab_size), _tokens(0, THRESHOLD, model.vocab_size)
+    session.feed(short, rows=1)
+    session.end_prompt(short)
     assert session.sequences_from is None
     session.reset()
-    session.feed(_tokens(0, THRESHOLD, model.vocab_size), rows=1)
-    session.end_prompt(THRESHOLD)
+    session.feed(long, rows=1)
+    session.end_prompt(long)
     assert session.sequences_from == THRESHOLD
     not_exact = model.session()
     not_exact.block_invariant = False
-    not_exact.end_prompt(THRESHOLD)
+    not_exact.end_prompt(long)
     assert not_exact.sequences_from is None
 
 
@@ -72,7 +73,7 @@ def test_a_block_across_the_boundary_is_split_there(model, small_threshold, monk
     sequences; its rows are those of the prompt fed alone and then the rest fed alone."""
     session = model.session()
     prompt, after = _tokens(3, 60, model.vocab_size), _tokens(4, 5, model.vocab_size)
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     sequences = []
     real = session.infer_sequences
     monkeypatch.setattr(session, "infer_sequences", lambda t, r: sequences.append(len(t)) or real(t, r))
@@ -91,7 +92,7 @@ def test_no_token_is_re_fed_after_the_boundary(model, small_threshold, monkeypat
     session = model.session()
     prompt = _tokens(5, 60, model.vocab_size)
     session.feed(prompt, rows=1)
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     session.min_block = 4
     sequences: list[list[int]] = []
     real = session.infer_sequences
@@ -115,7 +116,7 @@ def test_a_new_request_reuses_only_the_prompts_part(model, small_threshold):
     session = model.session()
     prompt = _tokens(7, 60, model.vocab_size)
     session.feed(prompt, rows=1)
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     answer = _tokens(8, 6, model.vocab_size)
     session.feed(answer)
     session.rollback(6)
@@ -124,7 +125,7 @@ def test_a_new_request_reuses_only_the_prompts_part(model, small_threshold):
     assert session.reusable_tokens == prompt
     kept = session.keep_prefix(prompt + answer + [1, 2])
     assert kept == len(prompt) and session.sequences_from is None and session.tokens == prompt
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     session.feed(answer)
     session.truncate(len(prompt) + 2)
     assert session.sequences_from == len(prompt)
@@ -164,8 +165,9 @@ def test_a_model_that_fails_the_layouts_probe_stays_exact_in_blocks(bundle_dir, 
     failed = open_model(xml, known_invariant={}, known_longest={"dq": 64}, known_sequences=known)
     assert failed.block_invariant and failed.precision == "dq" and not failed.sequences and known == {"dq": False}
     session = failed.session()
-    session.feed(_tokens(40, 60, failed.vocab_size), rows=1)
-    session.end_prompt(60)
+    prompt = _tokens(40, 60, failed.vocab_size)
+    session.feed(prompt, rows=1)
+    session.end_prompt(prompt)
     assert session.sequences_from is None
 
 
@@ -177,7 +179,7 @@ def test_a_batched_call_gives_each_session_its_rows_alone(model, small_threshold
     prompts = [_tokens(10 + i, n, model.vocab_size) for i, n in enumerate((60, 70, 20))]
     for s, prompt in zip(group, prompts):
         s.feed(prompt, rows=1)
-        s.end_prompt(len(prompt))
+        s.end_prompt(prompt)
     assert [s.sequences_from for s in group] == [60, 70, None]
     queue = ModelQueue(group[0])
     for sizes, rows in (((1, 1, 2), (1, 1, 1)), ((3, 1, 4), (3, 1, 2)), ((5, 2, 2), (2, 2, 2)), ((1, 8, 3), (1, 8, 1))):
@@ -214,7 +216,7 @@ def test_sequences_calls_run_on_the_dynamic_model(bundle_dir, small_threshold):
     session = model.session()
     prompt = _tokens(30, 60, model.vocab_size)
     session.feed(prompt, rows=1)
-    session.end_prompt(len(prompt))
+    session.end_prompt(prompt)
     session.feed(_tokens(31, 2, model.vocab_size))
     session.feed(_tokens(32, 3, model.vocab_size))
     assert session._static == {}

@@ -103,7 +103,7 @@ class ReplayTarget:
         del self.tokens[keep:]
         return keep
 
-    def end_prompt(self, length: int) -> None:
+    def end_prompt(self, tokens: list[int]) -> None:
         pass  # its rows do not depend on how they are fed
 
     def rollback(self, n: int) -> None:

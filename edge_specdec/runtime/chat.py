@@ -81,6 +81,21 @@ class ChatTemplate:
         opening = between[len(between) - shared:]
         return opening if opening.strip() else None
 
+    @cached_property
+    def answer_opening(self) -> Optional[str]:
+        """The text the template writes where the assistant's answer starts: what its generation prompt adds after
+        a conversation (ChatML: "<|im_start|>assistant\\n"), which marks where each earlier answer starts in a
+        prompt too (session.py, "A chat's turns"). None where it adds nothing, or the template raised on the probe."""
+        messages = [{"role": "user", "content": "edge-specdec-probe-message"}]
+        texts = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        try:
+            bare = self.template.render(messages=messages, add_generation_prompt=False, **texts)
+            opened = self.template.render(messages=messages, add_generation_prompt=True, **texts)
+        except Exception:  # a template that refuses the probe: no opening known
+            return None
+        opening = opened[len(bare):]
+        return opening if opened.startswith(bare) and opening.strip() else None
+
     def render(self, messages: list[dict], tools: Optional[list[dict]] = None) -> str:
         """The prompt text for a conversation, ending where the assistant's reply starts; tools (OpenAI's
         function list) go to the template, which tells the model about them its own way."""

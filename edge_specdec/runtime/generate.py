@@ -209,9 +209,10 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
         stats.prompt_tokens_reused = target.keep_prefix(prompt_ids)
     else:
         target.reset()
-    # the layout of the positions after the prompt (session.py, "One-token sequences"): the prompt's length
-    # decides it, whatever drafts, so the target alone and every algorithm feed each position alike
-    target.end_prompt(len(prompt_ids))
+    # the layout of the prompt's positions still to be fed and of those after it (session.py, "One-token sequences"
+    # and "A chat's turns"): the prompt decides it, whatever drafts, so the target alone and every algorithm feed
+    # each position alike
+    target.end_prompt(prompt_ids)
     target.reserve(len(prompt_ids) + config.max_new_tokens)
     floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
     try:

@@ -345,6 +345,13 @@ class Engine:
             ids = ids[1:]
         return ids
 
+    @cached_property
+    def answer_opening(self) -> tuple[int, ...]:
+        """The token ids of the chat template's answer opening (ChatTemplate.answer_opening), by which the target's
+        sessions find a prompt's turns (session.py, "A chat's turns"); none without a template."""
+        opening = self.chat_template.answer_opening if self.chat_template is not None else None
+        return tuple(self.tokenizer.encode(opening, add_special=False)) if opening else ()
+
     def chat_head(self, prompt: Union[str, list[int]], prompt_ids: list[int]) -> Optional[ChatHead]:
         """The prompt's chat head, which a draft window keeps as its head where it fits (draft_window.py): what the
         chat template wrote before the last user message's own text, found by the text the template writes before
@@ -540,6 +547,7 @@ class DecodingSession:
         self.target: ModelSession = engine.target_model.session(engine.pools.get("target"))
         self.draft: Optional[ModelSession] = (engine.draft_model.session(engine.pools.get("draft"))
                                               if engine.draft_model else None)
+        self.target.answer_opening = engine.answer_opening
         for role, session in (("target", self.target), ("draft", self.draft)):
             if role in engine.pools:  # a batching engine: calls go through its scheduler
                 session.scheduler = engine.scheduler

@@ -54,17 +54,20 @@ token takes a kernel that sums over the past in block order and re-lays nothing;
 plugin's choice of loop and its split of the work never depend on the call's size or the thread count. A token's row
 is then the same whatever the call that holds it, but not the row the block layout gives it, so a position must
 always take the same layout: a session fed a prompt of at least SEQUENCES_AFTER tokens (`end_prompt`) feeds every
-token after the prompt in this layout and the prompt in blocks, and a later request reuses only the prompt's part
-of its cache (`keep_prefix`, `reusable_tokens`), so that a reused prefix still equals a fresh prefill. Shorter
-prompts keep the block layout throughout. There is no lone-token rule in this layout (no widening, no pad token),
-and the calls run on the dynamic model (a static copy is compiled for one block size). open_model probes the layout
-on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it keeps the block layout throughout.
+token after the end of the prompt's first turn past that length in this layout (for a prompt of one turn, every token
+after the prompt; see "A chat's turns" below) and the tokens before in blocks, and a later request reuses a cache
+only up to the first position its own prompt feeds in another layout (`shared_prefix`), so that a reused prefix
+still equals a fresh prefill. Shorter prompts keep the block layout throughout. There is no lone-token rule in this
+layout (no widening, no pad token), and the calls run on the dynamic model (a static copy is compiled for one block
+size). open_model probes the layout on an exact CPU model (`probes.passes_sequences_layout`); a model that fails it
+keeps the block layout throughout.
 
 A long prompt's prefill in bf16 (`CompiledLM.prefill`; by default where it pays, see `_auto_prefill_may_pay`): on
 CPUs with AMX a copy of the target compiled at bf16 computes a long prompt in about 0.55x dq's time. What it writes
 keeps its bits across call sizes only for calls of at least PREFILL_LEAST tokens (calls of 2-4 take other kernels),
 so it cannot run the exact decode steps: a session feeds the prompt of a long-prompt run but its last token (before
-the sequences layout's boundary, `end_prompt`) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens
+the sequences layout's boundary, `end_prompt`; in a chat, up to the end of its turn that holds most of the prompt,
+see "A chat's turns" below) on that copy, in calls of PREFILL_LEAST to prefill_longest tokens
 (pieces of a multiple of PREFILL_ALIGN tokens, the size its matmuls compute fastest, and the rest, padded up to such
 a multiple where it falls just short: PREFILL_PAD_MOST), and every later token on the dq model as before. The copy
 computes the cache only: its output layer is cut to a few ids (graph.keep_output_rows), so it does not hold the
@@ -74,10 +77,24 @@ refuses there), but both take two bytes a value: the copy's request reads and wr
 as bf16, and before the target reads what it wrote, those blocks are converted to f16 where they lie, and back
 before the copy goes on after them (prefill_blocks.py): the same values for every run, and no second set of blocks.
 A fresh prefill of the same prompt then writes the same, and a short prompt's cache holds dq-written values; so a
-later request reuses a cache only where its own prompt is prefilled the same way (`shared_prefix`: both long or both
-short), and the target alone and every algorithm, feeding the prompt alike, keep writing the same tokens. The copy
-holds its own repacked weights but the output layer's, and has a probe of its own, on the cache its calls write
+later request reuses a cache only where its own prompt is prefilled the same way (`shared_prefix`), and the target
+alone and every algorithm, feeding the prompt alike, keep writing the same tokens. The copy holds its own repacked
+weights but the output layer's, and has a probe of its own, on the cache its calls write
 (`probes.passes_prefill_calls`).
+
+A chat's turns (`ModelSession.layout`): a conversation's next prompt holds the answer before it, which the target
+wrote as it decoded (dq, one-token sequences after a long prompt); a fresh prefill of that prompt must write those
+positions the same way for the cache to be reused, so which model and layout feed a position must not depend on how
+long the prompt grew after it. A prompt's turns end where the chat template's answer opening ends (its generation
+prompt, `answer_opening`: ChatML's "<|im_start|>assistant\n", as token ids; `answer_starts`) and at its last token.
+The one-token sequences start after the first turn end past SEQUENCES_AFTER tokens; the copy prefills up to the last
+turn end past SEQUENCES_AFTER whose turn holds at least COPY_TURN_SHARE of the prompt up to there (a document pasted
+in: prefilling it all on the copy then takes about the time dq takes for the turn alone), and the sequences start
+at that end instead. Both depend on the tokens up to a turn's end only, so a conversation's later turns (a question
+after a long document, a chat that grows past SEQUENCES_AFTER) keep the layout of every position an earlier turn
+wrote and reuse its whole cache, the answers too; a turn that moves the copy's end re-prefills from the old end. A
+prompt without turns (plain text, or a template's opening spelled in other tokens) has one turn: the copy prefills
+all but its last token. Only speed depends on finding the turns: the layout is a function of the prompt either way.
 
 Static shapes (`CompiledLM.add_static`): a paged model can also have copies compiled for one block size each
 (the token inputs reshaped to n); a session runs a call of that size on its copy, sharing its KV blocks: no
@@ -122,6 +139,10 @@ CALL_LAYOUT = "paged-v4-sequences-after-long-prompts"
 # than the one-token kernels' per-token price on a verification block, and a short prompt's chat keeps reusing its
 # whole cache from turn to turn.
 SEQUENCES_AFTER = 2048
+# a long prompt is prefilled on the bf16 prefill model up to the end of its last turn that holds at least this share of
+# the prompt up to there (see "A chat's turns" above): about the copy's prefill time over the target's on AMX, so that
+# where the copy prefills the whole prompt again it takes about the time the target takes for the turn alone
+COPY_TURN_SHARE = 0.6
 # the fewest tokens a call on a long prompt's bf16 prefill model holds (see "A long prompt's prefill in bf16" above)
 PREFILL_LEAST = 8
 # the most tokens a call on it holds where its probe passes with calls that long, else the target's longest block:
@@ -138,6 +159,21 @@ PREFILL_ALIGN = 128
 PREFILL_PAD_MOST = 0.25
 # the token ids the prefill copy's cut output layer computes: a few, so that its matmul stays an ordinary one
 PREFILL_OUTPUT_IDS = 8
+
+
+def answer_starts(tokens: list[int], opening: tuple[int, ...]) -> list[int]:
+    """Where a prompt's turns end, ascending: the last token of each occurrence of `opening` (the chat template's
+    text where an answer starts, as token ids), whose row gives that answer's first token, and the prompt's last
+    token, which gives this run's."""
+    n, last = len(opening), len(tokens) - 1
+    starts = []
+    if n and last >= n:
+        ids = np.asarray(tokens)
+        pattern = np.asarray(opening)
+        for end in np.flatnonzero(ids[n - 1:last] == pattern[-1]) + n - 1:
+            if np.array_equal(ids[end - n + 1:end + 1], pattern):
+                starts.append(int(end))
+    return starts + [last]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -339,9 +375,12 @@ class ModelSession:
         self.tokens: list[int] = []  # the logical sequence the cache holds
         # the first position fed as one-token sequences (see "One-token sequences" above; None: none is)
         self.sequences_from: Optional[int] = None
-        # whether the cache's reusable tokens were written by the long-prompt prefill model (see "A long prompt's
-        # prefill in bf16" above)
-        self.prefilled_long = False
+        # the positions before this one are (to be) written by the long-prompt prefill model (see "A long prompt's
+        # prefill in bf16" above; 0: none is)
+        self.copy_end = 0
+        # the token ids of the text the chat template writes where an answer starts (see "A chat's turns" above;
+        # set by the pipeline, empty: none known)
+        self.answer_opening: tuple[int, ...] = ()
         self.reset()
 
     @property
@@ -369,18 +408,50 @@ class ModelSession:
     def prefilling(self) -> bool:
         """Whether the next call runs on the long-prompt prefill model: the session has one and its cache is short
         of the boundary of a long prompt (see "A long prompt's prefill in bf16" above)."""
-        return (getattr(self.model, "prefill", None) is not None and self.sequences_from is not None
-                and self.length < self.sequences_from)
+        return getattr(self.model, "prefill", None) is not None and self.length < self.copy_end
 
     def begin_long_prefill(self) -> None:
         """Make the calls from here on a long prompt's prefill calls (until a reset), as if a prompt without end
         were being fed: on the long-prompt prefill model where the session has one (its warm-up and its probe)."""
-        self.sequences_from = 1 << 30
+        self.copy_end = self.sequences_from = 1 << 30
 
-    def prefills_long(self, prompt_length: int) -> bool:
-        """Whether a prompt of this many tokens is prefilled on the long-prompt prefill model."""
-        return (getattr(self.model, "prefill", None) is not None and self.takes_sequences
-                and prompt_length >= SEQUENCES_AFTER)
+    @property
+    def prefilled_long(self) -> bool:
+        """Whether the cache's first tokens are (to be) written by the long-prompt prefill model."""
+        return self.copy_end > 0
+
+    def prefills_long(self, tokens: list[int]) -> bool:
+        """Whether a prompt of these tokens is prefilled (in part) on the long-prompt prefill model."""
+        return self.layout(tokens)[0] > 0
+
+    def layout(self, tokens: list[int]) -> tuple[int, Optional[int]]:
+        """How a run on a prompt of these tokens feeds each position (see "A chat's turns" above): (copy_end,
+        sequences_from): the positions before copy_end on the long-prompt prefill model (0: none), those from
+        sequences_from on as one-token sequences (None: none), the others in the block layout on the model itself.
+        The sequences start after the end of the prompt's first turn past SEQUENCES_AFTER tokens, or, where the copy
+        prefills up to a turn's end, at that end (the copy computes the cache only: the row of a turn's end, which
+        gives the answer's first token, is the target's). A position's layout depends only on the tokens up to its
+        turn's end, so a conversation's later turns keep the layout of the positions an earlier turn wrote, unless a
+        turn holds at least COPY_TURN_SHARE of the prompt up to its end."""
+        if not self.takes_sequences or len(tokens) < SEQUENCES_AFTER:
+            return 0, None
+        starts = answer_starts(tokens, self.answer_opening)
+        long = [(start, before) for start, before in zip(starts, [-1] + starts) if start + 1 >= SEQUENCES_AFTER]
+        copy_end = 0
+        if getattr(self.model, "prefill", None) is not None:
+            # the last long turn that holds at least COPY_TURN_SHARE of the prompt up to its end
+            copy_end = max((start for start, before in long if start - before >= COPY_TURN_SHARE * (start + 1)),
+                           default=0)
+        return copy_end, copy_end or long[0][0] + 1
+
+    def _layout_agrees(self, copy_end: int, sequences_from: Optional[int]) -> int:
+        """How many of the cache's first tokens were fed as a prompt with this layout feeds them."""
+        agree = self.length
+        if copy_end != self.copy_end:
+            agree = min(agree, copy_end, self.copy_end)
+        if sequences_from != self.sequences_from:
+            agree = min(agree, *(b for b in (sequences_from, self.sequences_from) if b is not None))
+        return agree
 
     @property
     def longest_block(self) -> Optional[int]:
@@ -403,34 +474,27 @@ class ModelSession:
 
     @property
     def reusable_tokens(self) -> list[int]:
-        """The tokens of the cache a later request may reuse: those before the sequences layout's boundary (the
-        later ones were fed in another layout than a prefill gives them)."""
+        """The tokens of the cache in the block layout: those before the sequences layout's boundary (what a copy of
+        the cache holds, see serve/prefix_store.py)."""
         return self.tokens if self.sequences_from is None else self.tokens[:self.sequences_from]
 
     def shared_prefix(self, tokens: list[int]) -> int:
-        """How many of the cache's tokens a request whose prompt is `tokens` may keep: the reusable tokens it starts
-        with, none if the prompt would be prefilled on another model than they were (see "A long prompt's prefill
-        in bf16" above)."""
-        if self.prefilled_long != self.prefills_long(len(tokens)):
-            return 0
-        return common_prefix(self.reusable_tokens, tokens)
+        """How many of the cache's tokens a request whose prompt is `tokens` may keep: those it starts with, up to
+        the first position the prompt would feed in another layout or on another model than the cache's was (see
+        `layout`)."""
+        return min(common_prefix(self.tokens, tokens), self._layout_agrees(*self.layout(tokens)))
 
-    def end_prompt(self, length: int) -> None:
-        """The prompt, `length` tokens, ends here: a prompt of at least SEQUENCES_AFTER tokens on a session that
-        takes the sequences layout makes every later position one-token sequences, and is prefilled on the
-        long-prompt prefill model if the session has one (all but its last token, which is then the first one-token
-        sequence); a shorter one (or another session) keeps the block layout throughout. The cache must hold at most
-        the prompt's tokens before that boundary, written as this prompt would write them (keep_prefix)."""
-        if self.length > length:
-            raise ValueError(f"the cache holds {self.length} tokens, more than the prompt's {length}")
-        long = self.prefills_long(length)
-        if self.length and long != self.prefilled_long:
-            raise ValueError("the cache was prefilled on another model than this prompt is: keep_prefix first")
-        # the prefill copy computes the cache only: the prompt's last token is the first one-token sequence, on the
-        # target, whose row gives the first token
-        boundary = length - 1 if long else length
-        self.sequences_from = boundary if self.takes_sequences and length >= SEQUENCES_AFTER else None
-        self.prefilled_long = long
+    def end_prompt(self, tokens: list[int]) -> None:
+        """The prompt, these tokens, ends here: the positions from here on take the layout a run on this prompt
+        gives them (`layout`), and so do the prompt's tokens still to be fed. The cache must hold at most the
+        prompt's tokens, written as this prompt would write them (keep_prefix)."""
+        if self.length > len(tokens):
+            raise ValueError(f"the cache holds {self.length} tokens, more than the prompt's {len(tokens)}")
+        copy_end, sequences_from = self.layout(tokens)
+        if self._layout_agrees(copy_end, sequences_from) < self.length:
+            raise ValueError("the cache holds tokens fed in another layout than this prompt feeds them: keep_prefix "
+                             "first")
+        self.copy_end, self.sequences_from = copy_end, sequences_from
 
     @property
     def block_floor(self) -> int:
@@ -440,7 +504,7 @@ class ModelSession:
     def reset(self) -> None:
         self.tokens = []
         self.sequences_from = None
-        self.prefilled_long = False
+        self.copy_end = 0
         self._restart()
 
     def feed(self, tokens: list[int], rows: Optional[int] = None) -> np.ndarray:
@@ -586,14 +650,12 @@ class ModelSession:
 
     def keep_prefix(self, tokens: list[int]) -> int:
         """For a new request: forget all but the longest prefix of the cache that `tokens` starts with, short of the
-        last token of `tokens` (a call must feed it to get its logits), and of the sequences layout's boundary (the
-        tokens after it were fed in another layout than a prefill gives them; the boundary goes with them).
-        Returns how many tokens are kept."""
+        last token of `tokens` (a call must feed it to get its logits), and of the first position the prompt feeds
+        in another layout than the cache's (see shared_prefix). Returns how many tokens are kept."""
         keep = min(self.shared_prefix(tokens), len(tokens) - 1)
         self.truncate(keep)
-        self.sequences_from = None
         if not keep:
-            self.prefilled_long = False
+            self.copy_end = 0
         return keep
 
     def rollback(self, n: int) -> None:

@@ -75,7 +75,7 @@ def import_cache(session: PagedSession, copy: KVCopy) -> None:
             pool.tensors[name].data[index] = data
         session.tokens = list(copy.tokens)
         session.sequences_from = None  # a copy holds the block layout's tokens only
-        session.prefilled_long = False  # (the store keeps no cache a long prompt's prefill copy wrote)
+        session.copy_end = 0  # (the store keeps no cache a long prompt's prefill copy wrote)
 
 
 @dataclass
@@ -124,7 +124,7 @@ class PrefixStore:
         # The store keeps only caches the target wrote: one a long prompt's prefill copy wrote (session.py, "A long
         # prompt's prefill in bf16") may hold the copy's bf16 values, and what converting them for the target kept
         # aside stays with the session; and a prompt that the copy prefills may reuse none the target wrote.
-        candidates = [] if target.prefills_long(len(prompt_ids)) else self.entries.items()
+        candidates = [] if target.prefills_long(prompt_ids) else self.entries.items()
         with self._lock:
             best, match = None, kept
             for key, entry in candidates:
