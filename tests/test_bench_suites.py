@@ -10,6 +10,7 @@ import types
 import pytest
 
 from edge_specdec.benchmark.suites import SUITES, load_suite
+from edge_specdec.benchmark.suites.long_prompts import SOURCE as PACKAGE_SOURCES
 from edge_specdec.cli import main
 from edge_specdec.demo import DEMO_BUNDLE
 from support import spy_prompt_reuse
@@ -233,6 +234,38 @@ def fake_genai(calls: list) -> types.ModuleType:
     og.LLMPipeline = LLMPipeline
     og.draft_model = lambda folder, device, **kwargs: ("draft", str(folder))
     return og
+
+
+def test_a_document_chat_holds_the_document_in_its_first_turn_then_asks_about_it():
+    from edge_specdec.benchmark.suites.conversation import DOCUMENT_TURNS, TURNS, conversation_cells
+
+    cells = conversation_cells(3, 1, "```python\nx = 1\n```\n\n")
+    assert [c.key for c in cells] == ["turn 1", "turn 2", "turn 3", "request 1"]
+    assert cells[0].value == ("chat", 0, "```python\nx = 1\n```\n\n" + DOCUMENT_TURNS[0])
+    assert [c.value[2] for c in cells[1:3]] == DOCUMENT_TURNS[1:3]
+    assert [c.value[2] for c in conversation_cells(2, 0)] == TURNS[:2]  # no document: the coding chat
+
+
+def test_the_conversation_suite_refuses_a_negative_document_before_the_engine_loads(capsys, tmp_path, monkeypatch):
+    import edge_specdec.runtime
+
+    monkeypatch.setattr(edge_specdec.runtime, "Engine", lambda *a, **k: pytest.fail("the engine was opened"))
+    out = tmp_path / "out"
+    assert main(["bench", "conversation", "--document-tokens", "-1", "--out", str(out)]) == 1
+    assert "--document-tokens at least 0" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.slow  # opens the demo's engine
+def test_a_document_is_a_fenced_cut_of_the_sources_of_about_the_tokens_asked():
+    from edge_specdec.benchmark.suites.conversation import document_text
+    from edge_specdec.runtime import Engine
+
+    engine = Engine(DEMO_BUNDLE)
+    text = document_text(engine, 200)
+    assert text.startswith("```python\n") and text.endswith("\n```\n\n")
+    inner = text[len("```python\n"):-len("\n```\n\n")]
+    assert 190 <= len(engine.tokenizer.encode(inner, add_special=False)) <= 210
+    assert inner in "\n\n".join(p.read_text() for p in sorted(PACKAGE_SOURCES.rglob("*.py")))
 
 
 @pytest.mark.slow  # two engines, and a system prompt of about 600 tokens prefilled whole by the baseline

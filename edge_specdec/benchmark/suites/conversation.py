@@ -1,5 +1,6 @@
 """The conversation suite: a multi-turn chat and requests sharing a system prompt, the time to the first token with
-prefix reuse, without it, and in OpenVINO GenAI's chat mode."""
+prefix reuse, without it, and in OpenVINO GenAI's chat mode; with --document-tokens, a chat about a long document
+(questions after it, each turn reusing the document and the answers before)."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +31,17 @@ QUESTIONS = ["How should I name a function that loads a config file?", "Is a dat
              "What is a good way to log errors in a CLI?", "Should I catch Exception in a worker thread?",
              "How do I make a script's output stable across runs?", "When is a global constant fine?"]
 REQUEST_TOKENS = 32  # a service request's answer
+# the chat's turns about a document (--document-tokens): the first turn holds the document, then its question
+DOCUMENT_TURNS = [
+    "Summarize the code above in three sentences.",
+    "Which function in it does the most work, and what does it do?",
+    "Write a docstring for that function.",
+    "What would you test first in this code, and how?",
+    "Name one thing you would rename, and why.",
+    "List the modules it imports and what each is used for.",
+    "Suggest one way to make it faster.",
+    "Summarize our conversation in two sentences.",
+]
 
 FIGURES = [Figure("later_ttft_s", "TTFT s from turn 2", ".3f", lower_is_better=True),
            Figure("ttft_s", "TTFT s", ".3f", lower_is_better=True),
@@ -43,7 +55,9 @@ METHOD = ("Two patterns, the rows interleaved turn by turn in one process, each 
           "(requests sharing a long system prompt, each with its own question; ours on one session as a server slot, "
           "GenAI's plain `generate` on the same rendered text). The baseline is ours with "
           "`EngineConfig(prefix_reuse=False)`: every turn prefilled whole. TTFT from turn 2: the first turn and the "
-          "first request prefill everything in every row.")
+          "first request prefill everything in every row. With --document-tokens N the chat is about a document "
+          "instead: its first turn holds about N tokens of this package's own sources in a code fence, then a "
+          "question, and the later turns ask about it.")
 
 
 class OursChat:
@@ -111,9 +125,25 @@ class GenAIChat:
         return Measured({"ttft_s": ttft, "later_ttft_s": ttft if index else None, "seconds": seconds})
 
 
-def conversation_cells(turns: int, service: int) -> list[Cell]:
-    return ([Cell(f"turn {i + 1}", ("chat", i, text)) for i, text in enumerate(TURNS[:turns])]
+def conversation_cells(turns: int, service: int, document: str = "") -> list[Cell]:
+    """The chat's turns, then the service's requests; with a document, the chat is about it: its first turn holds
+    the document, then the first question."""
+    texts = DOCUMENT_TURNS[:turns] if document else TURNS[:turns]
+    texts = [document + texts[0], *texts[1:]] if document else texts
+    return ([Cell(f"turn {i + 1}", ("chat", i, text)) for i, text in enumerate(texts)]
             + [Cell(f"request {j + 1}", ("service", j, q)) for j, q in enumerate(QUESTIONS[:service])])
+
+
+def document_text(engine, tokens: int) -> str:
+    """About `tokens` tokens of the target's of a long text (this package's own Python sources, as the long-prompt
+    suite cuts them), in a code fence, with a blank line after it."""
+    from ...runtime.text import decode
+    from .long_prompts import SOURCE
+
+    ids = engine.tokenizer.encode("\n\n".join(p.read_text() for p in sorted(SOURCE.rglob("*.py"))), add_special=False)
+    if len(ids) < tokens:
+        raise RuntimeError(f"the text has only {len(ids)} tokens, fewer than {tokens}")
+    return "```python\n" + decode(engine.vocab_map.target, ids[:tokens]) + "\n```\n\n"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -123,8 +153,8 @@ def main(args: argparse.Namespace) -> int:
 
     if not 1 <= args.turns <= len(TURNS) or not 0 <= args.service <= len(QUESTIONS):
         raise EdgeSpecdecError(f"--turns takes 1 to {len(TURNS)} and --service 0 to {len(QUESTIONS)}.")
-    if args.answer_tokens < 1 or args.repeats < 1:
-        raise EdgeSpecdecError("--answer-tokens and --repeats must be at least 1.")
+    if args.answer_tokens < 1 or args.repeats < 1 or args.document_tokens < 0:
+        raise EdgeSpecdecError("--answer-tokens and --repeats must be at least 1, and --document-tokens at least 0.")
     out = Path(args.out) if args.out else None
     check_out(out)
     # no draft pool: a repeat must not copy the answers of the repeat before it (the request's own text still
@@ -150,18 +180,21 @@ def main(args: argparse.Namespace) -> int:
         else:
             stderr_say(f"skipping genai-chat: {reason}")
             skipped.append({"setup": "genai-chat", "reason": reason})
-    cells = conversation_cells(args.turns, args.service)
+    document = document_text(reuse, args.document_tokens) if args.document_tokens else ""
+    cells = conversation_cells(args.turns, args.service, document)
     system_tokens = len(reuse.chat_prompt([{"role": "system", "content": SYSTEM}]))
     suite = Suite("conversation", reuse.bundle, rows, cells, FIGURES, headline="later_ttft_s",
                   baseline="ours-no-reuse", method=METHOD, repeats=args.repeats, warm_ups=cells[:1], skipped=skipped,
                   settings={"turns": args.turns, "answer_tokens": args.answer_tokens, "service": args.service,
-                            "request_tokens": REQUEST_TOKENS, "system_prompt_tokens": system_tokens})
+                            "request_tokens": REQUEST_TOKENS, "system_prompt_tokens": system_tokens,
+                            "document_tokens": args.document_tokens})
     return finish(run_suite(suite, out, args.command_line))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = __doc__
-    p.epilog = "example:\n  edge-specdec bench conversation bundles/qwen+smollm --turns 6 --service 8"
+    p.epilog = ("examples:\n  edge-specdec bench conversation bundles/qwen+smollm --turns 6 --service 8\n"
+                "  edge-specdec bench conversation bundles/qwen+smollm --document-tokens 4000 --service 0")
     p.add_argument("--turns", type=int, default=6, metavar="N", help=f"user turns of the chat (default 6, at most "
                    f"{len(TURNS)})")
     p.add_argument("--answer-tokens", type=int, default=160, metavar="N",
@@ -170,4 +203,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"requests sharing a system prompt, {REQUEST_TOKENS} tokens each (default 8; 0: none)")
     p.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="times the whole conversation runs, after one warm-up turn (default 1)")
+    p.add_argument("--document-tokens", type=int, default=0, metavar="N",
+                   help="a chat about a document of about N tokens (this package's sources), which its first turn "
+                   "holds, then questions about it (default 0: the coding chat)")
     p.add_argument("--no-genai", action="store_true", help="leave out OpenVINO GenAI's row")
