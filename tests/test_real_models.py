@@ -137,13 +137,13 @@ def test_real_target_is_exact_after_a_long_prompt():
     assert _exact_then_reused(engine, ids, config, more=20) > 150
 
 
-@pytest.mark.parametrize("length", [2100, 2048])
+@pytest.mark.parametrize("length", [2100, 2048, 1100])
 def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt(length, monkeypatch):
     """With --long-prompt-precision bf16 on a CPU with bf16 arithmetic: a long prompt prefilled on the bf16 copy gives
     the target alone's logprob bits with `auto`, and a longer second request that reuses what the copy wrote of the
     first's prompt (and only that: the rest went in another layout) writes what a fresh session writes (session.py,
     "A long prompt's prefill in bf16"). 2048 tokens leave the copy a last call of 255, padded to 256: a run without
-    the pad writes the same bits."""
+    the pad writes the same bits; 1100 tokens are just past the threshold."""
     import openvino as ov
 
     from edge_specdec.runtime import Engine, GenerationConfig
@@ -165,3 +165,27 @@ def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt(length, monk
         monkeypatch.setattr(session_module, "PREFILL_PAD_MOST", 0.0)
         unpadded = engine.session().generate(ids, config, algorithm="none")
         assert unpadded.token_ids == padded.token_ids and bits(unpadded.logprobs) == bits(padded.logprobs)
+
+
+def test_real_chat_question_after_a_long_document_reuses_the_whole_cache():
+    """The real target's chat template marks the turns (session.py, "A chat's turns"): after a document of about 1500
+    tokens, prefilled on the bf16 copy where this CPU has one, a question reuses the whole cache, the answer too, and
+    writes what a fresh session writes on its prompt."""
+    from edge_specdec.runtime import Engine, GenerationConfig
+
+    if not REAL_PAIR_BUNDLE.is_dir():
+        pytest.skip(f"{REAL_PAIR_BUNDLE} missing: run benchmarks/export_real_models.py")
+    engine = Engine(REAL_PAIR_BUNDLE)
+    assert engine.answer_opening == tuple(engine.tokenizer.encode("<|im_start|>assistant\n", add_special=False))
+    text = (Path(__file__).parent.parent / "edge_specdec" / "runtime" / "conversation.py").read_text()[:6500]
+    chat = engine.start_chat()
+    config = GenerationConfig(max_new_tokens=24, logprobs=True, ignore_eos=True)
+    chat.ask(f"```python\n{text}\n```\n\nWhat does this code do?", config)
+    first_end = chat.session.target.sequences_from
+    assert first_end is not None and first_end >= 1024
+    fed = len(chat.ids) - 1  # the first prompt and its answer but the answer's last token
+    result = chat.ask("And what does ask() return?", config)
+    prompt = chat.ids[:len(chat.ids) - len(chat._tokens_of(result))]
+    assert result.stats.prompt_tokens_reused == fed and chat.session.target.sequences_from == first_end
+    fresh = engine.session().generate(prompt, config)
+    assert fresh.token_ids == result.token_ids and bits(fresh.logprobs) == bits(result.logprobs)

@@ -57,7 +57,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "or u8 (about a quarter of f32's, not block-invariant: the output is then exact only up to "
                         "float noise, and the run says so); `edge-specdec check` shows the bytes per token")
     p.add_argument("--long-prompt-precision", choices=LONG_PROMPT_PRECISIONS, default="auto", metavar="PRECISION",
-                   help="prefill prompts of 2048 tokens or more on a copy of the target at this precision: bf16 "
+                   help="prefill prompts of 1024 tokens or more on a copy of the target at this precision: bf16 "
                         "takes about 0.6x the time to the first token on CPUs with AMX, and the copy holds the "
                         "target's weights again but its output layer (about 0.8 GiB more for a 1.5B int4 target, and "
                         "4 s more load). Exact: the target alone prefills the same way. Needs the f16 KV cache (the "

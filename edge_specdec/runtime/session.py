@@ -134,11 +134,12 @@ LONGEST_BLOCK = 64
 # only, so the measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest
 # block measured with it. Change it with any change to how calls are formed.
 CALL_LAYOUT = "paged-v4-sequences-after-long-prompts"
-# A prompt of at least this many tokens makes an exact paged session on the CPU feed every later token as a
-# one-token sequence (see "One-token sequences" above). Below it the mixed loop's re-laying of the past costs less
-# than the one-token kernels' per-token price on a verification block, and a short prompt's chat keeps reusing its
-# whole cache from turn to turn.
-SEQUENCES_AFTER = 2048
+# A prompt of at least this many tokens makes an exact paged session on the CPU feed the tokens after it (after its
+# first turn this long, see "A chat's turns" above) as one-token sequences (see "One-token sequences" above), and is
+# prefilled on the long-prompt prefill copy where the session has one. Below it the mixed loop's re-laying of the past
+# costs less than the one-token kernels' per-token price on a verification block; from it the copy's prefill (about
+# 0.65x the first token) and the one-token steps win more (benchmarks/RESULTS.md, "Long prompts from 1024 tokens").
+SEQUENCES_AFTER = 1024
 # a long prompt is prefilled on the bf16 prefill model up to the end of its last turn that holds at least this share of
 # the prompt up to there (see "A chat's turns" above): about the copy's prefill time over the target's on AMX, so that
 # where the copy prefills the whole prompt again it takes about the time the target takes for the turn alone
