@@ -138,9 +138,9 @@ def document_text(engine, tokens: int) -> str:
     """About `tokens` tokens of the target's of a long text (this package's own Python sources, as the long-prompt
     suite cuts them), in a code fence, with a blank line after it."""
     from ...runtime.text import decode
-    from .long_prompts import SOURCE
+    from .long_prompts import long_text
 
-    ids = engine.tokenizer.encode("\n\n".join(p.read_text() for p in sorted(SOURCE.rglob("*.py"))), add_special=False)
+    ids = engine.tokenizer.encode(long_text(), add_special=False)
     if len(ids) < tokens:
         raise RuntimeError(f"the text has only {len(ids)} tokens, fewer than {tokens}")
     return "```python\n" + decode(engine.vocab_map.target, ids[:tokens]) + "\n```\n\n"

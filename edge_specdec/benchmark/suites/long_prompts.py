@@ -49,6 +49,11 @@ PER_CALL_FIGURES = [Figure("step_ms", "target ms / 1-token step", ".2f", lower_i
 SOURCE = Path(__file__).resolve().parent.parent.parent  # edge_specdec: the long text
 
 
+def long_text() -> str:
+    """The long text prompts are cut from: this package's own Python sources, one after another."""
+    return "\n\n".join(p.read_text() for p in sorted(SOURCE.rglob("*.py")))
+
+
 def quoted_function(text: str) -> str:
     """The function a quote task asks for: of the functions defined in text whose name appears there once, the one
     whose definition starts nearest the middle (an answer from deep inside the document)."""
@@ -72,7 +77,7 @@ def suite_prompts(engine, lengths: list[int], tasks: list[str]) -> dict[str, lis
     the task's request (in the chat template where the target has one)."""
     from ...runtime.text import decode
 
-    ids = engine.tokenizer.encode("\n\n".join(p.read_text() for p in sorted(SOURCE.rglob("*.py"))))
+    ids = engine.tokenizer.encode(long_text())
     head = engine.tokenizer.encode("```python\n")
     if len(ids) < max(lengths):
         raise RuntimeError(f"the text has only {len(ids)} tokens, fewer than {max(lengths)}")
