@@ -388,20 +388,29 @@ def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, sm
     assert plain.target.shared_prefix(short) == len(short)
 
 
-def test_the_prefix_store_keeps_no_cache_the_copy_wrote_and_gives_none_to_a_prompt_it_prefills(engines,
-                                                                                               small_threshold):
-    """A cache the copy wrote may hold its bf16 values, and what converting them kept aside stays with the session."""
+def test_the_prefix_store_keeps_a_cache_the_copy_wrote_for_prompts_prefilled_the_same_way(engines, small_threshold):
+    """A stored cache the copy wrote goes with its layout and what converting its values kept aside: a prompt that
+    starts with its tokens but is prefilled otherwise (a short one) restores none of it; one that continues it
+    does, and writes what a fresh session writes."""
     engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     store = PrefixStore(max_bytes=1 << 30, min_tokens=4)
     slot = engine.session()
     slot.generate(prompt, GREEDY, algorithm="none")
-    assert slot.target.prefilled_long and not store.prepare(slot, engine.tokenizer.encode("x = 1")).stored
-    slot.generate(prompt[:THRESHOLD - 8], GREEDY, algorithm="none")  # a short prompt: the target writes it
-    assert not slot.target.prefilled_long and store.prepare(slot, engine.tokenizer.encode("x = 1")).stored
-    slot.target.reset()
-    assert not store.prepare(slot, prompt).restored  # the stored cache shares the prompt's head, but not its model
-    assert store.prepare(slot, prompt[:THRESHOLD - 8] + prompt[:4]).restored
+    layout, tokens = slot.target.cache_layout, list(slot.target.tokens)
+    written, kept = slot.target.copy_state
+    assert layout[0] > 0 and kept is not None and kept.positions == layout[0]  # converted for the target's rows
+    assert store.prepare(slot, engine.tokenizer.encode("x = 1")).stored
+    slot.generate(engine.tokenizer.encode("x = 1"), GREEDY, algorithm="none")
+    assert not store.prepare(slot, prompt[:THRESHOLD - 8]).restored  # its head, but the target would write it
+    assert store.prepare(slot, prompt).restored
+    assert slot.target.tokens == tokens and slot.target.cache_layout == layout
+    assert slot.target.copy_state[0] == written and slot.target.copy_state[1].positions == kept.positions
+    longer = prompt + engine.tokenizer.encode(" words(text):\n    return text.split()\n")
+    restored = slot.generate(longer, GREEDY, algorithm="none")  # a longer prompt: the copy goes on from the cache
+    fresh = engine.session().generate(longer, GREEDY, algorithm="none")
+    assert restored.token_ids == fresh.token_ids and bits(restored.logprobs) == bits(fresh.logprobs)
+    assert restored.stats.prompt_tokens_reused == layout[0]
 
 
 def test_a_cpu_without_the_precision_keeps_no_copy(monkeypatch, bundle_dir):

@@ -221,10 +221,10 @@ def test_serve_takes_prefix_cache_mb():
             ServerSettings(prefix_cache_mb=bad).check()
 
 
-def test_after_a_long_prompt_the_store_keeps_only_the_prompts_part(engine, monkeypatch):
+def test_after_a_long_prompt_the_store_keeps_the_whole_cache_and_its_layout(engine, monkeypatch):
     """After a prompt of SEQUENCES_AFTER tokens or more (made small here) the tokens after it were fed as one-token
-    sequences (session.py): the copy holds the prompt's tokens only, and the conversation restored from it writes
-    what a fresh session writes."""
+    sequences (session.py): the copy holds them all, with the layout; a plain-text prompt is one turn, so the next
+    one keeps the tokens up to the old prompt's end (where its layout agrees) and writes what a fresh session writes."""
     import edge_specdec.runtime.session as session_module
 
     monkeypatch.setattr(session_module, "SEQUENCES_AFTER", 16)
@@ -233,13 +233,14 @@ def test_after_a_long_prompt_the_store_keeps_only_the_prompts_part(engine, monke
     slot = engine.session()
     first = slot.generate(A, GREEDY)
     prompt = encode(A)
-    assert len(prompt) >= 16 and slot.target.sequences_from == len(prompt)
-    assert export_cache(slot.target).tokens == prompt
+    assert len(prompt) >= 16 and slot.target.cache_layout == (0, len(prompt))
+    whole = list(slot.target.tokens)
+    assert len(whole) > len(prompt) and export_cache(slot.target).tokens == whole
     turn2 = prompt + first.token_ids + encode("\n    return None\n")
     assert store.prepare(slot, encode(B)).stored
     slot.generate(B, GREEDY)
     assert store.prepare(slot, turn2).restored
-    assert slot.target.tokens == prompt and slot.target.sequences_from is None
+    assert slot.target.tokens == whole and slot.target.cache_layout == (0, len(prompt))
     restored = slot.generate(turn2, GREEDY)
     fresh = engine.session().generate(turn2, GREEDY)
     assert restored.token_ids == fresh.token_ids and bits(restored) == bits(fresh)

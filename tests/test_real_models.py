@@ -170,8 +170,10 @@ def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt(length, monk
 def test_real_chat_question_after_a_long_document_reuses_the_whole_cache():
     """The real target's chat template marks the turns (session.py, "A chat's turns"): after a document of about 1500
     tokens, prefilled on the bf16 copy where this CPU has one, a question reuses the whole cache, the answer too, and
-    writes what a fresh session writes on its prompt."""
+    writes what a fresh session writes on its prompt; so does the next one once another conversation took the slot and
+    the server's prefix store gave the cache back."""
     from edge_specdec.runtime import Engine, GenerationConfig
+    from edge_specdec.serve.prefix_store import PrefixStore
 
     if not REAL_PAIR_BUNDLE.is_dir():
         pytest.skip(f"{REAL_PAIR_BUNDLE} missing: run benchmarks/export_real_models.py")
@@ -183,9 +185,20 @@ def test_real_chat_question_after_a_long_document_reuses_the_whole_cache():
     chat.ask(f"```python\n{text}\n```\n\nWhat does this code do?", config)
     first_end = chat.session.target.sequences_from
     assert first_end is not None and first_end >= 1024
+
+    def check_turn(result, fed: int) -> None:
+        """The turn reused all the cache held (fed tokens) and wrote what a fresh session writes on its prompt."""
+        prompt = chat.ids[:len(chat.ids) - len(chat._tokens_of(result))]
+        assert result.stats.prompt_tokens_reused == fed and chat.session.target.sequences_from == first_end
+        fresh = engine.session().generate(prompt, config)
+        assert fresh.token_ids == result.token_ids and bits(fresh.logprobs) == bits(result.logprobs)
+
     fed = len(chat.ids) - 1  # the first prompt and its answer but the answer's last token
-    result = chat.ask("And what does ask() return?", config)
-    prompt = chat.ids[:len(chat.ids) - len(chat._tokens_of(result))]
-    assert result.stats.prompt_tokens_reused == fed and chat.session.target.sequences_from == first_end
-    fresh = engine.session().generate(prompt, config)
-    assert fresh.token_ids == result.token_ids and bits(fresh.logprobs) == bits(result.logprobs)
+    check_turn(chat.ask("And what does ask() return?", config), fed)
+    store, fed = PrefixStore(max_bytes=1 << 30), len(chat.ids) - 1
+    other = engine.chat_prompt([{"role": "user", "content": "Say hi."}])
+    assert store.prepare(chat.session, other).stored  # another conversation takes the slot
+    chat.session.generate(other, GenerationConfig(max_new_tokens=4))
+    chat.add("user", "Which method renders the prompt?")
+    assert store.prepare(chat.session, chat.prompt_ids()).restored
+    check_turn(chat.answer(config), fed)

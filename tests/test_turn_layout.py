@@ -1,7 +1,7 @@
 """A chat's turns (session.py, "A chat's turns"; the long-prompt threshold made small here): where each position of
 a prompt is fed (on the long-prompt prefill copy, in blocks, or as one-token sequences) depends only on the tokens up
 to the end of its turn, so a conversation's later turns reuse the whole cache, answers too, and write what a fresh
-session writes on their prompt."""
+session writes on their prompt; the server's prefix store keeps a cache with its layout."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +9,7 @@ import pytest
 from edge_specdec.runtime import Engine, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
 from edge_specdec.runtime.session import COPY_TURN_SHARE, PagedSession, answer_starts
+from edge_specdec.serve.prefix_store import PrefixStore
 from support import SAME_VOCAB, bits
 from test_long_prompt_prefill import PRECISION, _prefill_calls
 from test_sequences_generate import CHAT, PROMPT, THRESHOLD, engines, small_threshold  # noqa: F401 (fixtures)
@@ -148,3 +149,27 @@ def test_a_fresh_sessions_turns_are_found_in_a_prompt_given_as_token_ids(bundle_
     fresh.generate(chat.ids, CONFIG, algorithm="none")
     assert fresh.target.sequences_from == first_end == chat.session.target.sequences_from
     assert isinstance(fresh.target, PagedSession)
+
+
+def test_a_chat_restored_from_the_prefix_store_reuses_its_whole_cache(bundle_dir, small_threshold):
+    """A chat about a long document leaves its slot to another conversation, then comes back: the store gives back
+    its cache whole (the copy's part, and the answer fed as one-token sequences), and the next turn prefills only its
+    own tokens and writes what a fresh session writes."""
+    engine = Engine(bundle_dir(*SAME_VOCAB), long_prompt_precision=PRECISION)
+    chat = _chat(engine)
+    _ask_and_check(engine, chat, PROMPT)
+    slot = chat.session
+    cached, layout = list(slot.target.tokens), slot.target.cache_layout
+    assert layout[0] > 0 and len(cached) == len(chat.ids) - 1
+    store = PrefixStore(max_bytes=1 << 30, min_tokens=4)
+    other = engine.tokenizer.encode("x = 1")
+    assert store.prepare(slot, other).stored
+    slot.generate(other, CONFIG, algorithm="none")
+    chat.add("user", "now the tests")
+    assert store.prepare(slot, chat.prompt_ids()).restored
+    assert slot.target.tokens == cached and slot.target.cache_layout == layout
+    result = chat.answer(CONFIG, algorithm="standard")
+    prompt = chat.ids[:len(chat.ids) - len(chat._tokens_of(result))]
+    fresh = engine.session().generate(prompt, CONFIG, algorithm="standard")
+    assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs)
+    assert result.stats.prompt_tokens_reused == len(cached)

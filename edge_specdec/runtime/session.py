@@ -192,6 +192,17 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
+def layout_agreement(length: int, cached: tuple[int, Optional[int]], layout: tuple[int, Optional[int]]) -> int:
+    """How many of a cache's first `length` tokens, fed in the `cached` layout, a run in `layout` feeds alike (each
+    layout as (copy_end, sequences_from), see ModelSession.layout)."""
+    agree = length
+    if layout[0] != cached[0]:
+        agree = min(agree, layout[0], cached[0])
+    if layout[1] != cached[1]:
+        agree = min(agree, *(b for b in (layout[1], cached[1]) if b is not None))
+    return agree
+
+
 class ContextOverflowError(EdgeSpecdecError):
     """The prompt plus the tokens to generate do not fit in the model's context."""
 
@@ -445,14 +456,10 @@ class ModelSession:
                            default=0)
         return copy_end, copy_end or long[0][0] + 1
 
-    def _layout_agrees(self, copy_end: int, sequences_from: Optional[int]) -> int:
-        """How many of the cache's first tokens were fed as a prompt with this layout feeds them."""
-        agree = self.length
-        if copy_end != self.copy_end:
-            agree = min(agree, copy_end, self.copy_end)
-        if sequences_from != self.sequences_from:
-            agree = min(agree, *(b for b in (sequences_from, self.sequences_from) if b is not None))
-        return agree
+    @property
+    def cache_layout(self) -> tuple[int, Optional[int]]:
+        """The layout the cache's tokens were fed in, as `layout` gives one: (copy_end, sequences_from)."""
+        return self.copy_end, self.sequences_from
 
     @property
     def longest_block(self) -> Optional[int]:
@@ -473,17 +480,12 @@ class ModelSession:
         sequences" above): an exact session on a model that passed the probe of that layout."""
         return self.block_invariant and getattr(self.model, "sequences", False)
 
-    @property
-    def reusable_tokens(self) -> list[int]:
-        """The tokens of the cache in the block layout: those before the sequences layout's boundary (what a copy of
-        the cache holds, see serve/prefix_store.py)."""
-        return self.tokens if self.sequences_from is None else self.tokens[:self.sequences_from]
-
     def shared_prefix(self, tokens: list[int]) -> int:
         """How many of the cache's tokens a request whose prompt is `tokens` may keep: those it starts with, up to
         the first position the prompt would feed in another layout or on another model than the cache's was (see
         `layout`)."""
-        return min(common_prefix(self.tokens, tokens), self._layout_agrees(*self.layout(tokens)))
+        return min(common_prefix(self.tokens, tokens), layout_agreement(self.length, self.cache_layout,
+                                                                       self.layout(tokens)))
 
     def end_prompt(self, tokens: list[int]) -> None:
         """The prompt, these tokens, ends here: the positions from here on take the layout a run on this prompt
@@ -491,11 +493,11 @@ class ModelSession:
         prompt's tokens, written as this prompt would write them (keep_prefix)."""
         if self.length > len(tokens):
             raise ValueError(f"the cache holds {self.length} tokens, more than the prompt's {len(tokens)}")
-        copy_end, sequences_from = self.layout(tokens)
-        if self._layout_agrees(copy_end, sequences_from) < self.length:
+        layout = self.layout(tokens)
+        if layout_agreement(self.length, self.cache_layout, layout) < self.length:
             raise ValueError("the cache holds tokens fed in another layout than this prompt feeds them: keep_prefix "
                              "first")
-        self.copy_end, self.sequences_from = copy_end, sequences_from
+        self.copy_end, self.sequences_from = layout
 
     @property
     def block_floor(self) -> int:
@@ -845,6 +847,17 @@ class PagedSession(ModelSession):
         # the blocks stay in the table for the next tokens; each call takes more as it needs them, and writes them
         # afresh: none holds the copy's values any more
         self._copy_written, self._kept_aside = 0, None
+
+    @property
+    def copy_state(self) -> tuple[int, Optional[KeptAside]]:
+        """Where the long-prompt prefill copy's values stand in the blocks (prefill_blocks.py): how many tokens' blocks
+        hold them as the copy wrote them, and what converting the others for the target kept aside (None: nothing
+        converted). A copy of the cache carries both (serve/prefix_store.py)."""
+        return self._copy_written, self._kept_aside
+
+    @copy_state.setter
+    def copy_state(self, state: tuple[int, Optional[KeptAside]]) -> None:
+        self._copy_written, self._kept_aside = state
 
     def reserve(self, n_tokens: int) -> None:
         """Take enough blocks from the pool to hold n_tokens (doubling the table, so that this is rare). A session

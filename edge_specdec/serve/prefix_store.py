@@ -6,9 +6,11 @@ draft's) are copied into the store first; a later request whose prompt shares mo
 any free slot's gets that cache copied back into its slot instead of prefilling it again (`serve
 --prefix-cache-mb N`; 0, the default, keeps no store).
 
-Exact: a copy holds the cache's KV blocks byte for byte, so a restored slot holds the bits it had, and the run on
-it keeps the longest common prefix of those tokens and its prompt exactly as a slot that was never reused would
-(which writes what a fresh session writes: see generate()). Bounded: the store counts the bytes of every copy
+Exact: a copy holds the cache's KV blocks byte for byte, with the layout its tokens were fed in and, where a long
+prompt's bf16 prefill copy wrote them, what converting its values for the target kept aside, so a restored slot is
+the slot that was stored, and the run on it keeps the cache as that slot would (the longest common prefix of its
+tokens and the prompt, up to the first position the prompt feeds in another layout: `ModelSession.shared_prefix`),
+which writes what a fresh session writes (see generate()). Bounded: the store counts the bytes of every copy
 (`nbytes`); a copy that would take it past its bound evicts the least recently used ones first, and one larger
 than the whole bound is not kept, so the store never grows past it.
 
@@ -27,7 +29,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..runtime.session import PagedSession, common_prefix
+from ..runtime.prefill_blocks import KeptAside
+from ..runtime.session import PagedSession, common_prefix, layout_agreement
 
 # the fewest cached tokens a request must be about to drop from its slot for the slot's cache to be stored
 MIN_STORED_TOKENS = 16
@@ -35,13 +38,24 @@ MIN_STORED_TOKENS = 16
 
 @dataclass
 class KVCopy:
-    """One session's cache, copied: its tokens and, per key/value tensor of its pool, the blocks that hold them."""
+    """One session's cache, copied: its tokens and, per key/value tensor of its pool, the blocks that hold them; the
+    layout they were fed in (session.py: `ModelSession.layout`) and where the long-prompt prefill copy's values
+    stand in them (`PagedSession.copy_state`), so that a restored session is the session that was copied."""
     tokens: list[int]
     blocks: dict[str, np.ndarray]
+    layout: tuple[int, Optional[int]] = (0, None)
+    copy_state: tuple[int, Optional[KeptAside]] = (0, None)
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.blocks.values()) + 8 * len(self.tokens)
+        kept = self.copy_state[1]
+        aside = sum(i.nbytes + v.nbytes for i, v in kept.values.values()) if kept is not None else 0
+        return sum(a.nbytes for a in self.blocks.values()) + 8 * len(self.tokens) + aside
+
+    def shared_prefix(self, tokens: list[int], layout: tuple[int, Optional[int]]) -> int:
+        """How many of the copy's tokens a prompt of these tokens, fed in `layout`, may keep (as
+        ModelSession.shared_prefix counts them for a session's own cache)."""
+        return min(common_prefix(self.tokens, tokens), layout_agreement(len(self.tokens), self.layout, layout))
 
 
 def copyable(session) -> bool:
@@ -50,21 +64,25 @@ def copyable(session) -> bool:
 
 
 def export_cache(session: PagedSession) -> KVCopy:
-    """A copy of the part of the session's cache a later request may reuse (`reusable_tokens`: not the tokens fed
-    as one-token sequences after a long prompt, see session.py): the blocks of those tokens, whole (a last block's
-    slots past the tokens too)."""
-    tokens = list(session.reusable_tokens)
+    """A copy of the session's cache: the blocks of its tokens, whole (a last block's slots past the tokens too),
+    with their layout and the prefill copy's state (what converting its values kept aside, copied)."""
+    tokens = list(session.tokens)
     used = -(-len(tokens) // session.block_size)
     pool = session.pool
+    written, kept = session.copy_state
+    if kept is not None:
+        kept = KeptAside(kept.positions, {name: (index.copy(), bits.copy()) for name, (index, bits)
+                                          in kept.values.items()})
     with pool.lock:  # no call writes the tensors, nor grows them, meanwhile
         index = np.asarray(session.blocks[:used], dtype=np.int64)
         blocks = {name: pool.tensors[name].data[index].copy() for name in pool.names} if used else {}
-    return KVCopy(tokens, blocks)
+    return KVCopy(tokens, blocks, session.cache_layout, (written, kept))
 
 
 def import_cache(session: PagedSession, copy: KVCopy) -> None:
-    """Make the session hold the copied cache: its tokens, the copied blocks in the session's own blocks. Whatever the
-    session held goes (a long prompt's prefill copy's values in its blocks too: they are rewritten)."""
+    """Make the session hold the copied cache: its tokens, the copied blocks in the session's own blocks (the
+    prefill copy's state is counted in table order, so other blocks do), their layout. Whatever the session held
+    goes. The copy is handed over: it is not to be restored again."""
     used = -(-len(copy.tokens) // session.block_size)
     session.reset()
     session.reserve(len(copy.tokens))
@@ -74,8 +92,8 @@ def import_cache(session: PagedSession, copy: KVCopy) -> None:
         for name, data in copy.blocks.items():
             pool.tensors[name].data[index] = data
         session.tokens = list(copy.tokens)
-        session.sequences_from = None  # a copy holds the block layout's tokens only
-        session.copy_end = 0  # (the store keeps no cache a long prompt's prefill copy wrote)
+        session.copy_end, session.sequences_from = copy.layout
+        session.copy_state = copy.copy_state
 
 
 @dataclass
@@ -120,24 +138,21 @@ class PrefixStore:
         if not copyable(target) or not prompt_ids:
             return done
         limit = len(prompt_ids) - 1  # the run feeds the prompt's last token whatever is cached
+        layout = target.layout(prompt_ids)
         kept = min(target.shared_prefix(prompt_ids), limit)
-        # The store keeps only caches the target wrote: one a long prompt's prefill copy wrote (session.py, "A long
-        # prompt's prefill in bf16") may hold the copy's bf16 values, and what converting them for the target kept
-        # aside stays with the session; and a prompt that the copy prefills may reuse none the target wrote.
-        candidates = [] if target.prefills_long(prompt_ids) else self.entries.items()
         with self._lock:
             best, match = None, kept
-            for key, entry in candidates:
-                shared = min(common_prefix(entry.target.tokens, prompt_ids), limit)
+            for key, entry in self.entries.items():
+                shared = min(entry.target.shared_prefix(prompt_ids, layout), limit)
                 if shared > match:
                     best, match = key, shared
             restore = self.entries.pop(best) if best is not None else None
             if restore is not None:
                 self.nbytes -= restore.nbytes
-            own = target.reusable_tokens
+            own = target.tokens
             dropped = len(own) - (kept if restore is None else 0)
-            covered = restore is not None and common_prefix(own, restore.target.tokens) == len(own)
-            if dropped >= self.min_tokens and not covered and not target.prefilled_long:
+            covered = restore is not None and restore.target.shared_prefix(own, target.cache_layout) == len(own)
+            if dropped >= self.min_tokens and not covered:
                 done.evicted += self._put(Entry(export_cache(target), self._draft_copy(session)))
                 done.stored = True
             if restore is not None:
@@ -156,9 +171,9 @@ class PrefixStore:
     def _put(self, entry: Entry) -> int:
         """Add an entry (superseding the entries whose tokens it starts with), evicting the least recently used
         ones until it fits; returns how many were evicted. Called with the lock held."""
-        tokens = entry.target.tokens
+        new = entry.target
         for key in [k for k, e in self.entries.items()
-                    if common_prefix(e.target.tokens, tokens) == len(e.target.tokens)]:
+                    if new.shared_prefix(e.target.tokens, e.target.layout) == len(e.target.tokens)]:
             self.nbytes -= self.entries.pop(key).nbytes  # a prefix of the new one: restoring it gives no more
         evicted = 0
         if entry.nbytes > self.max_bytes:  # larger than the whole store: not kept
