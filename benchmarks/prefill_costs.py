@@ -19,7 +19,9 @@ then has sizes the block-invariance check covers. This script measures, on the r
   bf16"): the time to the first token of a TOKENS-token prompt with the copy's calls cut at each --pieces size in
   turn (its prefill_longest), its pieces aligned to each --aligns multiple (its prefill_align; 1: even pieces) and
   a call padded up to it by at most each --pads fraction of it (session.PREFILL_PAD_MOST; 0: no pads), interleaved,
-  and whether every variant wrote the same tokens.
+  and whether every variant wrote the same tokens. With --call-sizes, instead: one call on the copy of each size
+  after a past of --past tokens, and whether padding it up to the next multiple of its alignment would save time
+  (what session.PREFILL_PAD_MOST is chosen from).
 
 Precisions: dq and f32 as the runtime sets them (devices.CPU_PRECISIONS), bf16 = INFERENCE_PRECISION_HINT bf16
 (what OpenVINO GenAI runs on CPUs with AMX or AVX-512 BF16), with the dynamic quantization of dq. The machine's
@@ -224,7 +226,8 @@ def copy_times(bundle: str, precision: str, length: int, pieces: list[int], alig
     if model.prefill is None:
         raise SystemExit(f"no {precision} prefill copy: {pipe.long_prompt_note}")
     tokens = np.random.default_rng(0).integers(100, 20000, length).tolist()
-    config = GenerationConfig(max_new_tokens=4, temperature=0, ignore_eos=True)
+    # as many new tokens as the long-prompt suite: the session then holds blocks past the prompt for a pad to go into
+    config = GenerationConfig(max_new_tokens=64, temperature=0, ignore_eos=True)
     variants = [(n, align, pad) for n in pieces for align in aligns for pad in pads]
     seconds: dict[tuple, list[float]] = {variant: [] for variant in variants}
     outputs: dict[tuple, list[int]] = {}
@@ -244,6 +247,48 @@ def copy_times(bundle: str, precision: str, length: int, pieces: list[int], alig
         print(f"{n:>6} aligned to {align:>4}, padded by at most {pad:.2f}: {statistics.median(runs):.2f} s  "
               f"({' '.join(f'{x:.2f}' for x in runs)})")
     print(f"the same tokens in every variant: {len({tuple(v) for v in outputs.values()}) == 1}")
+
+
+def copy_call_times(bundle: str, precision: str, past: int, sizes: list[int], repeats: int) -> None:
+    """--prefill-copy with --call-sizes: one call on the copy of each size after `past` tokens (random ids, no pads),
+    the sizes interleaved, after one uncounted round; each size's median time against that of the multiple of the
+    copy's alignment it would be padded up to."""
+    from edge_specdec.benchmark.suites.long_prompts import ours_pipeline
+    from edge_specdec.runtime import session as session_module
+
+    pipe = ours_pipeline(bundle, long_prompt_precision=precision)
+    model = pipe.target_model
+    if model.prefill is None:
+        raise SystemExit(f"no {precision} prefill copy: {pipe.long_prompt_note}")
+    align = model.prefill_align
+    session_module.PREFILL_PAD_MOST = 0.0  # each call as long as asked
+    sizes = sorted(set(sizes) | {-(-n // align) * align for n in sizes})
+    if max(sizes) > model.prefill_longest:
+        raise SystemExit(f"--call-sizes: the copy's calls hold at most {model.prefill_longest} tokens")
+    rng = np.random.default_rng(0)
+    session = pipe.session().target
+    session.reserve(past + max(sizes))
+    session.begin_long_prefill()  # every call on the copy
+    session.feed(rng.integers(100, 20000, past).tolist(), rows=1)
+    seconds: dict[int, list[float]] = {n: [] for n in sizes}
+    for r in range(repeats + 1):  # round 0 uncounted
+        for n in sizes if r % 2 else sizes[::-1]:
+            tokens = rng.integers(100, 20000, n).tolist()
+            start = time.perf_counter()
+            session.feed(tokens, rows=1)
+            if r:
+                seconds[n].append(time.perf_counter() - start)
+            session.rollback(n)
+        print(f"  round {r}{' (uncounted)' if r == 0 else ''} done, load average {loadavg()}", flush=True)
+    median = {n: statistics.median(v) for n, v in seconds.items()}
+    print(f"\nthe {precision} prefill copy: one call after a past of {past} tokens, median ms over {repeats} rounds, "
+          f"against the call of the next multiple of {align} tokens (the call a pad makes of it)")
+    for n in sizes:
+        up = -(-n // align) * align
+        verdict = "" if up == n else (f"; padded to {up}: {median[up] * 1000:.0f} ms, "
+                                      f"{'saves' if median[up] < median[n] else 'costs'} "
+                                      f"{abs(median[n] - median[up]) * 1000:.0f} ms")
+        print(f"{n:>5} tokens: {median[n] * 1000:6.0f} ms ({median[n] / n * 1000:.2f} ms a token){verdict}")
 
 
 def main() -> None:
@@ -271,7 +316,20 @@ def main() -> None:
     parser.add_argument("--pads", type=float, nargs="+", default=[PREFILL_PAD_MOST],
                         help=f"with --prefill-copy: the most a call on the copy is padded up to its alignment, a "
                              f"fraction of it, in turn (0: no pads; default {PREFILL_PAD_MOST}, the runtime's)")
+    parser.add_argument("--call-sizes", type=int, nargs="+", metavar="N",
+                        help="with --prefill-copy: instead of the first token, one call on the copy of each of these "
+                             "sizes (and of the multiples of its alignment they round up to) after --past tokens")
+    parser.add_argument("--past", type=int, default=1536, help="with --call-sizes: the past the calls follow "
+                                                               "(default 1536)")
     args = parser.parse_args()
+    if args.call_sizes and not args.prefill_copy:
+        parser.error("--call-sizes times calls on the prefill copy: give --prefill-copy PRECISION too")
+    if args.call_sizes:
+        if min(args.call_sizes) < 8 or args.past < 1:
+            parser.error("--call-sizes takes sizes of at least 8 tokens (the copy's fewest), after a --past of at "
+                         "least 1")
+        copy_call_times(args.bundle, args.prefill_copy, args.past, args.call_sizes, args.repeats)
+        return
     if args.prefill_copy:
         if min(args.pieces) <= 0:
             parser.error("--prefill-copy takes --pieces sizes above 0 (the copy's calls are cut at each)")

@@ -154,10 +154,11 @@ PREFILL_LONGEST = 256
 # plugin's bf16 matmuls compute a call of such a size faster per token than a call of any other size (on AMX; see
 # benchmarks/RESULTS.md, "Long prompts"), and the copy's rows are the same whatever the size of its calls
 PREFILL_ALIGN = 128
-# and a call on it that falls short of a multiple of its alignment by at most this fraction of it is padded up to the
-# multiple (pad tokens after its own, forgotten after the call): a token of an aligned call costs about 0.8x, so
-# the pad costs less than it saves up to about a quarter
-PREFILL_PAD_MOST = 0.25
+# and a call on it that falls short of a multiple of its alignment by at most this fraction of it (56 of 128 tokens)
+# is padded up to the multiple (pad tokens after its own, forgotten after the call): a call of 200-255 tokens takes
+# longer than one of 256, one of 72-127 about as long as or longer than one of 128, and shorter ones less than
+# their multiple (benchmarks/RESULTS.md, "Long prompts")
+PREFILL_PAD_MOST = 7 / 16
 # the token ids the prefill copy's cut output layer computes: a few, so that its matmul stays an ordinary one
 PREFILL_OUTPUT_IDS = 8
 

@@ -80,9 +80,10 @@ def export_cache(session: PagedSession) -> KVCopy:
 
 
 def import_cache(session: PagedSession, copy: KVCopy) -> None:
-    """Make the session hold the copied cache: its tokens, the copied blocks in the session's own blocks (the
-    prefill copy's state is counted in table order, so other blocks do), their layout. Whatever the session held
-    goes. The copy is handed over: it is not to be restored again."""
+    """Make the session hold the copied cache: its tokens, the copied blocks in the session's own blocks, their
+    layout and the prefill copy's state (whose kept-aside values are placed by their order in the block table, not by
+    block number, so they hold in other blocks; the session never changes them in place). Whatever the session held
+    goes."""
     used = -(-len(copy.tokens) // session.block_size)
     session.reset()
     session.reserve(len(copy.tokens))
