@@ -133,7 +133,7 @@ def test_the_copy_feeds_a_long_prompt_in_aligned_pieces_that_write_what_even_pie
 
 @pytest.mark.parametrize("rest,call", [
     (125, 128),  # 3 short of a multiple of 128: padded up to it
-    (72, 128),  # 7/16 of the alignment short: padded
+    (72, 128),  # 56 short (7/16 of the alignment): padded
     (71, 71),  # more than that short: not padded
     (40, 40),
     (200, 256),
