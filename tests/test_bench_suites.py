@@ -296,6 +296,26 @@ def test_conversation_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monke
     assert service[2].apply_chat_template is False and "Rule 12" in service[1]  # the rendered system prompt
 
 
+@pytest.mark.slow  # two engines on the demo
+def test_conversation_suite_with_the_prefix_store_row(capsys, tmp_path, monkeypatch):
+    """--prefix-store: before each later turn another conversation takes the chat's session, and the store gives the
+    chat's caches back: the turn reuses them as the slot that kept them does, and writes what no reuse writes."""
+    from edge_specdec.serve.prefix_store import PrefixStore
+
+    prepared = []
+    real = PrefixStore.prepare
+    monkeypatch.setattr(PrefixStore, "prepare", lambda self, *a: prepared.append(real(self, *a)) or prepared[-1])
+    report = run_suite(capsys, tmp_path, "conversation", "--turns", "3", "--service", "0", "--answer-tokens", "4",
+                       "--no-genai", "--prefix-store")
+    rows = rows_of(report)
+    assert list(rows) == ["ours-reuse", "ours-store", "ours-no-reuse"]
+    store, reuse = rows["ours-store"], rows["ours-reuse"]
+    assert store["runs"] == 3 and not store["failures"] and store["identical"] is True
+    assert store["figures"]["reused_tokens"] == reuse["figures"]["reused_tokens"] > 0
+    # turns 2 and 3: the chat's caches stored as the other request took the slot, then restored for the turn
+    assert len(prepared) == 4 and all(p.stored for p in prepared[0::2]) and all(p.restored for p in prepared[1::2])
+
+
 @pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)
 def test_structured_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
     from edge_specdec.benchmark.structured_tasks import PERSON

@@ -57,7 +57,9 @@ METHOD = ("Two patterns, the rows interleaved turn by turn in one process, each 
           "`EngineConfig(prefix_reuse=False)`: every turn prefilled whole. TTFT from turn 2: the first turn and the "
           "first request prefill everything in every row. With --document-tokens N the chat is about a document "
           "instead: its first turn holds about N tokens of this package's own sources in a code fence, then a "
-          "question, and the later turns ask about it.")
+          "question, and the later turns ask about it. With --prefix-store a row runs the chat as a server slot with "
+          "a prefix store: before each turn from the second, another conversation's request takes the slot and the "
+          "store brings the chat's caches back, which its time to the first token counts.")
 
 
 class OursChat:
@@ -89,6 +91,38 @@ class OursChat:
         return Measured({"ttft_s": ttft, "later_ttft_s": ttft if index else None, "seconds": end - start,
                          "prompt_tokens": prompt_tokens, "reused_tokens": result.stats.prompt_tokens_reused},
                         list(result.token_ids))
+
+
+class OursStoredChat(OursChat):
+    """Our chat as a server slot with a prefix store (`serve --prefix-cache-mb`): before each turn from the second on,
+    another conversation's request takes the chat's session, so the chat's caches go to the store, and the turn gets
+    them back. Its time to the first token counts the restore, not the other request."""
+
+    def __init__(self, engine, answer_tokens: int):
+        from ...serve.prefix_store import PrefixStore
+
+        super().__init__(engine, answer_tokens)
+        self.store = PrefixStore(max_bytes=1 << 40)  # no bound: it holds one conversation's caches at a time
+
+    def run(self, c: Cell, repeat: int) -> Measured:
+        kind, index, text = c.value
+        if kind != "chat" or index == 0:
+            return super().run(c, repeat)
+        slot = self.chat.session
+        other = self.engine.chat_prompt([{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}])
+        self.store.prepare(slot, other)  # the other conversation takes the slot: the chat's caches to the store
+        slot.generate(other, self.request_config)
+        self.chat.add("user", text)
+        first: list[float] = []
+        start = time.perf_counter()
+        if not self.store.prepare(slot, self.chat.prompt_ids()).restored:
+            raise RuntimeError("the prefix store did not give the chat's caches back")
+        result = self.chat.answer(self.turn_config, on_text=lambda _: first or first.append(time.perf_counter()))
+        end = time.perf_counter()
+        ttft = (first[0] if first else end) - start
+        return Measured({"ttft_s": ttft, "later_ttft_s": ttft, "seconds": end - start,
+                         "prompt_tokens": len(self.chat.ids) - len(result.token_ids),
+                         "reused_tokens": result.stats.prompt_tokens_reused}, list(result.token_ids))
 
 
 class GenAIChat:
@@ -170,6 +204,10 @@ def main(args: argparse.Namespace) -> int:
                      OursChat(reuse, args.answer_tokens).run, reference="ours-no-reuse"),
             SuiteRow("ours-no-reuse", "ours with EngineConfig(prefix_reuse=False): every turn prefilled whole",
                      OursChat(whole, args.answer_tokens).run)]
+    if args.prefix_store:
+        rows.insert(1, SuiteRow("ours-store", "ours as a server slot with a prefix store: before each turn from the "
+                                "second, another conversation takes the session and the store brings the chat's caches "
+                                "back", OursStoredChat(reuse, args.answer_tokens).run, reference="ours-no-reuse"))
     skipped = []
     if not args.no_genai:
         og, reason = genai_or_reason()
@@ -206,4 +244,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--document-tokens", type=int, default=0, metavar="N",
                    help="a chat about a document of about N tokens (this package's sources), which its first turn "
                    "holds, then questions about it (default 0: the coding chat)")
+    p.add_argument("--prefix-store", action="store_true",
+                   help="add a row where another conversation takes the chat's session before each turn and the "
+                   "server's prefix store (serve --prefix-cache-mb) brings the chat's caches back")
     p.add_argument("--no-genai", action="store_true", help="leave out OpenVINO GenAI's row")
