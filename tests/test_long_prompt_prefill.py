@@ -15,6 +15,7 @@ import pytest
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import Engine, EngineConfig, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
+from edge_specdec.runtime import prefill_blocks
 from edge_specdec.runtime.prefill_blocks import bf16_as_f16
 from edge_specdec.runtime.probes import passes_prefill_calls, prefill_copy_ratio, written_cache
 from edge_specdec.runtime import session as session_module
@@ -416,6 +417,44 @@ def test_the_prefix_store_keeps_a_cache_the_copy_wrote_for_prompts_prefilled_the
     fresh = engine.session().generate(longer, GREEDY, algorithm="none")
     assert restored.token_ids == fresh.token_ids and bits(restored.logprobs) == bits(fresh.logprobs)
     assert restored.stats.prompt_tokens_reused == layout[0]
+
+
+@pytest.fixture
+def many_kept_aside(monkeypatch):
+    """The values the bf16-to-f16 conversion keeps aside (prefill_blocks.py) made many: all those under 2^-4 in
+    magnitude, not only those under 2^-17, which the tiny models' caches do not hold. The target reads the same f16
+    values either way; the way back puts more of the copy's own bits in again."""
+    monkeypatch.setattr(prefill_blocks, "EXACT_FROM", (127 - 4) << 7)
+    prefill_blocks._tables.cache_clear()
+    yield
+    prefill_blocks._tables.cache_clear()
+
+
+def test_a_stored_cache_with_values_kept_aside_is_restored_into_another_slots_blocks(bundle_dir, small_threshold,
+                                                                                      many_kept_aside):
+    """The kept-aside values are placed by their order in the block table: restored into another slot of a batching
+    engine (other blocks of the shared pool), the copy goes on prefilling after them as a fresh session does."""
+    if not HAS_BF16:
+        pytest.skip("this CPU has no bf16 arithmetic: its f32 copy writes the target's element type, nothing is "
+                    "converted or kept aside")
+    engine = Engine(bundle_dir(*SAME_VOCAB), long_prompt_precision=PRECISION, batching=True)
+    prompt = engine.tokenizer.encode(PROMPT)
+    store = PrefixStore(max_bytes=1 << 30, min_tokens=4)
+    first_slot, second_slot = engine.session(), engine.session()
+    assert first_slot.target.pool is second_slot.target.pool, engine.batching_note
+    second_slot.generate(engine.tokenizer.encode("x = 1"), GREEDY, algorithm="none")  # it holds blocks of its own
+    first_slot.generate(prompt, GREEDY, algorithm="none")
+    kept = first_slot.target.copy_state[1]
+    assert kept is not None and kept.count > 100
+    table = list(first_slot.target.blocks)
+    assert store.prepare(first_slot, engine.tokenizer.encode("y = 2")).stored
+    longer = prompt + engine.tokenizer.encode(" words(text):\n    return text.split()\n")
+    assert store.prepare(second_slot, longer).restored
+    assert second_slot.target.blocks[:len(table)] != table and second_slot.target.copy_state[1].count == kept.count
+    restored = second_slot.generate(longer, GREEDY, algorithm="none")  # the copy goes on after the restored cache
+    fresh = engine.session().generate(longer, GREEDY, algorithm="none")
+    assert restored.token_ids == fresh.token_ids and bits(restored.logprobs) == bits(fresh.logprobs)
+    assert restored.stats.prompt_tokens_reused == len(prompt) - 1
 
 
 def test_a_cpu_without_the_precision_keeps_no_copy(monkeypatch, bundle_dir):

@@ -134,6 +134,24 @@ def test_a_stored_prefix_is_superseded_by_a_longer_cache():
     assert store.nbytes == sum(e.nbytes for e in store.entries.values())
 
 
+def test_a_stored_prefix_fed_in_another_layout_is_kept_beside_a_longer_cache():
+    """A cache whose tokens a longer one starts with, but whose tokens from 3 on were fed as one-token sequences
+    where the longer one fed them in blocks (after a long prompt, session.py): restoring the longer one would give a
+    prompt in that layout only 3 tokens, so the shorter one stays; one that agrees in its layout goes."""
+    def entry(tokens, layout):
+        return Entry(KVCopy(tokens, {"key_cache.0": np.zeros(len(tokens), np.uint8)}, layout))
+
+    store = PrefixStore(10**6)
+    store._put(entry([1, 2, 3, 4, 5], (0, 3)))
+    store._put(entry([1, 2], (0, None)))
+    store._put(entry([1, 2, 3, 4, 5, 6, 7], (0, None)))
+    assert [(e.target.tokens, e.target.layout) for e in store.entries.values()] == [
+        ([1, 2, 3, 4, 5], (0, 3)), ([1, 2, 3, 4, 5, 6, 7], (0, None))]
+    # and a prompt in the first one's layout gets it, not the longer one
+    assert store.entries[0].target.shared_prefix([1, 2, 3, 4, 5, 9], (0, 3)) == 5
+    assert store.entries[2].target.shared_prefix([1, 2, 3, 4, 5, 9], (0, 3)) == 3
+
+
 # ---------- the server ----------
 
 def metric(running, name: str) -> float:

@@ -170,8 +170,9 @@ class PrefixStore:
         return export_cache(draft) if draft is not None and copyable(draft) else None
 
     def _put(self, entry: Entry) -> int:
-        """Add an entry (superseding the entries whose tokens it starts with), evicting the least recently used
-        ones until it fits; returns how many were evicted. Called with the lock held."""
+        """Add an entry (superseding the entries whose tokens it starts with, fed in the layout it feeds them in),
+        evicting the least recently used ones until it fits; returns how many were evicted. Called with the lock
+        held."""
         new = entry.target
         for key in [k for k, e in self.entries.items()
                     if new.shared_prefix(e.target.tokens, e.target.layout) == len(e.target.tokens)]:

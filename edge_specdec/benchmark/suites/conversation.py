@@ -96,13 +96,14 @@ class OursChat:
 class OursStoredChat(OursChat):
     """Our chat as a server slot with a prefix store (`serve --prefix-cache-mb`): before each turn from the second on,
     another conversation's request takes the chat's session, so the chat's caches go to the store, and the turn gets
-    them back. Its time to the first token counts the restore, not the other request."""
+    them back (and the other request's go in, as a server's slot does). Its time to the first token counts those
+    copies, not the other request."""
 
     def __init__(self, engine, answer_tokens: int):
         from ...serve.prefix_store import PrefixStore
 
         super().__init__(engine, answer_tokens)
-        self.store = PrefixStore(max_bytes=1 << 40)  # no bound: it holds one conversation's caches at a time
+        self.store = PrefixStore(max_bytes=1 << 40)  # no bound: the chat and the other requests' short caches
 
     def run(self, c: Cell, repeat: int) -> Measured:
         kind, index, text = c.value
