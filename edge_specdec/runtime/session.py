@@ -204,6 +204,14 @@ def layout_agreement(length: int, cached: tuple[int, Optional[int]], layout: tup
     return agree
 
 
+def reusable_prefix(cached: list[int], cached_layout: tuple[int, Optional[int]], tokens: list[int],
+                    layout: tuple[int, Optional[int]]) -> int:
+    """How many of a cache's tokens (`cached`, fed in `cached_layout`) a prompt of `tokens`, fed in `layout`, may
+    keep: those it starts with, up to the first position the prompt feeds in another layout or on another model.
+    ModelSession.shared_prefix for a session's own cache, the server's prefix store for a stored one."""
+    return min(common_prefix(cached, tokens), layout_agreement(len(cached), cached_layout, layout))
+
+
 class ContextOverflowError(EdgeSpecdecError):
     """The prompt plus the tokens to generate do not fit in the model's context."""
 
@@ -485,8 +493,7 @@ class ModelSession:
         """How many of the cache's tokens a request whose prompt is `tokens` may keep: those it starts with, up to
         the first position the prompt would feed in another layout or on another model than the cache's was (see
         `layout`)."""
-        return min(common_prefix(self.tokens, tokens), layout_agreement(self.length, self.cache_layout,
-                                                                       self.layout(tokens)))
+        return reusable_prefix(self.tokens, self.cache_layout, tokens, self.layout(tokens))
 
     def end_prompt(self, tokens: list[int]) -> None:
         """The prompt, these tokens, ends here: the positions from here on take the layout a run on this prompt

@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 
 from ..runtime.prefill_blocks import KeptAside
-from ..runtime.session import PagedSession, common_prefix, layout_agreement
+from ..runtime.session import PagedSession, reusable_prefix
 
 # the fewest cached tokens a request must be about to drop from its slot for the slot's cache to be stored
 MIN_STORED_TOKENS = 16
@@ -55,7 +55,7 @@ class KVCopy:
     def shared_prefix(self, tokens: list[int], layout: tuple[int, Optional[int]]) -> int:
         """How many of the copy's tokens a prompt of these tokens, fed in `layout`, may keep (as
         ModelSession.shared_prefix counts them for a session's own cache)."""
-        return min(common_prefix(self.tokens, tokens), layout_agreement(len(self.tokens), self.layout, layout))
+        return reusable_prefix(self.tokens, self.layout, tokens, layout)
 
 
 def copyable(session) -> bool:
@@ -140,7 +140,7 @@ class PrefixStore:
             return done
         limit = len(prompt_ids) - 1  # the run feeds the prompt's last token whatever is cached
         layout = target.layout(prompt_ids)
-        kept = min(target.shared_prefix(prompt_ids), limit)
+        kept = min(reusable_prefix(target.tokens, target.cache_layout, prompt_ids, layout), limit)
         with self._lock:
             best, match = None, kept
             for key, entry in self.entries.items():
