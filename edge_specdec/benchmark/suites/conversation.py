@@ -74,12 +74,12 @@ class OursChat:
 
     def run(self, c: Cell, repeat: int) -> Measured:
         kind, index, text = c.value
+        if kind == "chat":
+            self.before_turn(index, text)
         first: list[float] = []
         start = time.perf_counter()
         if kind == "chat":
-            if index == 0:
-                self.chat = self.engine.start_chat()
-            result = self.chat.ask(text, self.turn_config, on_text=lambda _: first or first.append(time.perf_counter()))
+            result = self.turn(index, text, on_text=lambda _: first or first.append(time.perf_counter()))
             prompt_tokens = len(self.chat.ids) - len(result.token_ids)
         else:
             ids = self.engine.chat_prompt([{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}])
@@ -91,6 +91,15 @@ class OursChat:
         return Measured({"ttft_s": ttft, "later_ttft_s": ttft if index else None, "seconds": end - start,
                          "prompt_tokens": prompt_tokens, "reused_tokens": result.stats.prompt_tokens_reused},
                         list(result.token_ids))
+
+    def before_turn(self, index: int, text: str) -> None:
+        """What happens before a chat turn, untimed (nothing here)."""
+
+    def turn(self, index: int, text: str, on_text):
+        """The chat turn, timed: the question asked and answered (the first one in a new chat)."""
+        if index == 0:
+            self.chat = self.engine.start_chat()
+        return self.chat.ask(text, self.turn_config, on_text=on_text)
 
 
 class OursStoredChat(OursChat):
@@ -105,25 +114,20 @@ class OursStoredChat(OursChat):
         super().__init__(engine, answer_tokens)
         self.store = PrefixStore(max_bytes=1 << 40)  # no bound: the chat and the other requests' short caches
 
-    def run(self, c: Cell, repeat: int) -> Measured:
-        kind, index, text = c.value
-        if kind != "chat" or index == 0:
-            return super().run(c, repeat)
-        slot = self.chat.session
-        other = self.engine.chat_prompt([{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}])
-        self.store.prepare(slot, other)  # the other conversation takes the slot: the chat's caches to the store
-        slot.generate(other, self.request_config)
-        self.chat.add("user", text)
-        first: list[float] = []
-        start = time.perf_counter()
-        if not self.store.prepare(slot, self.chat.prompt_ids()).restored:
+    def before_turn(self, index: int, text: str) -> None:
+        if index:
+            slot = self.chat.session
+            other = self.engine.chat_prompt([{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}])
+            self.store.prepare(slot, other)  # the other conversation takes the slot: the chat's caches to the store
+            slot.generate(other, self.request_config)
+            self.chat.add("user", text)
+
+    def turn(self, index: int, text: str, on_text):
+        if not index:
+            return super().turn(index, text, on_text)
+        if not self.store.prepare(self.chat.session, self.chat.prompt_ids()).restored:
             raise RuntimeError("the prefix store did not give the chat's caches back")
-        result = self.chat.answer(self.turn_config, on_text=lambda _: first or first.append(time.perf_counter()))
-        end = time.perf_counter()
-        ttft = (first[0] if first else end) - start
-        return Measured({"ttft_s": ttft, "later_ttft_s": ttft, "seconds": end - start,
-                         "prompt_tokens": len(self.chat.ids) - len(result.token_ids),
-                         "reused_tokens": result.stats.prompt_tokens_reused}, list(result.token_ids))
+        return self.chat.answer(self.turn_config, on_text=on_text)
 
 
 class GenAIChat:
