@@ -1,6 +1,7 @@
 """Session-scoped fixtures: tiny tokenizers, tiny models and exported bundles, each built once per run."""
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sys
@@ -168,12 +169,20 @@ def _convert_each_model_once(tmp_path_factory):
     from edge_specdec.export import convert
 
     root = tmp_path_factory.mktemp("converted")
+    frozen: list[bool] = []
     models: dict[tuple, tuple[Path, dict]] = {}
     fulls: dict[tuple, Path] = {}
     real_export_model, real_import_optimum = convert.export_model, convert.import_optimum
 
     def import_optimum():
         main_export, *rest = real_import_optimum()
+        if not frozen:
+            # optimum-intel calls gc.collect() several times a conversion, each a walk over every object in the
+            # process, most of them torch's and transformers' modules; frozen once they are imported (what is
+            # alive now stays), a conversion's collections walk only what came after
+            gc.collect()
+            gc.freeze()
+            frozen.append(True)
 
         def cached_main_export(source, out, **kwargs):
             dtype = getattr(kwargs.get("ov_config"), "dtype", None)
