@@ -30,6 +30,13 @@ def rows_of(report: dict) -> dict[str, dict]:
     return {r["setup"]: r for r in report["setups"]}
 
 
+def warm_caches(monkeypatch, tmp_path) -> None:
+    """The suite's fresh processes share a cache folder of the test's own, as a user's runs share the default one:
+    OpenVINO's compiled models and the engine's measurements, made by the first process that needs them, instead
+    of each process compiling and probing again (the tests' default is no cache)."""
+    monkeypatch.setenv("EDGE_SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def test_help_lists_every_suite(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["bench", "--help"])
@@ -82,6 +89,7 @@ def test_startup_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkey
         started.append(function)
         return real(function, **kwargs)
     monkeypatch.setattr(fresh_process, "run_fresh", counted)
+    warm_caches(monkeypatch, tmp_path)
     report = run_suite(capsys, tmp_path, "startup", "--repeats", "1", "--max-new-tokens", "4", "--no-genai")
     rows = rows_of(report)
     assert list(rows) == ["ours", "run-auto", "run-none"]
@@ -95,10 +103,11 @@ def test_startup_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_long_prompts_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path):
+def test_long_prompts_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, monkeypatch):
     """One task on one document length (a process per row and cell), GenAI's row timed by its own perf_metrics
     (openvino_genai installed)."""
     pytest.importorskip("openvino_genai")
+    warm_caches(monkeypatch, tmp_path)
     report = run_suite(capsys, tmp_path, "long-prompts", "--lengths", "700", "--tasks", "quote", "--max-new-tokens",
                        "4", "--repeats", "1", "--kv-caches", "u8", "--draft-windows", "64")
     rows = rows_of(report)
@@ -270,50 +279,41 @@ def test_a_document_is_a_fenced_cut_of_the_sources_of_about_the_tokens_asked():
 
 
 @pytest.mark.slow  # two engines, and a system prompt of about 600 tokens prefilled whole by the baseline
-def test_conversation_suite_on_the_demo_with_a_genai_row(capsys, tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
-    report = run_suite(capsys, tmp_path, "conversation", "--turns", "2", "--service", "2", "--answer-tokens", "4")
-    rows = rows_of(report)
-    assert list(rows) == ["ours-reuse", "ours-no-reuse", "genai-chat"]
-    assert report["cells"] == ["turn 1", "turn 2", "request 1", "request 2"]
-    reuse, whole = rows["ours-reuse"], rows["ours-no-reuse"]
-    assert reuse["runs"] == whole["runs"] == 4 and not reuse["failures"]
-    assert reuse["identical"] is True and reuse["identity_checked_runs"] == 4
-    # the second turn and the second request reuse the prefix the first one left; the baseline never does
-    assert reuse["figures"]["reused_tokens"] > 0 and whole["figures"]["reused_tokens"] == 0
-    assert reuse["per_cell"]["turn 1"] is None and reuse["per_cell"]["turn 2"] > 0  # TTFT from turn 2 on
-    assert reuse["ratio_to_baseline"] > 0 and report["baseline"] == "ours-no-reuse"
-    genai = rows["genai-chat"]
-    assert genai["runs"] == 4 and not genai["failures"] and genai["identical"] is None  # its text is not compared
-    events = [c[0] for c in calls]
-    # the warm-up turn, then the timed chat in a new chat of its own, then the service outside the chat
-    assert events == ["load", "start_chat", "generate", "finish_chat", "start_chat", "generate", "generate",
-                      "finish_chat", "generate", "generate"]
-    generated = [c for c in calls if c[0] == "generate"]
-    assert all(stop is False for *_, stop in generated)  # the streamer never asks GenAI to stop
-    service = generated[-1]
-    assert service[2].apply_chat_template is False and "Rule 12" in service[1]  # the rendered system prompt
-
-
-@pytest.mark.slow  # two engines on the demo
-def test_conversation_suite_with_the_prefix_store_row(capsys, tmp_path, monkeypatch):
+def test_conversation_suite_on_the_demo_with_the_prefix_store_and_genai_rows(capsys, tmp_path, monkeypatch):
     """--prefix-store: before each later turn another conversation takes the chat's session, and the store gives the
     chat's caches back: the turn reuses them as the slot that kept them does, and writes what no reuse writes."""
     from edge_specdec.serve.prefix_store import PrefixStore
 
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "openvino_genai", fake_genai(calls))
     prepared = []
     real = PrefixStore.prepare
     monkeypatch.setattr(PrefixStore, "prepare", lambda self, *a: prepared.append(real(self, *a)) or prepared[-1])
-    report = run_suite(capsys, tmp_path, "conversation", "--turns", "3", "--service", "0", "--answer-tokens", "4",
-                       "--no-genai", "--prefix-store")
+    report = run_suite(capsys, tmp_path, "conversation", "--turns", "3", "--service", "2", "--answer-tokens", "4",
+                       "--prefix-store")
     rows = rows_of(report)
-    assert list(rows) == ["ours-reuse", "ours-store", "ours-no-reuse"]
-    store, reuse = rows["ours-store"], rows["ours-reuse"]
-    assert store["runs"] == 3 and not store["failures"] and store["identical"] is True
-    assert store["figures"]["reused_tokens"] == reuse["figures"]["reused_tokens"] > 0
-    # turns 2 and 3: the chat's caches stored as the other request took the slot, then restored for the turn
+    assert list(rows) == ["ours-reuse", "ours-store", "ours-no-reuse", "genai-chat"]
+    assert report["cells"] == ["turn 1", "turn 2", "turn 3", "request 1", "request 2"]
+    reuse, store, whole = rows["ours-reuse"], rows["ours-store"], rows["ours-no-reuse"]
+    assert reuse["runs"] == store["runs"] == whole["runs"] == 5 and not reuse["failures"] and not store["failures"]
+    assert reuse["identical"] is True and reuse["identity_checked_runs"] == 5
+    # the later turns and the second request reuse the prefix the first one left; the baseline never does
+    assert reuse["figures"]["reused_tokens"] > 0 and whole["figures"]["reused_tokens"] == 0
+    assert reuse["per_cell"]["turn 1"] is None and reuse["per_cell"]["turn 2"] > 0  # TTFT from turn 2 on
+    assert reuse["ratio_to_baseline"] > 0 and report["baseline"] == "ours-no-reuse"
+    # the store row: turns 2 and 3 stored the chat's caches as the other request took the slot, then restored them
+    assert store["identical"] is True and store["figures"]["reused_tokens"] == reuse["figures"]["reused_tokens"]
     assert len(prepared) == 4 and all(p.stored for p in prepared[0::2]) and all(p.restored for p in prepared[1::2])
+    genai = rows["genai-chat"]
+    assert genai["runs"] == 5 and not genai["failures"] and genai["identical"] is None  # its text is not compared
+    events = [c[0] for c in calls]
+    # the warm-up turn, then the timed chat in a new chat of its own, then the service outside the chat
+    assert events == ["load", "start_chat", "generate", "finish_chat", "start_chat", "generate", "generate",
+                      "generate", "finish_chat", "generate", "generate"]
+    generated = [c for c in calls if c[0] == "generate"]
+    assert all(stop is False for *_, stop in generated)  # the streamer never asks GenAI to stop
+    service = generated[-1]
+    assert service[2].apply_chat_template is False and "Rule 12" in service[1]  # the rendered system prompt
 
 
 @pytest.mark.slow  # a suite on the demo's engines (the fast tier checks the suites' options and report)
@@ -523,10 +523,11 @@ def test_long_prompts_profile_runs_alone(capsys, tmp_path):
 
 
 @pytest.mark.slow  # fresh processes on the demo pair
-def test_long_prompts_record_the_targets_calls_and_profile_them(capsys, tmp_path):
+def test_long_prompts_record_the_targets_calls_and_profile_them(capsys, tmp_path, monkeypatch):
     """--per-call: the table gets the target's time per step and per block, report.md a table by call size, and
     target_calls.json every call of the timed runs; --profile: per-node-type times per kind of call and the
     plugin's threads, in profile.md and profile.json."""
+    warm_caches(monkeypatch, tmp_path)
     common = ["--lengths", "300", "--tasks", "summarize", "--max-new-tokens", "4", "--repeats", "1", "--no-genai",
               "--kv-caches"]
     report = run_suite(capsys, tmp_path, "long-prompts", *common, "--per-call")
