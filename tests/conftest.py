@@ -5,6 +5,7 @@ import gc
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -155,23 +156,29 @@ def _source_key(source) -> tuple:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _convert_each_model_once(tmp_path_factory):
-    """Every in-process export converts a given (model folder, weight settings) once per session, then copies it.
+def _convert_each_model_once(tmp_path_factory, shared_dir):
+    """Every in-process export converts a given (model folder, weight settings) once per test run, then copies it.
 
     The tiny models are exported into many bundles (a target in most of them, each weight format); optimum-intel's
     torch trace and NNCF's compression cost seconds each and give the same files every time. Both steps of
-    export_model are memoized: optimum-intel's full-precision IR per source folder, and export_model's output per
-    (source, settings). The first conversion of each runs for real and is what the export tests check; exports in a
-    subprocess (the CLI's own tests, optimum-cli) are not affected."""
-    import shutil
+    export_model are memoized in a folder the pytest-xdist workers share (built_once): optimum-intel's
+    full-precision IR per source folder, and export_model's output per (source, settings). The first conversion of
+    each runs for real and is what the export tests check; exports in a subprocess (the CLI's own tests,
+    optimum-cli) are not affected."""
+    import hashlib
+    import json
 
     from edge_specdec import export as export_pkg
     from edge_specdec.export import convert
 
-    root = tmp_path_factory.mktemp("converted")
+    root = tmp_path_factory.mktemp("converted")  # this worker's scratch folders
+    shared = shared_dir / "converted"
+    shared.mkdir(exist_ok=True)
     frozen: list[bool] = []
-    models: dict[tuple, tuple[Path, dict]] = {}
-    fulls: dict[tuple, Path] = {}
+
+    def memo_folder(kind: str, key: tuple) -> Path:
+        return shared / f"{kind}-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}"
+
     real_export_model, real_import_optimum = convert.export_model, convert.import_optimum
 
     def import_optimum():
@@ -187,24 +194,23 @@ def _convert_each_model_once(tmp_path_factory):
         def cached_main_export(source, out, **kwargs):
             dtype = getattr(kwargs.get("ov_config"), "dtype", None)
             key = _source_key(source) + (repr(sorted((k, v) for k, v in kwargs.items() if k != "ov_config")), dtype)
-            if key not in fulls:
-                folder = root / f"full-{len(fulls)}"
-                main_export(source, folder, **kwargs)
-                fulls[key] = folder
-            shutil.copytree(fulls[key], out, dirs_exist_ok=True)
+            folder = memo_folder("full", key)
+            built_once(folder, lambda: main_export(source, folder, **kwargs) or folder)
+            shutil.copytree(folder, out, dirs_exist_ok=True)
         return (cached_main_export, *rest)
 
     def export_model(source, out, settings, scratch, progress):
-        key = _source_key(source) + (repr(settings),)
-        if key not in models:
-            folder = root / f"model-{len(models)}"
-            scratch_copy = root / f"scratch-{len(models)}"
-            scratch_copy.mkdir()
-            models[key] = folder, real_export_model(source, folder, settings, scratch_copy, progress)
-        folder, stats = models[key]
+        folder = memo_folder("model", _source_key(source) + (repr(settings),))
+        stats = folder.with_name(folder.name + ".stats.json")
+
+        def build() -> Path:
+            stats.write_text(json.dumps(real_export_model(source, folder, settings,
+                                                          Path(tempfile.mkdtemp(dir=root)), progress)))
+            return folder
+        built_once(folder, build)
         Path(out).mkdir(parents=True, exist_ok=True)
         shutil.copytree(folder, out, dirs_exist_ok=True)
-        return dict(stats)
+        return json.loads(stats.read_text())
 
     mp = pytest.MonkeyPatch()
     mp.setattr(convert, "import_optimum", import_optimum)
