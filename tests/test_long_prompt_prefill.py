@@ -149,18 +149,40 @@ def test_the_copys_last_call_is_padded_up_to_its_alignment_where_it_falls_just_s
     prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + rest + 1]
     assert len(prompt) == model.prefill_longest + rest + 1
     calls = _prefill_calls(monkeypatch)
-
-    def session():  # holding blocks for the longest pad, as a run of 64 new tokens does
-        made = engine.session()
-        made.target.reserve(len(prompt) + 64)
-        return made
-    padded = session().generate(prompt, GREEDY, algorithm="none")
+    padded = engine.session().generate(prompt, GREEDY, algorithm="none")
     assert calls == [model.prefill_longest, call]
     calls.clear()
     monkeypatch.setattr(session_module, "PREFILL_PAD_MOST", 0.0)
-    unpadded = session().generate(prompt, GREEDY, algorithm="none")
+    unpadded = engine.session().generate(prompt, GREEDY, algorithm="none")
     assert calls == [model.prefill_longest, rest]
     assert padded.token_ids == unpadded.token_ids and bits(padded.logprobs) == bits(unpadded.logprobs)
+
+
+def test_a_request_for_one_new_token_reserves_room_for_the_copys_pad(engines, small_threshold, monkeypatch):
+    """A fresh session holds blocks for the prompt and the new tokens asked for; the copy's last call is padded all the
+    same, into blocks the run took for it."""
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    model = engine.target_model
+    prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + 200 + 1]  # a rest of 200: padded to 256
+    calls = _prefill_calls(monkeypatch)
+    session = engine.session()
+    result = session.generate(prompt, GenerationConfig(max_new_tokens=1), algorithm="none")
+    assert calls == [model.prefill_longest, 256] and len(result.token_ids) == 1
+    assert session.target.length == len(prompt)  # the pads were forgotten
+
+
+@pytest.mark.parametrize("rest,pad", [(200, 56), (125, 3), (72, 56), (71, 0), (40, 0)])
+def test_the_room_a_run_reserves_for_the_copys_pad_is_its_last_calls_own(engines, small_threshold, rest, pad):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    model = engine.target_model
+    prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + rest + 1]
+    session = model.session()
+    session.end_prompt(prompt)
+    assert session.copy_end == len(prompt) - 1 and session.prefill_reach == session.copy_end + pad
+    session.feed(prompt[:model.prefill_longest])  # a prompt's first piece in the cache (a reused prefix)
+    assert session.prefill_reach == session.copy_end + pad
+    session.begin_long_prefill()  # no prompt's end: no pad to reserve for
+    assert session.prefill_reach == 0
 
 
 @pytest.mark.parametrize("head,longest,room,calls,unpadded", [

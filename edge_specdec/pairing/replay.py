@@ -72,6 +72,7 @@ class ReplayTarget:
     rollback_method = "replay"
     device = precision = "replay"
     output_ids = None
+    prefill_reach = 0  # no long-prompt prefill copy pads its calls
 
     def __init__(self, vocab_size: int, max_context: Optional[int] = None):
         self.vocab_size, self.max_context = vocab_size, max_context

@@ -213,7 +213,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     # and "A chat's turns"): the prompt decides it, whatever drafts, so the target alone and every algorithm feed
     # each position alike
     target.end_prompt(prompt_ids)
-    target.reserve(len(prompt_ids) + config.max_new_tokens)
+    target.reserve(max(len(prompt_ids) + config.max_new_tokens, target.prefill_reach))
     floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
     try:
         reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,

@@ -159,6 +159,8 @@ PREFILL_ALIGN = 128
 # longer than one of 256, one of 72-127 about as long as or longer than one of 128, and shorter ones less than
 # their multiple (benchmarks/RESULTS.md, "Long prompts")
 PREFILL_PAD_MOST = 7 / 16
+# the layout boundary of a prefill without end (begin_long_prefill): past any prompt
+OPEN_PREFILL = 1 << 30
 # the token ids the prefill copy's cut output layer computes: a few, so that its matmul stays an ordinary one
 PREFILL_OUTPUT_IDS = 8
 
@@ -434,7 +436,7 @@ class ModelSession:
     def begin_long_prefill(self) -> None:
         """Make the calls from here on a long prompt's prefill calls (until a reset), as if a prompt without end
         were being fed: on the long-prompt prefill model where the session has one (its warm-up and its probe)."""
-        self.copy_end = self.sequences_from = 1 << 30
+        self.copy_end = self.sequences_from = OPEN_PREFILL
 
     @property
     def prefilled_long(self) -> bool:
@@ -561,11 +563,27 @@ class ModelSession:
         call's own tokens, which do not attend to them: the cache of those tokens is what an unpadded call writes."""
         if not self.prefilling:
             return 0
+        pad = self._copy_pad(n)
+        return pad if self.length + n + pad <= self.room else 0
+
+    def _copy_pad(self, n: int) -> int:
+        """The pad a call of n tokens on the long-prompt prefill copy takes where the cache has room for it."""
         align = self.model.prefill_align
         pad = -n % align
-        if pad > PREFILL_PAD_MOST * align or n + pad > self.model.prefill_longest:
+        return 0 if pad > PREFILL_PAD_MOST * align or n + pad > self.model.prefill_longest else pad
+
+    @property
+    def prefill_reach(self) -> int:
+        """How far into the cache the prompt's prefill writes: the end of the prompt's part on the long-prompt
+        prefill copy and the pad of the copy's last call (see PREFILL_PAD_MOST; 0 without the copy or the prompt's
+        end), within the model's context. A run reserves room for it, so that the pad does not depend on how many
+        new tokens the request asks for."""
+        if not self.prefilling or self.copy_end == OPEN_PREFILL:
             return 0
-        return pad if self.length + n + pad <= self.room else 0
+        pieces = self._aligned_pieces(list(range(self.copy_end - self.length)), self.model.prefill_longest,
+                                      self.model.prefill_align)
+        reach = self.copy_end + self._copy_pad(len(pieces[-1]))
+        return reach if self.max_context is None else min(reach, self.max_context)
 
     @property
     def room(self) -> int:
