@@ -265,6 +265,23 @@ def test_the_conversation_suite_refuses_a_negative_document_before_the_engine_lo
     assert "--document-tokens at least 0" in capsys.readouterr().err and not out.exists()
 
 
+def test_the_conversation_suite_has_the_store_row_only_with_prefix_store(monkeypatch):
+    from edge_specdec.benchmark import suite_runs
+    from edge_specdec.benchmark.suites import suite_parser
+    from edge_specdec.benchmark.suites.conversation import conversation_rows
+
+    engine = types.SimpleNamespace(session=lambda: None)  # the rows' runners open nothing until they run
+    monkeypatch.setattr(suite_runs, "genai_or_reason", lambda: (None, "openvino_genai is not installed"))
+    parser = suite_parser("conversation")
+    for flags, names in ((["--no-genai"], ["ours-reuse", "ours-no-reuse"]),
+                         (["--no-genai", "--prefix-store"], ["ours-reuse", "ours-store", "ours-no-reuse"])):
+        rows, skipped = conversation_rows(parser.parse_args(flags), engine, engine)
+        assert [row.name for row in rows] == names and skipped == []
+    rows, skipped = conversation_rows(parser.parse_args([]), engine, engine)
+    assert [row.name for row in rows] == ["ours-reuse", "ours-no-reuse"]
+    assert skipped == [{"setup": "genai-chat", "reason": "openvino_genai is not installed"}]
+
+
 @pytest.mark.slow  # opens the demo's engine
 def test_a_document_is_a_fenced_cut_of_the_sources_of_about_the_tokens_asked():
     from edge_specdec.benchmark.suites.conversation import document_text

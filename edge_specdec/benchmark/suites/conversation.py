@@ -185,26 +185,11 @@ def document_text(engine, tokens: int) -> str:
     return "```python\n" + decode(engine.vocab_map.target, ids[:tokens]) + "\n```\n\n"
 
 
-def main(args: argparse.Namespace) -> int:
-    from ...errors import EdgeSpecdecError
-    from ...runtime import Engine
-    from ..suite_runs import check_out, finish, genai_or_reason, run_suite, stderr_say
+def conversation_rows(args: argparse.Namespace, reuse, whole) -> tuple[list[SuiteRow], list[dict]]:
+    """The suite's rows on the engine with prefix reuse and the one without, and the rows skipped (GenAI's, where
+    openvino_genai is missing)."""
+    from ..suite_runs import genai_or_reason, stderr_say
 
-    if not 1 <= args.turns <= len(TURNS) or not 0 <= args.service <= len(QUESTIONS):
-        raise EdgeSpecdecError(f"--turns takes 1 to {len(TURNS)} and --service 0 to {len(QUESTIONS)}.")
-    if args.answer_tokens < 1 or args.repeats < 1 or args.document_tokens < 0:
-        raise EdgeSpecdecError("--answer-tokens and --repeats must be at least 1, and --document-tokens at least 0.")
-    out = Path(args.out) if args.out else None
-    check_out(out)
-    # no draft pool: a repeat must not copy the answers of the repeat before it (the request's own text still
-    # gives free drafts, the conversation's history among it)
-    reuse, whole = Engine(args.bundle, draft_pool_tokens=0), Engine(args.bundle, prefix_reuse=False,
-                                                                  draft_pool_tokens=0)
-    for engine in (reuse, whole):  # timed as a server runs once its copies serve, not while they compile
-        engine.compile_static_copies()
-    if reuse.chat_template is None:
-        raise EdgeSpecdecError(f"{args.bundle}: the target has no chat template, and the conversation suite "
-                               f"measures chats; try the general suite.")
     rows = [SuiteRow("ours-reuse", "ours, prefix reuse on (the default): a turn prefills only its new tokens",
                      OursChat(reuse, args.answer_tokens).run, reference="ours-no-reuse"),
             SuiteRow("ours-no-reuse", "ours with EngineConfig(prefix_reuse=False): every turn prefilled whole",
@@ -223,6 +208,30 @@ def main(args: argparse.Namespace) -> int:
         else:
             stderr_say(f"skipping genai-chat: {reason}")
             skipped.append({"setup": "genai-chat", "reason": reason})
+    return rows, skipped
+
+
+def main(args: argparse.Namespace) -> int:
+    from ...errors import EdgeSpecdecError
+    from ...runtime import Engine
+    from ..suite_runs import check_out, finish, run_suite
+
+    if not 1 <= args.turns <= len(TURNS) or not 0 <= args.service <= len(QUESTIONS):
+        raise EdgeSpecdecError(f"--turns takes 1 to {len(TURNS)} and --service 0 to {len(QUESTIONS)}.")
+    if args.answer_tokens < 1 or args.repeats < 1 or args.document_tokens < 0:
+        raise EdgeSpecdecError("--answer-tokens and --repeats must be at least 1, and --document-tokens at least 0.")
+    out = Path(args.out) if args.out else None
+    check_out(out)
+    # no draft pool: a repeat must not copy the answers of the repeat before it (the request's own text still
+    # gives free drafts, the conversation's history among it)
+    reuse, whole = Engine(args.bundle, draft_pool_tokens=0), Engine(args.bundle, prefix_reuse=False,
+                                                                  draft_pool_tokens=0)
+    for engine in (reuse, whole):  # timed as a server runs once its copies serve, not while they compile
+        engine.compile_static_copies()
+    if reuse.chat_template is None:
+        raise EdgeSpecdecError(f"{args.bundle}: the target has no chat template, and the conversation suite "
+                               f"measures chats; try the general suite.")
+    rows, skipped = conversation_rows(args, reuse, whole)
     document = document_text(reuse, args.document_tokens) if args.document_tokens else ""
     cells = conversation_cells(args.turns, args.service, document)
     system_tokens = len(reuse.chat_prompt([{"role": "system", "content": SYSTEM}]))
