@@ -132,6 +132,15 @@ def test_the_copy_feeds_a_long_prompt_in_aligned_pieces_that_write_what_even_pie
     assert aligned.token_ids == even.token_ids and bits(aligned.logprobs) == bits(even.logprobs)
 
 
+def _prompt_leaving_the_copy(engine, rest: int) -> list[int]:
+    """A prompt whose part on the prefill copy (all but its last token) is one call of prefill_longest tokens and a
+    rest of `rest` tokens."""
+    model = engine.target_model
+    prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + rest + 1]
+    assert len(prompt) == model.prefill_longest + rest + 1
+    return prompt
+
+
 @pytest.mark.parametrize("rest,call", [
     (125, 128),  # 3 short of a multiple of 128: padded up to it
     (72, 128),  # 56 short (7/16 of the alignment): padded
@@ -146,8 +155,7 @@ def test_the_copys_last_call_is_padded_up_to_its_alignment_where_it_falls_just_s
     engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
     assert model.prefill_longest == 2 * PREFILL_ALIGN == 256
-    prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + rest + 1]
-    assert len(prompt) == model.prefill_longest + rest + 1
+    prompt = _prompt_leaving_the_copy(engine, rest)
     calls = _prefill_calls(monkeypatch)
     padded = engine.session().generate(prompt, GREEDY, algorithm="none")
     assert calls == [model.prefill_longest, call]
@@ -163,7 +171,7 @@ def test_a_request_for_one_new_token_reserves_room_for_the_copys_pad(engines, sm
     same, into blocks the run took for it."""
     engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
-    prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + 200 + 1]  # a rest of 200: padded to 256
+    prompt = _prompt_leaving_the_copy(engine, 200)  # a rest of 200: padded to 256
     calls = _prefill_calls(monkeypatch)
     session = engine.session()
     result = session.generate(prompt, GenerationConfig(max_new_tokens=1), algorithm="none")
@@ -175,7 +183,7 @@ def test_a_request_for_one_new_token_reserves_room_for_the_copys_pad(engines, sm
 def test_the_room_a_run_reserves_for_the_copys_pad_is_its_last_calls_own(engines, small_threshold, rest, pad):
     engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
-    prompt = engine.tokenizer.encode(PROMPT * 4)[:model.prefill_longest + rest + 1]
+    prompt = _prompt_leaving_the_copy(engine, rest)
     session = model.session()
     session.end_prompt(prompt)
     assert session.copy_end == len(prompt) - 1 and session.prefill_reach == session.copy_end + pad
