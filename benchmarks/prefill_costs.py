@@ -262,7 +262,8 @@ def copy_call_times(bundle: str, precision: str, past: int, sizes: list[int], re
         raise SystemExit(f"no {precision} prefill copy: {pipe.long_prompt_note}")
     align = model.prefill_align
     session_module.PREFILL_PAD_MOST = 0.0  # each call as long as asked
-    sizes = sorted(set(sizes) | {-(-n // align) * align for n in sizes})
+    padded = {n: -(-n // align) * align for n in sizes}  # the call a pad makes of each size
+    sizes = sorted(set(sizes) | set(padded.values()))
     if max(sizes) > model.prefill_longest:
         raise SystemExit(f"--call-sizes: the copy's calls hold at most {model.prefill_longest} tokens")
     rng = np.random.default_rng(0)
@@ -284,7 +285,7 @@ def copy_call_times(bundle: str, precision: str, past: int, sizes: list[int], re
     print(f"\nthe {precision} prefill copy: one call after a past of {past} tokens, median ms over {repeats} rounds, "
           f"against the call of the next multiple of {align} tokens (the call a pad makes of it)")
     for n in sizes:
-        up = -(-n // align) * align
+        up = padded.get(n, n)
         verdict = "" if up == n else (f"; padded to {up}: {median[up] * 1000:.0f} ms, "
                                       f"{'saves' if median[up] < median[n] else 'costs'} "
                                       f"{abs(median[n] - median[up]) * 1000:.0f} ms")
