@@ -100,6 +100,11 @@ class Bundle:
         info = self.manifest.get("draft")
         return None if info is None else ModelEntry("draft", self.path / "draft", info)
 
+    def without_draft(self) -> "Bundle":
+        """This bundle with its target alone: what a run of the target alone needs to load (the draft's files stay
+        where they are)."""
+        return Bundle(self.path, {key: value for key, value in self.manifest.items() if key != "draft"})
+
     @property
     def vocabulary(self) -> dict[str, Any]:
         return self.manifest["vocabulary"]

@@ -153,6 +153,24 @@ def test_a_long_prompt_row_computed_otherwise_is_checked_against_the_target_alon
     assert not skipped
 
 
+def test_a_long_prompt_row_of_the_target_alone_loads_no_draft(bundle_dir, monkeypatch):
+    """GenAI's row holds the target alone, and so do ours' rows of the target alone (their peak memory is compared
+    with its), writing the tokens the default's pipeline writes with the target alone."""
+    from edge_specdec.benchmark.suites import long_prompts
+    from support import SAME_VOCAB
+
+    pipelines = []
+    real = long_prompts.ours_pipeline
+    monkeypatch.setattr(long_prompts, "ours_pipeline",
+                        lambda *args, **kwargs: pipelines.append(real(*args, **kwargs)) or pipelines[-1])
+    bundle = str(bundle_dir(*SAME_VOCAB))
+    ids = list(range(3, 40))
+    alone, auto = (long_prompts.ours_long(0, bundle, ids, 6, 1, None, algorithm) for algorithm in ("none", "auto"))
+    assert pipelines[0].draft is None and pipelines[0].bundle.draft is None
+    assert pipelines[1].draft is not None and pipelines[1].bundle.draft is not None
+    assert alone["token_ids"] == auto["token_ids"] and len(alone["token_ids"]) == 6
+
+
 def test_the_quote_task_asks_for_a_function_defined_once_near_the_middle():
     from edge_specdec.benchmark.suites.long_prompts import quoted_function
 

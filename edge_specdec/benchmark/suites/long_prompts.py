@@ -33,12 +33,13 @@ METHOD = ("A prompt of N tokens is cut from a long text (this package's own Pyth
           "tokens (EOS ignored) from exactly those token ids, in a fresh process of its own (fresh_process.py) so "
           "that its peak resident memory is its own: one uncounted run, then the median of --runs-per-process "
           "timed runs in that process; --repeats such processes per row and cell, interleaved with the other "
-          "rows'. Ours without prefix reuse (each run prefills the whole prompt, the draft's cache emptied too) "
-          "and without a draft pool: its time to the first token and after it are from its own Stats. GenAI with "
-          "its prefix cache off and no streamer: its time to the first token and its time per output token after "
-          "it are GenAI's own perf_metrics of the run (get_ttft, get_tpot), so neither side's figures include a "
-          "streamer's callbacks. The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU "
-          "properties: their tokens are not compared.")
+          "rows'. Ours alone loads the bundle's target without its draft (as GenAI's row holds the target "
+          "alone); the default loads both. Ours without prefix reuse (each run prefills the whole prompt, the "
+          "draft's cache emptied too) and without a draft pool: its time to the first token and after it are "
+          "from its own Stats. GenAI with its prefix cache off and no streamer: its time to the first token and its "
+          "time per output token after it are GenAI's own perf_metrics of the run (get_ttft, get_tpot), so neither "
+          "side's figures include a streamer's callbacks. The u8 KV cache is exact only up to float noise, and "
+          "GenAI runs with other CPU properties: their tokens are not compared.")
 
 # --per-call: what the target's calls cost inside the timed runs of ours (benchmark/target_calls.py)
 PER_CALL_FIGURES = [Figure("step_ms", "target ms / 1-token step", ".2f", lower_is_better=True),
@@ -101,13 +102,17 @@ def suite_prompts(engine, lengths: list[int], tasks: list[str]) -> dict[str, lis
     return out
 
 
-def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None, long_prompt_precision: str = "auto"):
+def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None, long_prompt_precision: str = "auto",
+                  draft: bool = True):
     """Our Pipeline as the suite runs it: no static copies, no prefix reuse (each run prefills the whole prompt) and
-    no draft pool (a repeat must not copy the answer of the run before it)."""
+    no draft pool (a repeat must not copy the answer of the run before it); draft=False: the bundle's target alone,
+    its draft not loaded (what a row of the target alone measures, as GenAI's row holds the target alone)."""
+    from ...bundle import load_bundle
     from ...runtime import Pipeline
 
-    return Pipeline(bundle, static_shapes=False, kv_cache=kv_cache, prefix_reuse=False, draft_pool_tokens=0,
-                    core=core, long_prompt_precision=long_prompt_precision)
+    loaded = load_bundle(bundle, verify=False)
+    return Pipeline(loaded if draft else loaded.without_draft(), static_shapes=False, kv_cache=kv_cache,
+                    prefix_reuse=False, draft_pool_tokens=0, core=core, long_prompt_precision=long_prompt_precision)
 
 
 def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
@@ -120,7 +125,7 @@ def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, 
     from ...runtime import GenerationConfig
     from ..target_calls import call_figures
 
-    pipe = ours_pipeline(bundle, kv_cache, long_prompt_precision=long_prompt_precision)
+    pipe = ours_pipeline(bundle, kv_cache, long_prompt_precision=long_prompt_precision, draft=algorithm != "none")
     if long_prompt_precision not in ("auto", "off") and pipe.target_model.prefill is None:
         raise RuntimeError(f"--long-prompt-precisions {long_prompt_precision}: {pipe.long_prompt_note}")
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0, ignore_eos=True)
@@ -231,16 +236,16 @@ def long_prompt_rows(args, bundle: str, say, calls: Optional[dict] = None) -> tu
 
     common = {"bundle": bundle, "max_new_tokens": args.max_new_tokens, "repeats": args.runs_per_process}
     ours = {**common, "per_call": calls is not None, "calls": calls}
-    rows = [fresh_row("ours-none", "ours, the target alone, the default KV cache", "ours_long", None,
-                      kv_cache=None, algorithm="none", **ours),
+    rows = [fresh_row("ours-none", "ours, the target alone (the draft not loaded), the default KV cache", "ours_long",
+                      None, kv_cache=None, algorithm="none", **ours),
             fresh_row("ours-auto", "ours, the default algorithm, the default KV cache", "ours_long", "ours-none",
                       kv_cache=None, algorithm="auto", **ours)]
     for kv in dict.fromkeys(args.kv_caches):
         # another exact cache type computes other (equally exact) tokens: its reference is the target alone on it
         reference = None if kv == "u8" else f"ours-none-kv-{kv}"
         if reference:
-            rows.append(fresh_row(reference, f"ours, the target alone, a {kv} KV cache", "ours_long", None,
-                                  kv_cache=kv, algorithm="none", **ours))
+            rows.append(fresh_row(reference, f"ours, the target alone (the draft not loaded), a {kv} KV cache",
+                                  "ours_long", None, kv_cache=kv, algorithm="none", **ours))
         rows.append(fresh_row(f"ours-auto-kv-{kv}", f"ours, the default algorithm, a {kv} KV cache", "ours_long",
                               reference, kv_cache=kv, algorithm="auto", **ours))
     rows += [fresh_row(f"ours-auto-window-{n}" if n else "ours-auto-no-window",
@@ -250,7 +255,8 @@ def long_prompt_rows(args, bundle: str, say, calls: Optional[dict] = None) -> tu
              for n in dict.fromkeys(args.draft_windows)]
     for p in dict.fromkeys(args.long_prompt_precisions):
         # the copy computes the prompt otherwise: the reference is the target alone with the same copy
-        rows += [fresh_row(f"ours-none-prefill-{p}", f"ours, the target alone, long prompts prefilled at {p}",
+        rows += [fresh_row(f"ours-none-prefill-{p}",
+                           f"ours, the target alone (the draft not loaded), long prompts prefilled at {p}",
                            "ours_long", None, kv_cache=None, algorithm="none", long_prompt_precision=p, **ours),
                  fresh_row(f"ours-auto-prefill-{p}", f"ours, the default algorithm, long prompts prefilled at {p}",
                            "ours_long", f"ours-none-prefill-{p}", kv_cache=None, algorithm="auto",
