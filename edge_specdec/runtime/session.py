@@ -133,7 +133,7 @@ LONGEST_BLOCK = 64
 # sequences with their pad sequences, which a probe of its own checks): a verdict of exactness holds for one layout
 # only, so the measurement cache keys its verdicts on this, and open_model reuses a verdict only with the longest
 # block measured with it. Change it with any change to how calls are formed.
-CALL_LAYOUT = "paged-v4-sequences-after-long-prompts"
+CALL_LAYOUT = "paged-v5-prefill-copy-calls-up-to-1024"
 # A prompt of at least this many tokens makes an exact paged session on the CPU feed the tokens after it (after its
 # first turn this long, see "A chat's turns" above) as one-token sequences (see "One-token sequences" above), and is
 # prefilled on the long-prompt prefill copy where the session has one. Below it the mixed loop's re-laying of the past
@@ -146,10 +146,9 @@ SEQUENCES_AFTER = 1024
 COPY_TURN_SHARE = 0.6
 # the fewest tokens a call on a long prompt's bf16 prefill model holds (see "A long prompt's prefill in bf16" above)
 PREFILL_LEAST = 8
-# the most tokens a call on it holds where its probe passes with calls that long, else the target's longest block:
-# the size that prefilled long prompts fastest, and longer calls take more scratch memory (benchmarks/RESULTS.md,
-# "Long prompts")
-PREFILL_LONGEST = 256
+# the most tokens a call on it holds: the first of these its probe passes with, else the target's longest block.
+# Longer calls prefill a long prompt faster and take more scratch memory (benchmarks/RESULTS.md, "Long prompts")
+PREFILL_CALL_SIZES = (1024, 256)
 # a long prompt's prefill copy takes its calls in pieces of a multiple of this many tokens and then the rest: the CPU
 # plugin's bf16 matmuls compute a call of such a size faster per token than a call of any other size (on AMX; see
 # benchmarks/RESULTS.md, "Long prompts"), and the copy's rows are the same whatever the size of its calls
@@ -1295,7 +1294,7 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
                       f"not hold (--kv-cache f16 takes it): long prompts are prefilled as before")
     lm.prefill_reads_as = ov.Type.bf16 if types == {(ov.Type.bf16, ov.Type.f16)} else None
     lm.prefill, lm.prefill_precision = compiled, precision
-    sizes = sorted({PREFILL_LONGEST, lm.longest_block}, reverse=True)  # the calls tried, longest first
+    sizes = sorted({*PREFILL_CALL_SIZES, lm.longest_block}, reverse=True)  # the calls tried, longest first
     verdict = known.get(precision)  # the longest call it passed with, or False
     if verdict is not False and verdict not in sizes:
         probe = lm.session()
@@ -1314,7 +1313,8 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
     if verdict and times is not None and precision not in times:
         probe = lm.session()
         with releasing_mapped(lm.weights_file):
-            times[precision] = round(prefill_copy_ratio(probe, PREFILL_LONGEST), 3)
+            # timed on the shortest calls tried: a ratio per token, and the cheapest to measure at load
+            times[precision] = round(prefill_copy_ratio(probe, min(PREFILL_CALL_SIZES)), 3)
         del probe
         trim_heap()
     if not verdict:
