@@ -17,7 +17,8 @@ from edge_specdec.runtime import Engine, EngineConfig, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
 from edge_specdec.runtime import prefill_blocks
 from edge_specdec.runtime.prefill_blocks import bf16_as_f16
-from edge_specdec.runtime.probes import passes_prefill_calls, prefill_copy_ratio, written_cache
+from edge_specdec.runtime.probes import (CONTEXT_ROOM, REAL_PAST, passes_prefill_calls, prefill_copy_ratio,
+                                        written_cache)
 from edge_specdec.runtime import session as session_module
 from edge_specdec.runtime.session import (CPU_CAPABILITY, PREFILL_ALIGN, PREFILL_CALL_SIZES, PREFILL_LEAST,
                                           PREFILL_OUTPUT_IDS, SEQUENCES_AFTER, BlockPool, ModelSession, PagedSession,
@@ -31,19 +32,6 @@ from test_sequences_generate import (CHAT, GREEDY, PROMPT, THRESHOLD, check_samp
 
 HAS_BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 PRECISION = "bf16" if HAS_BF16 else "f32"
-
-
-@pytest.fixture
-def copy_engines(engines, monkeypatch):
-    """engines(pair, ...), the prefill copy's calls held to 256 tokens (2 * PREFILL_ALIGN): the tiny target's copy
-    passes its probe with calls of PREFILL_CALL_SIZES[0] tokens, and the prompts here, of a few hundred tokens, are
-    to take several calls on it."""
-    def get(pair, **options):
-        engine = engines(pair, **options)
-        if engine.target_model.prefill is not None:
-            monkeypatch.setattr(engine.target_model, "prefill_longest", 2 * PREFILL_ALIGN)
-        return engine
-    return get
 
 
 def _prefill_calls(monkeypatch) -> list[int]:
@@ -66,10 +54,10 @@ def test_the_engine_keeps_the_copy_and_says_so(engines):
     assert engines(SAME_VOCAB).target_model.prefill is None and engines(SAME_VOCAB).long_prompt_note == ""
 
 
-def test_the_copy_computes_the_cache_and_the_target_the_prompts_last_row(copy_engines, small_threshold, monkeypatch):
+def test_the_copy_computes_the_cache_and_the_target_the_prompts_last_row(engines, small_threshold, monkeypatch):
     """The copy holds no second output layer (its logits have PREFILL_OUTPUT_IDS columns, never read); the prompt's
     last token is the first one-token sequence on the target, whose row gives the first token."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     target = engine.target_model
     assert target.prefill.output("logits").get_partial_shape()[-1].get_length() == PREFILL_OUTPUT_IDS
     assert target.compiled.output("logits").get_partial_shape()[-1].get_length() == target.vocab_size
@@ -94,9 +82,9 @@ def test_the_copy_computes_the_cache_and_the_target_the_prompts_last_row(copy_en
 
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (SAME_VOCAB, "prompt-lookup"),
                                             (OTHER_VOCAB, "slem"), (OTHER_VOCAB, "tli")])
-def test_greedy_drafting_writes_the_target_alones_ids_and_bits(copy_engines, pair, algorithm, small_threshold,
+def test_greedy_drafting_writes_the_target_alones_ids_and_bits(engines, pair, algorithm, small_threshold,
                                                                monkeypatch):
-    engine = copy_engines(pair, long_prompt_precision=PRECISION)
+    engine = engines(pair, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     assert len(prompt) >= THRESHOLD
     calls = _prefill_calls(monkeypatch)
@@ -124,9 +112,9 @@ def test_the_copys_pieces_are_aligned_and_their_rest_holds_its_fewest_tokens(cou
     assert [len(piece) for piece in pieces] == sizes and sum(pieces, []) == list(range(count))
 
 
-def test_the_copy_feeds_a_long_prompt_in_aligned_pieces_that_write_what_even_pieces_write(copy_engines, small_threshold,
+def test_the_copy_feeds_a_long_prompt_in_aligned_pieces_that_write_what_even_pieces_write(engines, small_threshold,
                                                                                           monkeypatch):
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
     prompt = engine.tokenizer.encode(PROMPT * 3)
     head = len(prompt) - 1  # the tokens the copy prefills
@@ -161,11 +149,11 @@ def _prompt_leaving_the_copy(engine, rest: int) -> list[int]:
     (40, 40),
     (200, 256),
 ])
-def test_the_copys_last_call_is_padded_up_to_its_alignment_where_it_falls_just_short(copy_engines, small_threshold,
+def test_the_copys_last_call_is_padded_up_to_its_alignment_where_it_falls_just_short(engines, small_threshold,
                                                                                      monkeypatch, rest, call):
     """The pad tokens lie after the call's own and are forgotten: the run writes the ids and logprob bits a run
     without pads writes."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
     assert model.prefill_longest == 2 * PREFILL_ALIGN == 256
     prompt = _prompt_leaving_the_copy(engine, rest)
@@ -179,10 +167,10 @@ def test_the_copys_last_call_is_padded_up_to_its_alignment_where_it_falls_just_s
     assert padded.token_ids == unpadded.token_ids and bits(padded.logprobs) == bits(unpadded.logprobs)
 
 
-def test_a_request_for_one_new_token_reserves_room_for_the_copys_pad(copy_engines, small_threshold, monkeypatch):
+def test_a_request_for_one_new_token_reserves_room_for_the_copys_pad(engines, small_threshold, monkeypatch):
     """A fresh session holds blocks for the prompt and the new tokens asked for; the copy's last call is padded all the
     same, into blocks the run took for it."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
     prompt = _prompt_leaving_the_copy(engine, 200)  # a rest of 200: padded to 256
     calls = _prefill_calls(monkeypatch)
@@ -193,8 +181,8 @@ def test_a_request_for_one_new_token_reserves_room_for_the_copys_pad(copy_engine
 
 
 @pytest.mark.parametrize("rest,pad", [(200, 56), (125, 3), (72, 56), (71, 0), (40, 0)])
-def test_the_room_a_run_reserves_for_the_copys_pad_is_its_last_calls_own(copy_engines, small_threshold, rest, pad):
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+def test_the_room_a_run_reserves_for_the_copys_pad_is_its_last_calls_own(engines, small_threshold, rest, pad):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
     prompt = _prompt_leaving_the_copy(engine, rest)
     session = model.session()
@@ -213,8 +201,8 @@ def test_the_room_a_run_reserves_for_the_copys_pad_is_its_last_calls_own(copy_en
     (240, 250, 256, [240], [240]),  # a call of 256 is longer than the copy's probe covers: not padded
 ])
 def test_the_copy_pads_a_call_only_into_blocks_the_session_holds_and_up_to_its_longest_call(
-        copy_engines, small_threshold, monkeypatch, head, longest, room, calls, unpadded):
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+        engines, small_threshold, monkeypatch, head, longest, room, calls, unpadded):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     model = engine.target_model
     tokens = engine.tokenizer.encode(PROMPT * 3)[:head]
     sizes = _prefill_calls(monkeypatch)
@@ -235,8 +223,8 @@ def test_the_copy_pads_a_call_only_into_blocks_the_session_holds_and_up_to_its_l
     assert all(np.array_equal(a, b) for a, b in zip(*caches))
 
 
-def test_a_short_prompt_is_not_prefilled_on_the_copy(copy_engines, small_threshold, monkeypatch):
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+def test_a_short_prompt_is_not_prefilled_on_the_copy(engines, small_threshold, monkeypatch):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     calls = _prefill_calls(monkeypatch)
     session = engine.session()
     session.generate(engine.tokenizer.encode("def f(x):"), GREEDY, algorithm="standard")
@@ -254,14 +242,14 @@ def test_the_copy_computes_other_bits_than_the_target(engines, small_threshold):
 
 
 @pytest.mark.parametrize("pair,algorithm", [(SAME_VOCAB, "standard"), (OTHER_VOCAB, "tli")])
-def test_sampled_logprobs_are_the_target_alones_teacher_forced(copy_engines, pair, algorithm, small_threshold):
-    check_sampled_against_teacher_forcing(copy_engines(pair, long_prompt_precision=PRECISION), algorithm)
+def test_sampled_logprobs_are_the_target_alones_teacher_forced(engines, pair, algorithm, small_threshold):
+    check_sampled_against_teacher_forcing(engines(pair, long_prompt_precision=PRECISION), algorithm)
 
 
-def test_the_copy_runs_on_the_sessions_own_blocks(copy_engines, small_threshold, monkeypatch):
+def test_the_copy_runs_on_the_sessions_own_blocks(engines, small_threshold, monkeypatch):
     """No second set of KV blocks for the copy: one pool, the session's, that its request reads as bf16 where the
     copy computes bf16 (the target's blocks are f16)."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     pools: list[tuple[BlockPool, ov.CompiledModel]] = []  # each pool made, and the model it was made for
     real = BlockPool.__init__
     monkeypatch.setattr(BlockPool, "__init__",
@@ -274,8 +262,7 @@ def test_the_copy_runs_on_the_sessions_own_blocks(copy_engines, small_threshold,
     assert engine.target_model.prefill_reads_as == (ov.Type.bf16 if HAS_BF16 else None)
 
 
-def test_the_target_reads_the_copys_values_cast_to_f16_and_a_later_prefill_the_copys_bits(copy_engines,
-                                                                                          small_threshold):
+def test_the_target_reads_the_copys_values_cast_to_f16_and_a_later_prefill_the_copys_bits(engines, small_threshold):
     """What the copy wrote is converted in place for the target (the prompt's last token reads it); a later request
     that goes on prefilling on the copy after it gets the copy's bits back, the values f16 cannot hold among them
     (put into the copy's blocks here: the tiny model writes none; the conversation test above checks that such a
@@ -283,7 +270,7 @@ def test_the_target_reads_the_copys_values_cast_to_f16_and_a_later_prefill_the_c
     if not HAS_BF16:
         pytest.skip("this CPU has no bf16 arithmetic: its f32 copy writes the target's f16 blocks, with nothing to "
                     "convert")
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     longer = prompt + engine.tokenizer.encode("    return [w for w in words if w]\n\ndef ")
     session = engine.target_model.session()
@@ -319,11 +306,11 @@ def _failing_copy_call(monkeypatch, after: int) -> None:
     monkeypatch.setattr(PagedSession, "_inputs", fail)
 
 
-def test_a_cache_restored_after_a_prefill_cut_short_is_read_as_written(copy_engines, small_threshold, monkeypatch):
+def test_a_cache_restored_after_a_prefill_cut_short_is_read_as_written(engines, small_threshold, monkeypatch):
     """A long prompt's prefill fails after the copy's first call; the server's prefix store then restores a short
     prompt's cache (the target's f16 values) into that slot: the run reads it as it was written, and writes what a
     fresh session writes."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT * 3)  # more than one call on the copy
     assert len(prompt) - 1 > engine.target_model.prefill_longest
     short = engine.tokenizer.encode("def f(x):\n    return x + 1\n")
@@ -342,10 +329,10 @@ def test_a_cache_restored_after_a_prefill_cut_short_is_read_as_written(copy_engi
     assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs)
 
 
-def test_a_copy_call_that_fails_after_the_hand_over_leaves_no_mixed_cache(copy_engines, small_threshold, monkeypatch):
+def test_a_copy_call_that_fails_after_the_hand_over_leaves_no_mixed_cache(engines, small_threshold, monkeypatch):
     """A later long prompt's first call on the copy fails after the blocks were converted back for it; the first
     prompt again, whose cached part all goes to the target, then writes what a fresh session writes."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     session = engine.session()
     session.generate(prompt, GREEDY, algorithm="none")
@@ -359,12 +346,12 @@ def test_a_copy_call_that_fails_after_the_hand_over_leaves_no_mixed_cache(copy_e
     assert result.token_ids == fresh.token_ids and bits(result.logprobs) == bits(fresh.logprobs)
 
 
-def test_batched_sessions_prefill_long_prompts_on_their_shared_pool(copy_engines, small_threshold):
+def test_batched_sessions_prefill_long_prompts_on_their_shared_pool(engines, small_threshold):
     """Two sessions of a batching engine (one block pool, one scheduler) on long prompts at once: each writes the
     target alone's tokens and bits of an engine without batching."""
     import threading
-    batching = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION, batching=True)
-    plain = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    batching = engines(SAME_VOCAB, long_prompt_precision=PRECISION, batching=True)
+    plain = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompts = [plain.tokenizer.encode(PROMPT), plain.tokenizer.encode(PROMPT.replace("words", "parts"))]
     results: dict[int, object] = {}
 
@@ -378,6 +365,23 @@ def test_batched_sessions_prefill_long_prompts_on_their_shared_pool(copy_engines
     for i, prompt in enumerate(prompts):
         alone = plain.session().generate(prompt, GREEDY, algorithm="none")
         assert results[i].token_ids == alone.token_ids and bits(results[i].logprobs) == bits(alone.logprobs)
+
+
+def test_while_other_sessions_generate_the_copys_calls_hold_at_most_its_shared_longest(engines, small_threshold,
+                                                                                     monkeypatch):
+    """A call on the copy runs alone and holds the blocks' lock: while another session of a batching engine
+    generates, its calls hold at most PREFILL_SHARED_LONGEST tokens (128 here), and write the same ids and bits."""
+    batching = engines(SAME_VOCAB, long_prompt_precision=PRECISION, batching=True)
+    monkeypatch.setattr(session_module, "PREFILL_SHARED_LONGEST", 128)
+    prompt = batching.tokenizer.encode(PROMPT * 3)
+    calls = _prefill_calls(monkeypatch)
+    alone = batching.session().generate(prompt, GREEDY, algorithm="none")
+    assert max(calls) == batching.target_model.prefill_longest == 256
+    calls.clear()
+    with batching.scheduler.generating():  # another session, counted as generating
+        shared = batching.session().generate(prompt, GREEDY, algorithm="none")
+    assert max(calls) == 128 and sum(calls) >= len(prompt) - 1
+    assert shared.token_ids == alone.token_ids and bits(shared.logprobs) == bits(alone.logprobs)
 
 
 def test_a_kv_cache_the_copy_cannot_write_keeps_no_copy_and_says_so(bundle_dir):
@@ -421,8 +425,8 @@ def test_a_conversations_turns_reuse_a_cache_prefilled_as_their_prompt_is(bundle
         reused_expected = len(chat.ids) - 1  # all the run fed: its prompt, and its answer but the last token
 
 
-def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, copy_engines, small_threshold):
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, small_threshold):
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     session = engine.session()
     session.generate(prompt, GREEDY, algorithm="none")
@@ -438,12 +442,11 @@ def test_a_short_prompt_after_a_long_one_reuses_nothing_of_its_cache(engines, co
     assert plain.target.shared_prefix(short) == len(short)
 
 
-def test_the_prefix_store_keeps_a_cache_the_copy_wrote_for_prompts_prefilled_the_same_way(copy_engines,
-                                                                                          small_threshold):
+def test_the_prefix_store_keeps_a_cache_the_copy_wrote_for_prompts_prefilled_the_same_way(engines, small_threshold):
     """A stored cache the copy wrote goes with its layout and what converting its values kept aside: a prompt that
     starts with its tokens but is prefilled otherwise (a short one) restores none of it; one that continues it
     does, and writes what a fresh session writes."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     prompt = engine.tokenizer.encode(PROMPT)
     store = PrefixStore(max_bytes=1 << 30, min_tokens=4)
     slot = engine.session()
@@ -528,33 +531,46 @@ def test_the_probe_passes_on_the_copy_and_its_verdict_is_kept(bundle_dir):
     model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU",
                        prefill_precision=PRECISION, known_prefill=known)
     assert model.prefill is not None and known == {PRECISION: model.prefill_longest}
-    # the longest call tried, which it passes on the tiny target: the prefill's pieces may be longer than the target's
+    # the longest call tried (no context given: the probe tests it whole), which the tiny target passes; the
+    # prefill's pieces may be longer than the target's
     assert model.prefill_longest == max(PREFILL_CALL_SIZES) > model.longest_block
 
 
-@pytest.mark.parametrize("passing", [1024, 512, 256, 4])
-def test_the_copys_calls_hold_the_longest_size_its_probe_passes_with(bundle_dir, monkeypatch, passing):
-    """The probe tries PREFILL_CALL_SIZES and the target's longest block, longest first, and keeps the first it
-    passes with; a copy that passes none is dropped."""
+@pytest.mark.parametrize("passing,kept", [(1024, 1024), (512, 256), (256, 256), (100, 64), (4, None)])
+def test_the_copys_calls_hold_the_longest_size_its_probe_passes_with(bundle_dir, monkeypatch, passing, kept):
+    """The probe tries PREFILL_CALL_SIZES and the target's longest block (64 here), longest first, and keeps the
+    first it passes with; a copy that passes none is dropped."""
     tried = []
 
     def probe(session, longest):
         tried.append(longest)
         return longest <= passing
     monkeypatch.setattr(session_module, "passes_prefill_calls", probe)
-    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU",
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", known_longest={"dq": 64},
                        prefill_precision=PRECISION, known_prefill={})
-    sizes = sorted({*PREFILL_CALL_SIZES, model.longest_block}, reverse=True)
-    kept = next((size for size in sizes if size <= passing), None)
-    assert sizes[0] == 1024 and (kept is None) == (passing == 4)
+    sizes = [1024, 256, 64]
+    assert PREFILL_CALL_SIZES == (1024, 256) and model.longest_block == 64
     assert tried == (sizes[:sizes.index(kept) + 1] if kept else sizes)
     assert model.prefill_longest == (kept or 0) and (model.prefill is None) == (kept is None)
 
 
-def test_the_probe_fails_a_copy_whose_calls_write_other_cache_bits(copy_engines, monkeypatch):
+@pytest.mark.parametrize("context,tried", [(None, [1024, 256, 64]), (REAL_PAST + 1024 + CONTEXT_ROOM, [1024, 256, 64]),
+                                           (REAL_PAST + 1023 + CONTEXT_ROOM, [256, 64]), (512, [256, 64]),
+                                           (REAL_PAST + 63 + CONTEXT_ROOM, [])])
+def test_the_probe_tries_only_the_calls_it_can_test_whole_in_the_context(bundle_dir, monkeypatch, context, tried):
+    """A call is tried only where the context holds it after the probe's real prefill (probes.REAL_PAST tokens):
+    a shorter context would cut the probe's call and pasts, and its verdict would cover calls it never made."""
+    sizes = []
+    monkeypatch.setattr(session_module, "passes_prefill_calls", lambda session, longest: sizes.append(longest))
+    open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", known_longest={"dq": 64},
+               max_context=context, prefill_precision=PRECISION, known_prefill={})
+    assert sizes == tried
+
+
+def test_the_probe_fails_a_copy_whose_calls_write_other_cache_bits(engines, monkeypatch):
     """The probe compares the cache the copy's calls write (all the copy computes): a copy whose one call of them
     all wrote other bits than its smaller calls fails it."""
-    engine = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    engine = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     session = engine.target_model.session()
     assert passes_prefill_calls(session, engine.target_model.prefill_longest)
     real = PagedSession.infer_alone
@@ -655,7 +671,7 @@ def test_auto_compiles_no_copy_where_it_cannot_pay(bundle_dir, auto_on_tiny, mon
             "failed probe": "did not compile or pass its probe"}[why] in model.prefill_note
 
 
-def test_the_default_is_auto_and_a_copy_it_does_not_keep_stays_off_the_load_line(engines, copy_engines):
+def test_the_default_is_auto_and_a_copy_it_does_not_keep_stays_off_the_load_line(engines):
     """The tiny target is under AUTO_PREFILL_BYTES: the default keeps no copy, says nothing at load, and `check`'s
     line says why."""
     from edge_specdec.check import long_prompt_line
@@ -663,7 +679,7 @@ def test_the_default_is_auto_and_a_copy_it_does_not_keep_stays_off_the_load_line
     engine = engines(SAME_VOCAB)
     assert engine.config.long_prompt_precision == "auto" and engine.target_model.prefill is None
     assert engine.long_prompt_note == "" and "prefills quickly" in long_prompt_line(engine)
-    kept = copy_engines(SAME_VOCAB, long_prompt_precision=PRECISION)
+    kept = engines(SAME_VOCAB, long_prompt_precision=PRECISION)
     assert f"on a {PRECISION} copy" in long_prompt_line(kept)
     with pytest.raises(EdgeSpecdecError, match="long_prompt_precision"):
         EngineConfig(long_prompt_precision=None)

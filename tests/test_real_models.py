@@ -142,7 +142,7 @@ def test_real_target_prefilled_in_bf16_is_exact_after_a_long_prompt(length, monk
     """With --long-prompt-precision bf16 on a CPU with bf16 arithmetic: a long prompt prefilled on the bf16 copy gives
     the target alone's logprob bits with `auto`, and a longer second request that reuses what the copy wrote of the
     first's prompt (and only that: the rest went in another layout) writes what a fresh session writes (session.py,
-    "A long prompt's prefill in bf16"). 2048 tokens leave the copy a last call of 255, padded to 256: a run without
+    "A long prompt's prefill in bf16"). 2048 tokens leave the copy a last call of 1023, padded to 1024: a run without
     the pad writes the same bits; 1100 tokens are just past the threshold."""
     import openvino as ov
 

@@ -261,6 +261,15 @@ def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
 PREFILL_CALLS = (8, 13, 8, 21, 34)
 
 
+CONTEXT_ROOM = 64  # the tokens passes_prefill_calls leaves free at the end of the model's context
+
+
+def prefill_call_fits(n: int, max_context: Optional[int]) -> bool:
+    """Does passes_prefill_calls test a call of n tokens whole, after its real prefill of REAL_PAST tokens too, in a
+    context of max_context tokens? (It cuts its call and its pasts to the context otherwise.)"""
+    return max_context is None or REAL_PAST + n + CONTEXT_ROOM <= max_context
+
+
 def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
     """Do tokens fed on a long prompt's prefill model (session.py, "A long prompt's prefill in bf16") write the same
     cache, bit for bit, in one call of them all (`longest` tokens, or as many as the context leaves room for; the
@@ -271,12 +280,12 @@ def passes_prefill_calls(session, longest: int, past: int = LONG_PAST) -> bool:
     model. Leaves the session empty."""
     rng = np.random.default_rng(7)
     sizes = list(PREFILL_CALLS)
-    room = (session.max_context or 1 << 30) - 64 - sum(sizes)
+    room = (session.max_context or 1 << 30) - CONTEXT_ROOM - sum(sizes)
     rest = min(longest - sum(sizes), room)
     if rest >= PREFILL_CALLS[0]:
         sizes.append(rest)
     tokens = rng.integers(0, session.vocab_size, sum(sizes)).tolist()
-    limit = None if session.max_context is None else session.max_context - len(tokens) - 64
+    limit = None if session.max_context is None else session.max_context - len(tokens) - CONTEXT_ROOM
     ends = np.cumsum(sizes)
     try:
         for before, copy in ((0, True), (REAL_PAST, False), (past, True)):

@@ -121,7 +121,7 @@ from .devices import (AUTO_PREFILL, AUTO_PREFILL_BYTES, AUTO_PREFILL_RATIO, DRAF
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .prefill_blocks import KeptAside, to_copy, to_target
 from .probes import (context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_prefill_calls,
-                     passes_sequences_layout, prefill_copy_ratio)
+                     passes_sequences_layout, prefill_call_fits, prefill_copy_ratio)
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
@@ -149,14 +149,17 @@ PREFILL_LEAST = 8
 # the most tokens a call on it holds: the first of these its probe passes with, else the target's longest block.
 # Longer calls prefill a long prompt faster and take more scratch memory (benchmarks/RESULTS.md, "Long prompts")
 PREFILL_CALL_SIZES = (1024, 256)
+# the most tokens a call on it holds while other sessions on the same engine generate: a call on the copy runs alone,
+# holding the blocks' lock, and their steps wait for it
+PREFILL_SHARED_LONGEST = 256
 # a long prompt's prefill copy takes its calls in pieces of a multiple of this many tokens and then the rest: the CPU
 # plugin's bf16 matmuls compute a call of such a size faster per token than a call of any other size (on AMX; see
 # benchmarks/RESULTS.md, "Long prompts"), and the copy's rows are the same whatever the size of its calls
 PREFILL_ALIGN = 128
 # and a call on it that falls short of a multiple of its alignment by at most this fraction of it (56 of 128 tokens)
 # is padded up to the multiple (pad tokens after its own, forgotten after the call): a call of 200-255 tokens takes
-# longer than one of 256, one of 72-127 about as long as or longer than one of 128, and shorter ones less than
-# their multiple (benchmarks/RESULTS.md, "Long prompts")
+# longer than one of 256 (as one of 912-1023 than one of 1024), one of 72-127 about as long as or longer than one of
+# 128, and shorter ones less than their multiple (benchmarks/RESULTS.md, "Long prompts")
 PREFILL_PAD_MOST = 7 / 16
 # the layout boundary of a prefill without end (begin_long_prefill): past any prompt
 OPEN_PREFILL = 1 << 30
@@ -476,8 +479,13 @@ class ModelSession:
         """The most tokens the next call holds (see "Long blocks" above; on the long-prompt prefill model, what its
         probe passed with); None: no bound."""
         if self.prefilling:
-            return self.model.prefill_longest
+            return self.copy_call_longest
         return self.longest_call if self.block_invariant else None
+
+    @property
+    def copy_call_longest(self) -> int:
+        """The most tokens a call on the long-prompt prefill copy holds: what its probe passed with."""
+        return self.model.prefill_longest
 
     @property
     def static_sizes(self) -> frozenset:
@@ -569,7 +577,7 @@ class ModelSession:
         """The pad a call of n tokens on the long-prompt prefill copy takes where the cache has room for it."""
         align = self.model.prefill_align
         pad = -n % align
-        return 0 if pad > PREFILL_PAD_MOST * align or n + pad > self.model.prefill_longest else pad
+        return 0 if pad > PREFILL_PAD_MOST * align or n + pad > self.copy_call_longest else pad
 
     @property
     def prefill_reach(self) -> int:
@@ -579,7 +587,7 @@ class ModelSession:
         new tokens the request asks for."""
         if not self.prefilling or self.copy_end == OPEN_PREFILL:
             return 0
-        pieces = self._aligned_pieces(list(range(self.copy_end - self.length)), self.model.prefill_longest,
+        pieces = self._aligned_pieces(list(range(self.copy_end - self.length)), self.copy_call_longest,
                                       self.model.prefill_align)
         reach = self.copy_end + self._copy_pad(len(pieces[-1]))
         return reach if self.max_context is None else min(reach, self.max_context)
@@ -839,6 +847,13 @@ class PagedSession(ModelSession):
         blocks go into batched calls, whose shape changes with every batch anyway and whose every row costs its
         logits."""
         return self.min_block if self.scheduler is None or self.scheduler.active <= 1 else 1
+
+    @property
+    def copy_call_longest(self) -> int:
+        """What the copy's probe passed with while this session's calls run alone; at most PREFILL_SHARED_LONGEST
+        while other sessions generate too (the copy's bits are the same for every call size up to that)."""
+        longest = self.model.prefill_longest
+        return longest if self.scheduler is None or self.scheduler.active <= 1 else min(longest, PREFILL_SHARED_LONGEST)
 
     @property
     def room(self) -> int:
@@ -1294,7 +1309,9 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
                       f"not hold (--kv-cache f16 takes it): long prompts are prefilled as before")
     lm.prefill_reads_as = ov.Type.bf16 if types == {(ov.Type.bf16, ov.Type.f16)} else None
     lm.prefill, lm.prefill_precision = compiled, precision
-    sizes = sorted({*PREFILL_CALL_SIZES, lm.longest_block}, reverse=True)  # the calls tried, longest first
+    # the calls tried, longest first: those the probe can test whole in the model's context
+    sizes = [n for n in sorted({*PREFILL_CALL_SIZES, lm.longest_block}, reverse=True)
+             if prefill_call_fits(n, lm.max_context)]
     verdict = known.get(precision)  # the longest call it passed with, or False
     if verdict is not False and verdict not in sizes:
         probe = lm.session()
@@ -1313,7 +1330,7 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
     if verdict and times is not None and precision not in times:
         probe = lm.session()
         with releasing_mapped(lm.weights_file):
-            # timed on the shortest calls tried: a ratio per token, and the cheapest to measure at load
+            # timed on a prompt of the shorter call size: a ratio per token, cheaper to measure at load
             times[precision] = round(prefill_copy_ratio(probe, min(PREFILL_CALL_SIZES)), 3)
         del probe
         trim_heap()
