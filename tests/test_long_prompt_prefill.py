@@ -562,9 +562,10 @@ def test_the_probe_tries_only_the_calls_it_can_test_whole_in_the_context(bundle_
     a shorter context would cut the probe's call and pasts, and its verdict would cover calls it never made."""
     sizes = []
     monkeypatch.setattr(session_module, "passes_prefill_calls", lambda session, longest: sizes.append(longest))
-    open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", known_longest={"dq": 64},
-               max_context=context, prefill_precision=PRECISION, known_prefill={})
-    assert sizes == tried
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", known_longest={"dq": 64},
+                       max_context=context, prefill_precision=PRECISION, known_prefill={})
+    assert sizes == tried and model.prefill is None  # (the fake probe passes none)
+    assert ("too short to probe" in model.prefill_note) == (not tried), model.prefill_note
 
 
 def test_the_probe_fails_a_copy_whose_calls_write_other_cache_bits(engines, monkeypatch):

@@ -1307,11 +1307,14 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
         theirs, ours = sorted((pair for pair in types if pair[0] != pair[1]), key=str)[0]
         return refuse(f"the {precision} copy writes its KV cache in {theirs}, which the target's {ours} blocks do "
                       f"not hold (--kv-cache f16 takes it): long prompts are prefilled as before")
-    lm.prefill_reads_as = ov.Type.bf16 if types == {(ov.Type.bf16, ov.Type.f16)} else None
-    lm.prefill, lm.prefill_precision = compiled, precision
     # the calls tried, longest first: those the probe can test whole in the model's context
     sizes = [n for n in sorted({*PREFILL_CALL_SIZES, lm.longest_block}, reverse=True)
              if prefill_call_fits(n, lm.max_context)]
+    if not sizes:
+        return refuse(f"the target's context of {lm.max_context} tokens is too short to probe the {precision} copy's "
+                      f"calls: long prompts are prefilled as before")
+    lm.prefill_reads_as = ov.Type.bf16 if types == {(ov.Type.bf16, ov.Type.f16)} else None
+    lm.prefill, lm.prefill_precision = compiled, precision
     verdict = known.get(precision)  # the longest call it passed with, or False
     if verdict is not False and verdict not in sizes:
         probe = lm.session()
