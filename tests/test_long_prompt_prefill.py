@@ -100,6 +100,8 @@ def test_greedy_drafting_writes_the_target_alones_ids_and_bits(engines, pair, al
 
 @pytest.mark.parametrize("count,longest,align,sizes", [
     (2047, 256, 128, [256] * 7 + [255]),
+    (2047, 1024, 128, [1024, 1023]),
+    (4102, 1024, 128, [1024] * 3 + [896, 134]),  # a rest of 6 takes 128 tokens of the last whole piece
     (4102, 256, 128, [256] * 15 + [128, 134]),  # a rest of 6 takes 128 tokens of the last whole piece
     (600, 384, 128, [384, 216]),
     (600, 300, 128, [256, 256, 88]),  # the largest multiple of 128 up to 300
