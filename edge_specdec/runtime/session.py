@@ -846,14 +846,19 @@ class PagedSession(ModelSession):
         """min_block while this session's calls run alone; none while other sessions generate too: then its
         blocks go into batched calls, whose shape changes with every batch anyway and whose every row costs its
         logits."""
-        return self.min_block if self.scheduler is None or self.scheduler.active <= 1 else 1
+        return self.min_block if self.runs_alone else 1
 
     @property
     def copy_call_longest(self) -> int:
         """What the copy's probe passed with while this session's calls run alone; at most PREFILL_SHARED_LONGEST
         while other sessions generate too (the copy's bits are the same for every call size up to that)."""
         longest = self.model.prefill_longest
-        return longest if self.scheduler is None or self.scheduler.active <= 1 else min(longest, PREFILL_SHARED_LONGEST)
+        return longest if self.runs_alone else min(longest, PREFILL_SHARED_LONGEST)
+
+    @property
+    def runs_alone(self) -> bool:
+        """No other session of its engine's scheduler generates (or it has none)."""
+        return self.scheduler is None or self.scheduler.active <= 1
 
     @property
     def room(self) -> int:
