@@ -598,13 +598,14 @@ def test_an_unknown_precision_is_refused_where_it_is_set():
 @pytest.fixture
 def auto_on_tiny(monkeypatch):
     """The default ("auto") made to consider the tiny target, at this CPU's copy precision; the copy's timing
-    replaced by a ratio the test sets (the list it returns: the ratio, then each call's count)."""
+    replaced by a ratio the test sets (what it returns: the ratio, the count of timings and each one's prompt length)."""
     monkeypatch.setattr(session_module, "AUTO_PREFILL", PRECISION)
     monkeypatch.setattr(session_module, "AUTO_PREFILL_BYTES", 0)
-    timing = {"ratio": 0.5, "calls": 0}
+    timing = {"ratio": 0.5, "calls": 0, "tokens": []}
 
-    def timed(session, tokens, reps=3):
+    def timed(session, tokens, reps=1):
         timing["calls"] += 1
+        timing["tokens"].append(tokens)
         return timing["ratio"]
     monkeypatch.setattr(session_module, "prefill_copy_ratio", timed)
     return timing
@@ -625,25 +626,40 @@ def _compiles(monkeypatch) -> list[str]:
 def test_auto_keeps_the_copy_where_it_prefills_fast_enough(bundle_dir, auto_on_tiny):
     known, times = {}, {}
     model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="auto",
-                       known_prefill=known, known_prefill_time=times)
+                       known_prefill=known, known_prefill_ratio=times)
     assert model.prefill is not None and model.prefill_precision == PRECISION
     assert known == {PRECISION: model.prefill_longest} and times == {PRECISION: 0.5} and auto_on_tiny["calls"] == 1
     again = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="auto",
-                       known_prefill=known, known_prefill_time=times)
+                       known_prefill=known, known_prefill_ratio=times)
     assert again.prefill is not None and auto_on_tiny["calls"] == 1  # timed once per machine and bundle
 
 
+@pytest.mark.parametrize("max_context", [None, 512, 1400])
+def test_auto_times_the_copy_on_a_prompt_of_two_of_its_calls_or_what_the_context_holds(bundle_dir, auto_on_tiny,
+                                                                                        max_context):
+    """A prompt of one call would leave out what a long prompt's later calls cost (attention over a past as long as
+    a call), where bf16 gains most on CPUs without AMX."""
+    model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", prefill_precision="auto",
+                       max_context=max_context, known_prefill={}, known_prefill_ratio={})
+    [tokens] = auto_on_tiny["tokens"]
+    assert model.prefill is not None and tokens > model.prefill_longest
+    if max_context is None:
+        assert tokens == 2 * model.prefill_longest
+    else:
+        assert tokens == min(2 * model.prefill_longest, max_context - CONTEXT_ROOM)
+
+
 def test_auto_drops_a_copy_too_slow_to_pay_and_compiles_none_once_it_knows(bundle_dir, auto_on_tiny, monkeypatch):
-    auto_on_tiny["ratio"] = 0.85  # over AUTO_PREFILL_RATIO
+    auto_on_tiny["ratio"] = 0.97  # over AUTO_PREFILL_RATIO
     xml = bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml"
     known, times = {}, {}
-    model = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
-    assert session_module.AUTO_PREFILL_RATIO < 0.85
-    assert model.prefill is None and model.prefill_longest == 0 and times[PRECISION] == 0.85
-    assert "0.85x the target's time" in model.prefill_note
+    model = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_ratio=times)
+    assert session_module.AUTO_PREFILL_RATIO < 0.97
+    assert model.prefill is None and model.prefill_longest == 0 and times[PRECISION] == 0.97
+    assert "0.97x the target's time" in model.prefill_note
     assert f"--long-prompt-precision {PRECISION} keeps it" in model.prefill_note
     hints = _compiles(monkeypatch)
-    again = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
+    again = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_ratio=times)
     assert again.prefill is None and "the target's time" in again.prefill_note
     assert hints == [hints[0]] and auto_on_tiny["calls"] == 1  # the target only: no copy compiled, none timed
 
@@ -651,7 +667,7 @@ def test_auto_drops_a_copy_too_slow_to_pay_and_compiles_none_once_it_knows(bundl
 @pytest.mark.parametrize("why", ["small", "f32 cache", "no such arithmetic", "failed probe"])
 def test_auto_compiles_no_copy_where_it_cannot_pay(bundle_dir, auto_on_tiny, monkeypatch, why):
     xml = bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml"
-    settings: dict = {"known_prefill": {}, "known_prefill_time": {}}
+    settings: dict = {"known_prefill": {}, "known_prefill_ratio": {}}
     if why == "small":
         monkeypatch.setattr(session_module, "AUTO_PREFILL_BYTES", xml.with_suffix(".bin").stat().st_size + 1)
     elif why == "f32 cache":
@@ -699,7 +715,7 @@ def test_auto_times_the_copy_once_per_machine_and_bundle(bundle_dir, auto_on_tin
     """The timing goes into the measurement cache, and a later engine on the same machine reads it."""
     first = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, draft_pool_tokens=0)
     assert first.target_model.prefill is not None and PRECISION in first.long_prompt_note
-    assert first.measurements.values["target/prefill_time"] == {PRECISION: 0.5}
+    assert first.measurements.values["target/prefill_ratio"] == {PRECISION: 0.5}
     again = Engine(bundle_dir(*SAME_VOCAB), cache_dir=tmp_path, draft_pool_tokens=0)
     assert again.target_model.prefill is not None and auto_on_tiny["calls"] == 1
 
@@ -711,17 +727,17 @@ def test_auto_remembers_a_copy_the_cpu_does_not_compute_and_compiles_none_again(
                         if name == "INFERENCE_PRECISION_HINT" else real(self, name))  # neither bf16 nor f32
     xml = bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml"
     known, times = {}, {}
-    model = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
+    model = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_ratio=times)
     assert model.prefill is None and known == {PRECISION: False} and "arithmetic" in model.prefill_note
     hints = _compiles(monkeypatch)
-    again = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_time=times)
+    again = open_model(xml, "CPU", prefill_precision="auto", known_prefill=known, known_prefill_ratio=times)
     assert again.prefill is None and len(hints) == 1 and "did not compile or pass its probe" in again.prefill_note
 
 
 @pytest.mark.parametrize("precision", ["auto", PRECISION])
 def test_a_target_that_is_not_exact_says_why_it_has_no_copy(bundle_dir, precision):
     model = open_model(bundle_dir(*SAME_VOCAB) / "target" / "openvino_model.xml", "CPU", kv_cache="u8",
-                       prefill_precision=precision, known_prefill={}, known_prefill_time={})
+                       prefill_precision=precision, known_prefill={}, known_prefill_ratio={})
     assert not model.block_invariant and model.prefill is None and "needs an exact paged model" in model.prefill_note
 
 

@@ -61,9 +61,9 @@ def test_a_file_that_is_not_a_cache_is_measured_again(tmp_path, capsys, text):
     ("guard/slem", {**GUARD, "interval": -1}), ("guard/slem", {**GUARD, "alone": [1.0, float("nan")]}),
     ("guard/slem", {**GUARD, "lost": -1}), ("guard/slem", {**GUARD, "lost": "3"}),
     ("draft_device/GPU,CPU", {"GPU": 1.0}), ("no/such/measurement", True),
-    ("target/prefill_time", {"bf16": 0}), ("target/prefill_time", {"bf16": "0.6"}),
-    ("target/prefill_time", {"bf16": True}), ("target/prefill_time", {"bf16": float("inf")}),
-    ("target/prefill_time", 0.6),
+    ("target/prefill_ratio", {"bf16": 0}), ("target/prefill_ratio", {"bf16": "0.6"}),
+    ("target/prefill_ratio", {"bf16": True}), ("target/prefill_ratio", {"bf16": float("inf")}),
+    ("target/prefill_ratio", 0.6),
 ])
 def test_an_entry_of_the_wrong_shape_type_or_range_is_dropped(tmp_path, capsys, name, value):
     """Even sealed as if this module had written it, a value no measurement gives is not read."""
@@ -83,7 +83,7 @@ def test_an_entry_of_the_wrong_shape_type_or_range_is_dropped(tmp_path, capsys, 
     ("target/longest_block", {"dq": 64}, {"dq": 256}),
     ("target/step", 2, 3),
     ("guard/slem", GUARD, {**GUARD, "mode": True}),
-    ("target/prefill_time", {"bf16": 0.9}, {"bf16": 0.5}),
+    ("target/prefill_ratio", {"bf16": 0.9}, {"bf16": 0.5}),
 ])
 def test_a_value_edited_on_disk_is_dropped(tmp_path, name, measured, flipped):
     """A valid value that this module did not write for this key (its seal does not match) is measured again."""
@@ -92,6 +92,21 @@ def test_a_value_edited_on_disk_is_dropped(tmp_path, name, measured, flipped):
     assert MeasurementCache(tmp_path, {"bundle": "b"}).values[name] == measured  # as written, it is read
     rewrite(cache, lambda e: e[name].update(value=flipped))
     assert name not in MeasurementCache(tmp_path, {"bundle": "b"}).values
+
+
+@pytest.mark.core
+def test_a_retired_measurement_is_dropped_quietly_and_measured_under_its_new_name(tmp_path, capsys):
+    """The copy's timing was kept as target/prefill_time when it was timed on a shorter prompt: after the upgrade a
+    file holding it reads as nothing to say about (no warning), keeps its other entries, and loses the old one."""
+    cache = MeasurementCache(tmp_path, {"bundle": "b"})
+    cache.put("draft/step", 2)
+    old = {"bf16": 0.94}
+    rewrite(cache, lambda e: e.update({"target/prefill_time": {"value": old, "seal": cache._seal("target/prefill_time",
+                                                                                                  old)}}))
+    again = MeasurementCache(tmp_path, {"bundle": "b"})
+    assert again.values == {"draft/step": 2} and again.dropped == [] and capsys.readouterr().err == ""
+    assert "target/prefill_time" not in entries(again)  # the file healed
+    assert again.get("target/prefill_ratio", lambda: {"bf16": 0.87}) == {"bf16": 0.87}
 
 
 @pytest.mark.core

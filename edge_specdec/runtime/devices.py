@@ -42,12 +42,13 @@ PREFILL_PRECISIONS = {
 }
 # What a long prompt's prefill may be asked for (EngineConfig.long_prompt_precision): "auto" (the default) keeps a
 # bf16 copy where it pays for its memory: a target of at least AUTO_PREFILL_BYTES of weights on a CPU with bf16
-# arithmetic, an f16 KV cache, and the copy's prefill timed once per machine and bundle at no more than
-# AUTO_PREFILL_RATIO of the target's own (AMX; AVX-512 BF16 without AMX gains too little); "off": the target prefills
-# every prompt; or one of PREFILL_PRECISIONS, kept wherever it computes.
+# arithmetic, an f16 KV cache, and the copy's prefill of a prompt of two of its calls timed once per machine and bundle
+# at no more than AUTO_PREFILL_RATIO of the target's own (AMX, and AVX-512 BF16 alone, whose gain is smaller and grows
+# with the prompt; a CPU where the copy gains less, or computes slower, keeps the memory);
+# "off": the target prefills every prompt; or one of PREFILL_PRECISIONS, kept wherever it computes.
 LONG_PROMPT_PRECISIONS = ("auto", "off", *PREFILL_PRECISIONS)
 AUTO_PREFILL = "bf16"
-AUTO_PREFILL_RATIO = 0.8
+AUTO_PREFILL_RATIO = 0.95
 AUTO_PREFILL_BYTES = 256 * 2**20
 # The KV cache's element type (KV_CACHE_PRECISION). The CPU's default is f16: half the bytes of f32 and exact as f32
 # is (on the real 1.5B target: block-invariant on an empty cache and after 8192 tokens, the same after rollbacks;

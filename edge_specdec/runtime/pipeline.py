@@ -187,9 +187,9 @@ class Engine:
         longest = dict(self.measurements.known("target/longest_block") or {})  # the longest exact call, the same
         sequences = dict(self.measurements.known("target/sequences") or {})  # the one-token-sequences layout's
         prefill = dict(self.measurements.known("target/prefill") or {})  # the long-prompt prefill copy's
-        prefill_time = dict(self.measurements.known("target/prefill_time") or {})  # auto's timing of it
+        prefill_ratio = dict(self.measurements.known("target/prefill_ratio") or {})  # auto's timing of it
         checked_before, longest_before, sequences_before = dict(known), dict(longest), dict(sequences)
-        prefill_before, prefill_time_before = dict(prefill), dict(prefill_time)
+        prefill_before, prefill_ratio_before = dict(prefill), dict(prefill_ratio)
         self.vocab_map = self.bundle.load_vocab_map()
         common = dict(core=self.core, precision=config.precision, rollback=config.kv_rollback,
                       kv_cache=config.kv_cache)
@@ -204,7 +204,7 @@ class Engine:
                                            known_longest=longest, known_sequences=sequences,
                                            prefill_precision=None if config.long_prompt_precision == "off" else
                                            config.long_prompt_precision, known_prefill=prefill,
-                                           known_prefill_time=prefill_time,
+                                           known_prefill_ratio=prefill_ratio,
                                            **self._npu("target"))
             self.draft_model = draft_job.result() if draft_job else None
         if longest != longest_before:  # written before the verdicts measured with it
@@ -215,8 +215,8 @@ class Engine:
             self.measurements.put("target/sequences", sequences)
         if prefill != prefill_before:
             self.measurements.put("target/prefill", prefill)
-        if prefill_time != prefill_time_before:
-            self.measurements.put("target/prefill_time", prefill_time)
+        if prefill_ratio != prefill_ratio_before:
+            self.measurements.put("target/prefill_ratio", prefill_ratio)
 
     def _warm_up(self) -> None:
         """Run each model on a scratch session: a block as long as a short prompt and a single step (a static copy

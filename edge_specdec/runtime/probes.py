@@ -101,11 +101,12 @@ def cheapest_step(session, reps: int = 4, margin: float = 0.97) -> int:
     return least + 1 if np.median(costs[least + 1]) < margin * np.median(costs[least]) else least
 
 
-def prefill_copy_ratio(session, tokens: int, reps: int = 3) -> float:
+def prefill_copy_ratio(session, tokens: int, reps: int = 1) -> float:
     """The time a long prompt's prefill copy (session.py, "A long prompt's prefill in bf16") takes to feed `tokens`
     random tokens on an empty cache, as a share of the time the target's own prefill takes (in calls of its longest
     exact block): the least of `reps` interleaved runs of each, after one of each uncounted (a first call may repack
-    weights). Leaves the session empty."""
+    weights). A run of a long prompt is seconds long, so one counted run of each is the default. Leaves the session
+    empty."""
     ids = np.random.default_rng(3).integers(0, session.vocab_size, tokens).tolist()
     seconds: dict[bool, list[float]] = {True: [], False: []}
     try:

@@ -120,7 +120,7 @@ from .devices import (AUTO_PREFILL, AUTO_PREFILL_BYTES, AUTO_PREFILL_RATIO, DRAF
                       NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS, profile)
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .prefill_blocks import KeptAside, to_copy, to_target
-from .probes import (context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_prefill_calls,
+from .probes import (CONTEXT_ROOM, context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_prefill_calls,
                      passes_sequences_layout, prefill_call_fits, prefill_copy_ratio)
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
@@ -149,6 +149,10 @@ PREFILL_LEAST = 8
 # the most tokens a call on it holds: the first of these its probe passes with, else the target's longest block.
 # Longer calls prefill a long prompt faster and take more scratch memory (benchmarks/RESULTS.md, "Long prompts")
 PREFILL_CALL_SIZES = (1024, 256)
+# auto times the copy's prefill (against the target's) on a prompt of this many of its longest calls, or of what the
+# context holds: the later calls attend to a past as long as a call, where bf16 gains most on CPUs without AMX, and
+# the gain grows with the prompt, so a prompt of one call would undersell it
+PREFILL_TIMED_CALLS = 2
 # the most tokens a call on it holds while other sessions on the same engine generate: a call on the copy runs alone,
 # holding the blocks' lock, and their steps wait for it
 PREFILL_SHARED_LONGEST = 256
@@ -1108,7 +1112,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
                known_longest: Optional[dict] = None, known_sequences: Optional[dict] = None,
                npu_max_prompt: int = NPU_MAX_PROMPT, npu_generation_tokens: int = DRAFT_GENERATION_TOKENS,
                kv_cache: Optional[str] = None, prefill_precision: Optional[str] = None,
-               known_prefill: Optional[dict] = None, known_prefill_time: Optional[dict] = None) -> CompiledLM:
+               known_prefill: Optional[dict] = None, known_prefill_ratio: Optional[dict] = None) -> CompiledLM:
     """Compile one model for decoding.
 
     rollback: "paged", "masked" or "npuw" (default: the device's profile; the NPU takes only "npuw", see npu.py,
@@ -1132,7 +1136,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
     (see "A long prompt's prefill in bf16" above), on an exact model that takes the one-token-sequences layout,
     kept if the device computes at that precision and the copy passes its probe (known_prefill: that probe's
     verdict per precision, from an earlier process, filled with what is measured); "auto": AUTO_PREFILL where it
-    pays (see `_auto_prefill_may_pay`; known_prefill_time: the copy's timing per precision, the same way);
+    pays (see `_auto_prefill_may_pay`; known_prefill_ratio: the copy's timing per precision, the same way);
     `CompiledLM.prefill_note` says why one is not kept.
     """
     core = core or ov.Core()
@@ -1212,7 +1216,7 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             release_mapped(lm.weights_file)
         if passed is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             known = known_prefill if known_prefill is not None else {}
-            times = known_prefill_time if known_prefill_time is not None else {}
+            times = known_prefill_ratio if known_prefill_ratio is not None else {}
             auto = prefill_precision == "auto"
             wanted = AUTO_PREFILL if auto else prefill_precision
             if not lm.sequences:
@@ -1337,9 +1341,11 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
     lm.prefill_longest = verdict or 0
     if verdict and times is not None and precision not in times:
         probe = lm.session()
+        tokens = PREFILL_TIMED_CALLS * verdict
+        if lm.max_context:
+            tokens = min(tokens, lm.max_context - CONTEXT_ROOM)
         with releasing_mapped(lm.weights_file):
-            # timed on a prompt of the shorter call size: a ratio per token, cheaper to measure at load
-            times[precision] = round(prefill_copy_ratio(probe, min(PREFILL_CALL_SIZES)), 3)
+            times[precision] = round(prefill_copy_ratio(probe, tokens), 3)
         del probe
         trim_heap()
     if not verdict:
