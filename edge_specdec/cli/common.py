@@ -7,7 +7,7 @@ import re
 import sys
 
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
-from ..runtime.devices import KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
+from ..runtime.devices import AUTO_PREFILL_RATIO, KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
 from ..runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW
 from ..runtime.drafters import DRAFT_POLICIES
 from ..runtime.session import ROLLBACK_METHODS
@@ -62,10 +62,11 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "target's weights again but its output layer (about 0.8 GiB more for a 1.5B int4 target, and "
                         "4 s more load). Exact: the target alone prefills the same way. Needs the f16 KV cache (the "
                         "default). auto (the default): bf16 where it pays, that is a target of 256 MB or more on a "
-                        "CPU with bf16 whose copy, timed once per machine and bundle, prefills in at most 0.8x the "
-                        "target's time (AMX: yes; AVX-512 BF16 alone: no; most AVX2 CPUs: no bf16), and never for a "
-                        "one-shot `run` prompt too short to use it; `edge-specdec check` says which. off: the target "
-                        "prefills every prompt (the least memory)")
+                        "CPU with bf16 whose copy, timed once per machine and bundle, prefills a 2048-token prompt in "
+                        f"at most {AUTO_PREFILL_RATIO}x the target's time (AMX: yes; AVX-512 BF16 alone: yes, about "
+                        "0.87x there and 0.78x at 8192 tokens; most AVX2 CPUs: no bf16), and never for a one-shot "
+                        "`run` prompt too short to use it; `edge-specdec check` says which. off: the target prefills "
+                        "every prompt (the least memory)")
     p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, metavar="N", help=DRAFT_VOCAB_HELP)
     p.add_argument("--npu-max-prompt", type=int, default=NPU_MAX_PROMPT, metavar="N",
                    help=f"the longest prompt, in tokens, a model on the NPU is compiled for (default "
