@@ -155,7 +155,8 @@ def test_a_long_prompt_row_computed_otherwise_is_checked_against_the_target_alon
 
 def test_a_long_prompt_row_of_the_target_alone_loads_no_draft(bundle_dir, monkeypatch):
     """GenAI's row holds the target alone, and so do ours' rows of the target alone (their peak memory is compared
-    with its), writing the tokens the default's pipeline writes with the target alone."""
+    with its), writing the tokens the default's pipeline writes with the target alone; --profile profiles the same
+    pipelines."""
     from edge_specdec.benchmark.suites import long_prompts
     from support import SAME_VOCAB
 
@@ -169,6 +170,9 @@ def test_a_long_prompt_row_of_the_target_alone_loads_no_draft(bundle_dir, monkey
     assert pipelines[0].draft is None and pipelines[0].bundle.draft is None
     assert pipelines[1].draft is not None and pipelines[1].bundle.draft is not None
     assert alone["token_ids"] == auto["token_ids"] and len(alone["token_ids"]) == 6
+    for algorithm in ("none", "auto"):  # --profile profiles the pipeline the timed row runs
+        assert long_prompts.profile_long(0, bundle, ids, 6, algorithm)["calls"]
+        assert (pipelines[-1].draft is None) == (algorithm == "none")
 
 
 def test_the_quote_task_asks_for_a_function_defined_once_near_the_middle():

@@ -160,7 +160,7 @@ def profile_long(started: float, bundle: str, ids: list[int], max_new_tokens: in
     core = ov.Core()  # (after the runtime's import: openvino_tokenizers adds its operations to every Core)
     core.set_property("CPU", {"PERF_COUNT": "YES"})
     with counted_calls() as counts:  # from the compile on: the plugin's node times are means over every call
-        pipe = ours_pipeline(bundle, core=core)
+        pipe = ours_pipeline(bundle, core=core, draft=algorithm != "none")  # as the timed row of that algorithm
         compiled = pipe.target_model.compiled
         threads = plugin_threads(compiled)
         if str(compiled.get_property("PERF_COUNT")).upper() not in ("YES", "TRUE") or threads["num_streams"] != 1:
