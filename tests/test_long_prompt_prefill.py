@@ -598,7 +598,7 @@ def test_an_unknown_precision_is_refused_where_it_is_set():
 @pytest.fixture
 def auto_on_tiny(monkeypatch):
     """The default ("auto") made to consider the tiny target, at this CPU's copy precision; the copy's timing
-    replaced by a ratio the test sets (what it returns: the ratio, the count of timings and each one's prompt length)."""
+    replaced by a ratio the test sets (what it returns: the ratio, the count of timings, each one's prompt length)."""
     monkeypatch.setattr(session_module, "AUTO_PREFILL", PRECISION)
     monkeypatch.setattr(session_module, "AUTO_PREFILL_BYTES", 0)
     timing = {"ratio": 0.5, "calls": 0, "tokens": []}

@@ -120,8 +120,8 @@ from .devices import (AUTO_PREFILL, AUTO_PREFILL_BYTES, AUTO_PREFILL_RATIO, DRAF
                       NPU_MAX_PROMPT, PRECISIONS, PREFILL_PRECISIONS, profile)
 from .graph import LOGITS_ROWS, compile_for_block, compute_logits_rows, int4_group_size, keep_output_rows
 from .prefill_blocks import KeptAside, to_copy, to_target
-from .probes import (CONTEXT_ROOM, context_cuts_the_probe, longest_exact_call, passes_block_invariance, passes_prefill_calls,
-                     passes_sequences_layout, prefill_call_fits, prefill_copy_ratio)
+from .probes import (CONTEXT_ROOM, context_cuts_the_probe, longest_exact_call, passes_block_invariance,
+                     passes_prefill_calls, passes_sequences_layout, prefill_call_fits, prefill_copy_ratio)
 from .spare_memory import release_mapped, releasing_mapped, trim_heap
 
 ROLLBACK_METHODS = ("paged", "masked", "npuw")
