@@ -262,7 +262,7 @@ def passes_sequences_layout(session, past: int = LONG_PAST) -> bool:
 PREFILL_CALLS = (8, 13, 8, 21, 34)
 
 
-CONTEXT_ROOM = 64  # the tokens passes_prefill_calls leaves free at the end of the model's context
+CONTEXT_ROOM = 64  # the tokens the copy's probe (passes_prefill_calls) and timing leave free at the context's end
 
 
 def prefill_call_fits(n: int, max_context: Optional[int]) -> bool:

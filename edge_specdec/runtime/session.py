@@ -1216,14 +1216,14 @@ def open_model(model_xml: Path, device: str = "CPU", *, core: Optional[ov.Core] 
             release_mapped(lm.weights_file)
         if passed is True:  # a verdict passes only as a boolean true (a cached "no" is not one)
             known = known_prefill if known_prefill is not None else {}
-            times = known_prefill_ratio if known_prefill_ratio is not None else {}
+            ratios = known_prefill_ratio if known_prefill_ratio is not None else {}
             auto = prefill_precision == "auto"
             wanted = AUTO_PREFILL if auto else prefill_precision
             if not lm.sequences:
                 lm.prefill_note = _needs_exact(prefill_precision)
-            elif wanted and (not auto or _auto_prefill_may_pay(lm, core, device, known, times)):
+            elif wanted and (not auto or _auto_prefill_may_pay(lm, core, device, known, ratios)):
                 _add_prefill(lm, core, model, device, {**cfg, **PREFILL_PRECISIONS[wanted]}, wanted, known,
-                             times if auto else None)
+                             ratios if auto else None)
             return lm
         first = first or lm
     lm = first  # no precision passed the bitwise check: exact up to float noise, like "masked"
@@ -1248,13 +1248,13 @@ def _needs_exact(prefill_precision: Optional[str]) -> str:
 CPU_CAPABILITY = {"bf16": "BF16", "f32": "FP32"}
 
 
-def _auto_prefill_may_pay(lm: CompiledLM, core: ov.Core, device: str, known: dict, times: dict) -> bool:
+def _auto_prefill_may_pay(lm: CompiledLM, core: ov.Core, device: str, known: dict, ratios: dict) -> bool:
     """Whether the default ("auto") long-prompt prefill compiles its AUTO_PREFILL copy for this exact CPU model: for a
     target of at least AUTO_PREFILL_BYTES of weights (a smaller one prefills quickly anyway, and the copy holds its
     weights again), on a CPU with that arithmetic, on an f16 KV cache (the one the copy shares), and
-    unless this machine has already found the copy failing its probe or too slow to pay for its memory (known, times:
+    unless this machine has already found the copy failing its probe or too slow to pay for its memory (known, ratios:
     see _add_prefill). Otherwise says why in lm.prefill_note and compiles nothing."""
-    ratio = times.get(AUTO_PREFILL)
+    ratio = ratios.get(AUTO_PREFILL)
     why = ""
     if lm.weights_file.stat().st_size < AUTO_PREFILL_BYTES:
         why = f"a target under {AUTO_PREFILL_BYTES >> 20} MB prefills quickly without it"
@@ -1279,16 +1279,16 @@ def _too_slow(ratio: float) -> str:
 
 
 def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cfg: dict, precision: str,
-                 known: dict, times: Optional[dict] = None) -> None:
+                 known: dict, ratios: Optional[dict] = None) -> None:
     """Give an exact model its long-prompt prefill copy at `precision` (see "A long prompt's prefill in bf16"
     above), compiled with cfg, if the device computes at that precision and the copy passes its probe (known: the
-    probe's verdict per precision from an earlier process, filled with what is measured). times: keep it only if it
-    prefills in at most AUTO_PREFILL_RATIO of the target's time (times[precision], measured once, the same way). The
+    probe's verdict per precision from an earlier process, filled with what is measured). ratios: keep it only if it
+    prefills in at most AUTO_PREFILL_RATIO of the target's time (ratios[precision], measured once, the same way). The
     copy computes the cache only: its output layer keeps PREFILL_OUTPUT_IDS token ids (its rows are never read)."""
     def refuse(note: str) -> None:
         """No copy, and why; auto remembers the machine's no (as the probe's), so later loads compile none."""
         lm.prefill_note = note
-        if times is not None:
+        if ratios is not None:
             known[precision] = False
 
     model = model.clone()
@@ -1339,20 +1339,20 @@ def _add_prefill(lm: CompiledLM, core: ov.Core, model: ov.Model, device: str, cf
         del probe
         trim_heap()
     lm.prefill_longest = verdict or 0
-    if verdict and times is not None and precision not in times:
+    if verdict and ratios is not None and precision not in ratios:
         probe = lm.session()
         tokens = PREFILL_TIMED_CALLS * verdict
         if lm.max_context:
             tokens = min(tokens, lm.max_context - CONTEXT_ROOM)
         with releasing_mapped(lm.weights_file):
-            times[precision] = round(prefill_copy_ratio(probe, tokens), 3)
+            ratios[precision] = round(prefill_copy_ratio(probe, tokens), 3)
         del probe
         trim_heap()
     if not verdict:
         lm.prefill_note = (f"the {precision} prefill copy gives other rows in calls of other sizes on {device}: long "
                            f"prompts are prefilled as before")
-    elif times is not None and times[precision] > AUTO_PREFILL_RATIO:
-        lm.prefill_note = f"no {precision} prefill copy: {_too_slow(times[precision])}"
+    elif ratios is not None and ratios[precision] > AUTO_PREFILL_RATIO:
+        lm.prefill_note = f"no {precision} prefill copy: {_too_slow(ratios[precision])}"
     else:
         return
     lm.prefill, lm.prefill_precision, lm.prefill_reads_as, lm.prefill_longest = None, "", None, 0
