@@ -155,9 +155,11 @@ def test_a_long_prompt_row_computed_otherwise_is_checked_against_the_target_alon
 
 def test_a_long_prompt_row_of_the_target_alone_loads_no_draft(bundle_dir, monkeypatch):
     """GenAI's row holds the target alone, and so do ours' rows of the target alone (their peak memory is compared
-    with its), writing the tokens the default's pipeline writes with the target alone; --profile profiles the same
+    with its), writing the tokens the default's pipeline writes with the target alone; the default's pipeline has
+    the static copies a Pipeline opened with its defaults has (as serve's); --profile profiles the same
     pipelines."""
     from edge_specdec.benchmark.suites import long_prompts
+    from edge_specdec.runtime import Pipeline
     from support import SAME_VOCAB
 
     pipelines = []
@@ -169,6 +171,7 @@ def test_a_long_prompt_row_of_the_target_alone_loads_no_draft(bundle_dir, monkey
     alone, auto = (long_prompts.ours_long(0, bundle, ids, 6, 1, None, algorithm) for algorithm in ("none", "auto"))
     assert pipelines[0].draft is None and pipelines[0].bundle.draft is None
     assert pipelines[1].draft is not None and pipelines[1].bundle.draft is not None
+    assert pipelines[1]._static == Pipeline(bundle)._static == {"target": True, "draft": True}  # tiny models
     assert alone["token_ids"] == auto["token_ids"] and len(alone["token_ids"]) == 6
     for algorithm in ("none", "auto"):  # --profile profiles the pipeline the timed row runs
         assert long_prompts.profile_long(0, bundle, ids, 6, algorithm)["calls"]
