@@ -110,6 +110,22 @@ def test_a_retired_measurement_is_dropped_quietly_and_measured_under_its_new_nam
 
 
 @pytest.mark.core
+def test_a_guard_verdict_for_every_long_prompt_at_once_is_dropped_quietly(tmp_path, capsys):
+    """A drafting guard's verdict after a long prompt was kept for all long prompts under one name; it is kept per
+    length now (pipeline.guard_key), and a file holding the old name loses it without a warning, keeping the rest."""
+    verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
+    cache = MeasurementCache(tmp_path, {"bundle": "b"})
+    cache.put("guard/slem/penalty=1/greedy/free", verdict)
+    cache.put("guard/slem/penalty=1/greedy/free/long-prompt-2048", verdict)
+    old = "guard/slem/penalty=1/greedy/free/long-prompt"
+    rewrite(cache, lambda e: e.update({old: {"value": verdict, "seal": cache._seal(old, verdict)}}))
+    again = MeasurementCache(tmp_path, {"bundle": "b"})
+    assert sorted(again.values) == ["guard/slem/penalty=1/greedy/free",
+                                    "guard/slem/penalty=1/greedy/free/long-prompt-2048"]
+    assert again.dropped == [] and capsys.readouterr().err == "" and old not in entries(again)
+
+
+@pytest.mark.core
 def test_an_entry_copied_from_another_key_is_dropped(tmp_path):
     """The seal covers the key: a file renamed to another key's name (another machine's, say) reads as nothing."""
     mine, other = MeasurementCache(tmp_path, {"bundle": "b"}), MeasurementCache(tmp_path, {"bundle": "c"})

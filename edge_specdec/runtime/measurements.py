@@ -148,14 +148,20 @@ VALID: list[tuple[str, Callable[[str, Any], bool]]] = [
 ]
 
 
-# names of measurements no longer taken (a later version measures them otherwise, under another name): dropped from
-# a file quietly, since nothing in it is wrong
-RETIRED = ("target/prefill_time",)
+# names of measurements no longer taken (a later version measures them otherwise, under another name), as patterns:
+# dropped from a file quietly, since nothing in it is wrong. A drafting guard's verdict after a long prompt is kept
+# per length now (pipeline.guard_key), not for every long prompt at once.
+RETIRED = (r"target/prefill_time", r"guard/[\w./=+-]{1,200}/long-prompt")
+
+
+def is_retired(name: str) -> bool:
+    """Whether `name` is a retired measurement's (RETIRED)."""
+    return any(re.fullmatch(pattern, name) for pattern in RETIRED)
 
 
 def is_valid(name: str, value: Any) -> bool:
-    """Whether `value` is one the measurement called `name` gives."""
-    return any(re.fullmatch(pattern, name) and check(name, value) for pattern, check in VALID)
+    """Whether `value` is one the measurement called `name` gives (a retired name gives none)."""
+    return not is_retired(name) and any(re.fullmatch(pattern, name) and check(name, value) for pattern, check in VALID)
 
 
 _warned: set[str] = set()  # files already named on stderr by this process
@@ -192,7 +198,7 @@ class MeasurementCache:
                   and entry["seal"] == self._seal(name, entry["value"]))
             if ok:
                 self.values[name] = entry["value"]
-            elif name not in RETIRED:
+            elif not is_retired(name):
                 self.dropped.append(name)
         if self.dropped:
             self._say_dropped()

@@ -527,10 +527,12 @@ def guard_key(entry: Algorithm, config: GenerationConfig, prompt_tokens: int = 0
     """The kind of request whose drafting guard verdicts carry over: what moves acceptance the most (the
     algorithm, a repetition penalty, sampling, a grammar), not the prompt; and whether the prompt is long
     (`long_prompt`), after which the target's calls cost other times, so a verdict from short prompts does not hold
-    there, nor one from long ones on short prompts."""
-    return (f"{entry.name}/penalty={config.repetition_penalty:g}/{'greedy' if config.greedy else 'sampled'}"
-            f"/{'grammar' if config.constraint is not None else 'free'}"
-            + ("/long-prompt" if long_prompt(prompt_tokens) else ""))
+    there, nor one from long ones on short prompts. A long prompt's verdict is kept per band of lengths from a power
+    of two to the next (1024-2047 tokens, 2048-4095, ...): a verification block reads the past once per token there,
+    so its cost over a step's grows with the past, and drafting that wins after 2048 tokens can lose after 4096."""
+    kind = (f"{entry.name}/penalty={config.repetition_penalty:g}/{'greedy' if config.greedy else 'sampled'}"
+            f"/{'grammar' if config.constraint is not None else 'free'}")
+    return f"{kind}/long-prompt-{1 << (prompt_tokens.bit_length() - 1)}" if long_prompt(prompt_tokens) else kind
 
 
 class DecodingSession:
