@@ -37,11 +37,11 @@ METHOD = ("A prompt of N tokens is cut from a long text (this package's own Pyth
           "alone); the default loads both. Ours with the engine's defaults as the Python API and serve open it (a "
           "draft under 256 MB gets copies compiled for its most-run call sizes, in the uncounted run), but without "
           "prefix reuse (each run prefills the whole prompt, the draft's cache emptied too) and without a draft "
-          "pool: its time to the first token and after it are "
-          "from its own Stats. GenAI with its prefix cache off and no streamer: its time to the first token and its "
-          "time per output token after it are GenAI's own perf_metrics of the run (get_ttft, get_tpot), so neither "
-          "side's figures include a streamer's callbacks. The u8 KV cache is exact only up to float noise, and "
-          "GenAI runs with other CPU properties: their tokens are not compared.")
+          "pool: its time to the first token and after it are from its own Stats. GenAI with its prefix cache off "
+          "and no streamer: its time to the first token and its time per output token after it are GenAI's own "
+          "perf_metrics of the run (get_ttft, get_tpot), so neither side's figures include a streamer's callbacks. "
+          "The u8 KV cache is exact only up to float noise, and GenAI runs with other CPU properties: their tokens "
+          "are not compared.")
 
 # --per-call: what the target's calls cost inside the timed runs of ours (benchmark/target_calls.py)
 PER_CALL_FIGURES = [Figure("step_ms", "target ms / 1-token step", ".2f", lower_is_better=True),
