@@ -423,54 +423,39 @@ def test_the_next_run_of_an_engine_starts_from_the_guards_verdict(bundle_dir, mo
     assert priors[0]["mode"] is False and priors[1] is None
 
 
-def test_a_verdict_from_long_prompts_does_not_start_a_short_prompts_run(bundle_dir, monkeypatch):
+@pytest.mark.parametrize("other", ["def f(x):", "def f(x):\n    return x\n" * 20], ids=["short", "twice-as-long"])
+def test_a_long_prompts_verdict_does_not_start_a_run_after_a_prompt_of_another_length(bundle_dir, monkeypatch,
+                                                                                       other):
     """After a long prompt a target step and a verification block cost other times (a longer past, another call
-    layout): the verdict learned there carries over to long prompts only, and a short prompt starts from its own."""
+    layout), and a verification block reads the past once per token, so drafting that wins after 2048 tokens can
+    lose after 4096: the verdict learned there carries over to long prompts between the same powers of two only. A
+    short prompt, and a prompt of the next band, start from their own."""
     from edge_specdec.runtime import pipeline as pipeline_module
 
     monkeypatch.setattr(pipeline_module, "SEQUENCES_AFTER", 40)  # prompts of 40 tokens and more are long here
     pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
     config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
-    long_prompt, short_prompt = "def f(x):\n    return x\n" * 8, "def f(x):"
-    assert len(pipe.tokenizer.encode(long_prompt)) >= 40 > len(pipe.tokenizer.encode(short_prompt))
-    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting loses on the long prompt
+    long_prompt = "def f(x):\n    return x\n" * 8
+    length, other_length = (len(pipe.tokenizer.encode(prompt)) for prompt in (long_prompt, other))
+    assert length >= 40 and (other_length < 40 or other_length.bit_length() > length.bit_length())
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting loses after the long prompt
     monkeypatch.setattr(DraftingGuard, "sure_loss", lambda self: False)
     pipe.generate(long_prompt, config, lookup=False)
     again = pipe.generate(long_prompt, config, lookup=False)  # starts from the long prompt's verdict: alone
-    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: True)  # drafting wins on the short prompt
+    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: True)  # drafting wins after the other prompt
     monkeypatch.setattr(DraftingGuard, "_stretch_faster", lambda self: True)
-    short = pipe.generate(short_prompt, config, lookup=False)
+    after_other = pipe.generate(other, config, lookup=False)
     assert again.stats.rounds_drafting_paused > again.stats.rounds // 2
-    assert short.stats.rounds_drafting_paused < 5  # its own first run: it drafts but for a probe of the target alone
+    assert after_other.stats.rounds_drafting_paused < 5  # its own first run: it drafts but for a probe of alone
 
 
-def test_a_long_prompts_verdict_carries_over_to_prompts_of_its_length_up_to_the_next_power_of_two(bundle_dir,
-                                                                                                    monkeypatch):
-    """A verification block reads the past once per token after a long prompt, so drafting that wins after 2048
-    tokens can lose after 4096: a verdict carries over to prompts between the same powers of two only."""
-    from edge_specdec.runtime import pipeline as pipeline_module
+def test_a_long_prompts_verdict_is_kept_per_band_of_lengths_from_a_power_of_two_to_the_next():
     from edge_specdec.runtime.algorithms import REGISTRY
+    from edge_specdec.runtime.pipeline import guard_key
 
-    slem, config = REGISTRY["slem"], GenerationConfig()
-    key = functools.partial(pipeline_module.guard_key, slem, config)
+    key = functools.partial(guard_key, REGISTRY["slem"], GenerationConfig())
     assert key(1023) == key(10) != key(1024) == key(2047) != key(2048) == key(4095) != key(4096) == key(8191)
     assert key(8192) != key(4096) and key(2048).startswith(key(10) + "/")
-
-    monkeypatch.setattr(pipeline_module, "SEQUENCES_AFTER", 40)  # prompts of 40 tokens and more are long here
-    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
-    config = GenerationConfig(max_new_tokens=30, ignore_eos=True)
-    shorter, longer = "def f(x):\n    return x\n" * 8, "def f(x):\n    return x\n" * 20
-    lengths = [len(pipe.tokenizer.encode(prompt)) for prompt in (shorter, longer)]
-    assert 40 <= lengths[0] and lengths[0].bit_length() < lengths[1].bit_length()  # long, a power of two apart
-    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: False)  # drafting loses after the shorter one
-    monkeypatch.setattr(DraftingGuard, "sure_loss", lambda self: False)
-    pipe.generate(shorter, config, lookup=False)
-    again = pipe.generate(shorter, config, lookup=False)  # starts from that verdict: alone
-    monkeypatch.setattr(DraftingGuard, "_faster", lambda self: True)  # drafting wins after the longer one
-    monkeypatch.setattr(DraftingGuard, "_stretch_faster", lambda self: True)
-    other = pipe.generate(longer, config, lookup=False)
-    assert again.stats.rounds_drafting_paused > again.stats.rounds // 2
-    assert other.stats.rounds_drafting_paused < 5  # its own first run: it drafts but for a probe of the target alone
 
 
 def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):
