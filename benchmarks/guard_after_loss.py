@@ -32,7 +32,7 @@ def main() -> None:
     engine = Engine(args.bundle)
     engine.compile_static_copies()
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0.0).with_defaults(engine.default_config)
-    key = "guard/" + guard_key(REGISTRY[engine.resolve_algorithm("auto")], config)  # the runs' kind of request
+    key = engine.guard_name(guard_key(REGISTRY[engine.resolve_algorithm("auto")], config))  # the runs' kind of request
     alone, default = runner(engine, args.max_new_tokens, "none"), runner(engine, args.max_new_tokens, "auto")
     ratios: dict[str, list[float]] = {}
     for repeat in range(args.repeats):

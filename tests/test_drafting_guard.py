@@ -458,6 +458,27 @@ def test_a_long_prompts_verdict_is_kept_per_band_of_lengths_from_a_power_of_two_
     assert key(8192) != key(4096) and key(2048).startswith(key(10) + "/")
 
 
+def test_a_verdict_learned_with_the_drafts_static_copies_does_not_steer_an_engine_without_them(bundle_dir, tmp_path):
+    """The Python API and serve run a small draft on static copies of its call sizes, `run` and `chat` do not: the
+    copies make the draft's calls cheaper, so drafting can win on one engine and lose on the other. Each keeps its
+    own verdicts in the shared measurement cache, and a later process of the same kind reads them back."""
+    from edge_specdec.runtime.algorithms import REGISTRY
+    from edge_specdec.runtime.pipeline import Engine, guard_key
+
+    folder = bundle_dir(*OTHER_VOCAB)
+    with_copies = Engine(folder, cache_dir=tmp_path, static_shapes=True, warm_up=False)
+    key = guard_key(REGISTRY[with_copies.resolve_algorithm("auto")], with_copies.default_config)
+    verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
+    with_copies.remember_guard(key, verdict)
+    without = Engine(folder, cache_dir=tmp_path, static_shapes=False, warm_up=False)  # reads the file written above
+    assert without.measurements.path == with_copies.measurements.path and without.measurements.loaded
+    assert without.guard_prior(key) is None
+    without.remember_guard(key, {**verdict, "mode": True})
+    again = Engine(folder, cache_dir=tmp_path, static_shapes=True, warm_up=False)
+    assert again.guard_prior(key) == verdict
+    assert Engine(folder, cache_dir=tmp_path, static_shapes=False, warm_up=False).guard_prior(key)["mode"] is True
+
+
 def test_the_verdict_is_kept_on_disk_for_the_next_process(tmp_path):
     from edge_specdec.runtime.measurements import MeasurementCache
     plan = MeasurementCache(tmp_path, {"bundle": "b"})

@@ -120,6 +120,8 @@ class Engine:
         if config.batching:
             self._start_batching(config.batch_wait)
         self._plan_static_copies(static_sizes)
+        if self.draft_model is not None and (self.draft_model.static or self.draft_model.planned):
+            self.guard_scope = "/draft-copies"
 
     @property
     def long_prompt_note(self) -> str:
@@ -397,9 +399,19 @@ class Engine:
         if self.draft_pool is not None:
             self.draft_pool.forget(scope)
 
+    # "/draft-copies" when the draft runs on static copies of its call sizes (the Python API's and serve's engines),
+    # "" when it does not (`run`'s, `chat`'s): see guard_name
+    guard_scope = ""
+
+    def guard_name(self, key: str) -> str:
+        """The measurement a guard verdict for requests of this kind (`guard_key`) is kept under. Engines whose
+        draft runs on static copies keep theirs apart from engines whose draft does not: the copies make the
+        draft's calls cheaper, so drafting can win on one and lose on the other with the same pair and prompts."""
+        return f"guard/{key}{self.guard_scope}"
+
     def guard_prior(self, key: str) -> Optional[dict]:
         """What the drafting guard of the last run of this kind learned on this machine (see DraftingGuard)."""
-        return self.measurements.known(f"guard/{key}")
+        return self.measurements.known(self.guard_name(key))
 
     def remember_guard(self, key: str, learned: Optional[dict]) -> None:
         """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones
@@ -408,7 +420,7 @@ class Engine:
         if learned is not None:
             before = self.guard_prior(key) or {}
             changed = any(before.get(field) != learned.get(field) for field in ("mode", "interval", "lost"))
-            self.measurements.put(f"guard/{key}", learned, write=changed)
+            self.measurements.put(self.guard_name(key), learned, write=changed)
 
     def measured(self, name: str, measure: Callable, *args):
         """A measurement of this engine's models, taken once on this machine (see measurements.py)."""
