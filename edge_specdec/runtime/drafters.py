@@ -227,7 +227,8 @@ DRAFT_POLICIES = ("fixed", "schedule", "cost")
 
 
 # the most runs in a row that found drafting losing a guard's verdict counts: a run after them waits warmup << 5
-# rounds (128 with the defaults, the longest countdown a verdict carries over) before it measures drafting again
+# rounds (128 with the defaults, the longest countdown a verdict carries over after a short prompt) before it
+# measures drafting again
 MOST_LOST = 6
 
 
@@ -258,9 +259,10 @@ class DraftingGuard:
 
     prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
     starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again when
-    the countdown the earlier run left runs out (at most `4 * recheck` rounds, sooner if it lost only lately, or as
-    soon as drafting loses on this request, see above), so a prompt on which it wins is followed, and a verdict is
-    checked again even when every request is shorter than its interval. Without a prior, a short run on which
+    the countdown the earlier run left runs out (at most `4 * recheck` rounds after a short prompt, `8 * recheck`
+    after a long one, sooner if it lost only lately, or as soon as drafting loses on this request, see above), so a
+    prompt on which it wins is followed, and a verdict is checked again even when every request is shorter than its
+    interval. Without a prior, a short run on which
     drafting loses would spend a tenth of its rounds finding that out, every time.
 
     A verdict for the target alone counts the runs in a row that found drafting losing (`lost`): a run after one
@@ -272,8 +274,9 @@ class DraftingGuard:
     knew before it, as above), and a second in a row leaves a verdict for the target alone.
 
     quick_recheck False (a run after a long prompt): a verdict for the target alone keeps its whole countdown, as
-    many runs lost as there were, as before the count existed. There the first drafting round prefills the draft's
-    window of the prompt, a cost the early checks were not measured against."""
+    many runs lost as there were, as before the count existed, and a countdown may run to the whole interval (up to
+    `8 * recheck` rounds, not `4 * recheck`). There the first drafting round prefills the draft's window of the
+    prompt, a cost the early checks were not measured against, and a run that checks drafting pays it."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
                  prior: Optional[dict] = None, early: int = 3, quick_recheck: bool = True):
@@ -298,7 +301,8 @@ class DraftingGuard:
             self.interval = int(prior["interval"])
             # the countdown to the next check goes on from where the last run left it (its "left"): runs shorter than
             # the interval would otherwise each start it again, and never check the other mode
-            countdown = min(int(prior.get("left", self.interval)), self.interval, 4 * recheck)
+            # (after a long prompt, up to the whole interval: each check there pays the draft's prefill of its window)
+            countdown = min(int(prior.get("left", self.interval)), self.interval, (4 if quick_recheck else 8) * recheck)
             self.lost = int(prior.get("lost", 0))  # (a verdict for drafting after one prompt's sure loss: 1)
             if not self.mode:  # drafting is measured again the sooner, the fewer runs in a row it lost
                 self.lost = max(1, self.lost)
