@@ -519,6 +519,29 @@ def test_a_verdict_is_written_to_disk_only_when_its_mode_interval_or_runs_lost_c
     assert len(writes) == 3 and engine.guard_prior("slem")["lost"] == 2
 
 
+def test_one_shot_processes_get_drafting_back_after_a_verdict_for_the_target_alone(tmp_path):
+    """Each `edge-specdec run` is a process of its own, which starts from the verdict on disk. A verdict for the
+    target alone must carry its countdown there as it runs down, or runs shorter than it would each start from the
+    same countdown and never check drafting again, even where it now wins."""
+    from edge_specdec.runtime.measurements import MeasurementCache
+    from edge_specdec.runtime.pipeline import Engine
+
+    def fresh_engine() -> Engine:
+        engine = Engine.__new__(Engine)  # only its measurement cache is used here, read from disk
+        engine.measurements = MeasurementCache(tmp_path, {"bundle": "b"})
+        return engine
+    verdict = {"mode": False, "interval": 256, "left": 200, "lost": MOST_LOST, "drafting": [2.0, 0.3],
+               "alone": [1.0, 0.1]}
+    fresh_engine().remember_guard("slem", verdict)
+    drafted = []
+    for process in range(8):  # 40-token answers, on which drafting now wins
+        engine = fresh_engine()
+        guard = DraftingGuard(prior=engine.guard_prior("slem"))
+        drafted.append(sum(simulate(guard, 40, drafting=(3, 0.2), alone=(1, 0.1))))
+        engine.remember_guard("slem", guard.learned())
+    assert drafted[:3] == [0, 0, 0] and drafted[-1] >= 35 and fresh_engine().guard_prior("slem")["mode"] is True
+
+
 def test_the_benchmarks_guard_row_runs_the_default_with_its_guard(bundle_dir, monkeypatch):
     """`bench`'s rows name their algorithm, which turns the guard off; its -conf-guard row is the default as `auto`
     runs it, guard on (opt-in, not a default row), with the output unchanged."""

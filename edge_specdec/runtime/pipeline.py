@@ -416,10 +416,13 @@ class Engine:
     def remember_guard(self, key: str, learned: Optional[dict]) -> None:
         """Keep a run's guard verdict for the next run of its kind, in this process and, with a cache, later ones
         (written to disk when its mode, re-check interval or count of runs lost changed, not for every request's new
-        rates)."""
+        rates; a verdict for the target alone also when its countdown to the next check of drafting moved: a
+        one-shot process starts from the countdown on disk, and one frozen there would keep runs shorter than it
+        from ever drafting again)."""
         if learned is not None:
             before = self.guard_prior(key) or {}
-            changed = any(before.get(field) != learned.get(field) for field in ("mode", "interval", "lost"))
+            fields = ("mode", "interval", "lost") + (() if learned.get("mode") else ("left",))
+            changed = any(before.get(field) != learned.get(field) for field in fields)
             self.measurements.put(self.guard_name(key), learned, write=changed)
 
     def measured(self, name: str, measure: Callable, *args):
