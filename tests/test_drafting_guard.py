@@ -355,12 +355,16 @@ def test_after_a_long_prompt_a_verdict_for_the_target_alone_keeps_its_whole_coun
 
 @pytest.mark.parametrize("quick_recheck,waits", [(True, 128), (False, 256)])
 def test_after_a_long_prompt_a_countdown_may_run_to_the_whole_interval(quick_recheck, waits):
-    """A verdict for the target alone that kept winning its checks has an interval of 8 * recheck rounds. Its next
-    check comes within 4 * recheck rounds after a short prompt, and only after the whole interval after a long
-    one, where each check pays the draft's prefill of its window."""
+    """A verdict that kept winning its checks has an interval of 8 * recheck rounds. A verdict for the target alone
+    checks drafting within 4 * recheck rounds after a short prompt, and only after the whole interval after a long
+    one, where each check pays the draft's prefill of its window; a verdict for drafting probes the target alone
+    (which costs no prefill) within 4 * recheck rounds either way."""
     prior = {"mode": False, "interval": 256, "left": 256, "lost": 6, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
     modes = simulate(DraftingGuard(prior=prior, quick_recheck=quick_recheck), 300, drafting=(2, 0.3), alone=(1, 0.1))
     assert modes.index(True) == waits + 1  # (+ the run's first round)
+    prior = {**prior, "mode": True, "drafting": [3.0, 0.2]}
+    modes = simulate(DraftingGuard(prior=prior, quick_recheck=quick_recheck), 300, drafting=(3, 0.2), alone=(1, 0.1))
+    assert modes.index(False) == 128 + 1
 
 
 def test_a_run_after_a_long_prompt_checks_drafting_only_when_the_countdown_runs_out(bundle_dir, monkeypatch):

@@ -259,11 +259,11 @@ class DraftingGuard:
 
     prior: what an earlier run's guard learned (`learned()`) for the same pair and kind of request. The run then
     starts in the mode that won there, with its rates, and skips the warm-up; the other mode is measured again when
-    the countdown the earlier run left runs out (at most `4 * recheck` rounds after a short prompt, `8 * recheck`
-    after a long one, sooner if it lost only lately, or as soon as drafting loses on this request, see above), so a
-    prompt on which it wins is followed, and a verdict is checked again even when every request is shorter than its
-    interval. Without a prior, a short run on which
-    drafting loses would spend a tenth of its rounds finding that out, every time.
+    the countdown the earlier run left runs out (at most `4 * recheck` rounds; `8 * recheck` for a verdict for the
+    target alone after a long prompt, see below; sooner if it lost only lately, or as soon as drafting loses on this
+    request, see above), so a prompt on which it wins is followed, and a verdict is checked again even when every
+    request is shorter than its interval. Without a prior, a short run on which drafting loses would spend a tenth
+    of its rounds finding that out, every time.
 
     A verdict for the target alone counts the runs in a row that found drafting losing (`lost`): a run after one
     such run measures drafting again within `warmup` rounds, and each further run that finds it losing doubles that
@@ -274,8 +274,8 @@ class DraftingGuard:
     knew before it, as above), and a second in a row leaves a verdict for the target alone.
 
     quick_recheck False (a run after a long prompt): a verdict for the target alone keeps its whole countdown, as
-    many runs lost as there were, as before the count existed, and a countdown may run to the whole interval (up to
-    `8 * recheck` rounds, not `4 * recheck`). There the first drafting round prefills the draft's window of the
+    many runs lost as there were, as before the count existed, and its countdown may run to the whole interval (up
+    to `8 * recheck` rounds, not `4 * recheck`). There the first drafting round prefills the draft's window of the
     prompt, a cost the early checks were not measured against, and a run that checks drafting pays it."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
@@ -301,8 +301,10 @@ class DraftingGuard:
             self.interval = int(prior["interval"])
             # the countdown to the next check goes on from where the last run left it (its "left"): runs shorter than
             # the interval would otherwise each start it again, and never check the other mode
-            # (after a long prompt, up to the whole interval: each check there pays the draft's prefill of its window)
-            countdown = min(int(prior.get("left", self.interval)), self.interval, (4 if quick_recheck else 8) * recheck)
+            # (for the target alone after a long prompt, up to the whole interval: a check of drafting there pays the
+            # draft's prefill of its window)
+            longest = 8 * recheck if not (quick_recheck or self.mode) else 4 * recheck
+            countdown = min(int(prior.get("left", self.interval)), self.interval, longest)
             self.lost = int(prior.get("lost", 0))  # (a verdict for drafting after one prompt's sure loss: 1)
             if not self.mode:  # drafting is measured again the sooner, the fewer runs in a row it lost
                 self.lost = max(1, self.lost)
