@@ -2,6 +2,7 @@
 exact, a stopped align resumes, the budget and the token cap hold, bad inputs fail in one line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -199,19 +200,22 @@ def test_a_slow_probe_ends_generation_early_and_training_replans_from_its_own_ra
                                                                                    monkeypatch):
     """With a probed training rate so low that one pass over one answer already needs more than the budget,
     generation stops at its first finished answer (the others in flight are kept as far as they got) and training
-    first plans the steps its deadline allows (one); measuring its real rate, it re-plans to its epochs."""
+    first plans the steps its deadline allows (one); measuring its real rate, it re-plans to its epochs. Batches of
+    64 tokens: how far the answers in flight got depends on the machine's speed, and with batches of 512 three
+    epochs of a short split fit in the one step the deadline allows, so the plan would not be the deadline's."""
     from edge_specdec.export.align import run as run_module
     monkeypatch.setattr(run_module, "probe_rate", lambda *args: {"fp32": 0.05, "bf16": 0.02})
     prompts = training_prompts(tmp_path / "prompts.txt")
     streams, work, messages = 3, tmp_path / "work", []
-    align_bundle(bundle_dir(TARGET, DRAFT), tmp_path / "out", settings(prompts, streams=streams), work=work,
-                 stop_after="train", progress=messages.append)
+    train = dataclasses.replace(settings(prompts).train, batch_tokens=64)
+    align_bundle(bundle_dir(TARGET, DRAFT), tmp_path / "out", settings(prompts, streams=streams, train=train),
+                 work=work, stop_after="train", progress=messages.append)
     data = [json.loads(line) for line in (work / "data.jsonl").read_text().splitlines()]
     assert 1 <= len(data) <= streams
     assert sum(r["stop_reason"] != "stopped" for r in data) >= 1
     state = json.loads((work / "state.json").read_text())
     assert state["stages"]["plan"]["train_precision"] == "fp32"  # the faster of the two measured
-    assert any("1 steps of 512 tokens, limited by the time left" in m for m in messages), messages
+    assert any("1 steps of 64 tokens, limited by the time left" in m for m in messages), messages
     assert any("re-planned from 1 to" in m for m in messages), messages
     assert state["stages"]["train"]["steps"] > 1
 
