@@ -303,7 +303,7 @@ class DraftingGuard:
             # the interval would otherwise each start it again, and never check the other mode
             # (for the target alone after a long prompt, up to the whole interval: a check of drafting there pays the
             # draft's prefill of its window)
-            longest = 8 * recheck if not (quick_recheck or self.mode) else 4 * recheck
+            longest = (4 if quick_recheck or self.mode else 8) * recheck
             countdown = min(int(prior.get("left", self.interval)), self.interval, longest)
             self.lost = int(prior.get("lost", 0))  # (a verdict for drafting after one prompt's sure loss: 1)
             if not self.mode:  # drafting is measured again the sooner, the fewer runs in a row it lost
