@@ -17,8 +17,6 @@ import statistics
 
 from edge_specdec.benchmark.suites.workloads import load_cells, runner
 from edge_specdec.runtime import Engine, GenerationConfig
-from edge_specdec.runtime.algorithms import REGISTRY
-from edge_specdec.runtime.pipeline import guard_key
 
 LOST = {"mode": False, "interval": 64, "left": 50, "drafting": [8.0, 0.5], "alone": [5.0, 0.27]}
 
@@ -32,7 +30,7 @@ def main() -> None:
     engine = Engine(args.bundle)
     engine.compile_static_copies()
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0.0).with_defaults(engine.default_config)
-    key = engine.guard_name(guard_key(REGISTRY[engine.resolve_algorithm("auto")], config))  # the runs' kind of request
+    key = engine.guard_name(engine.default_guard_key(config))  # the runs' kind of request
     alone, default = runner(engine, args.max_new_tokens, "none"), runner(engine, args.max_new_tokens, "auto")
     ratios: dict[str, list[float]] = {}
     for repeat in range(args.repeats):

@@ -19,8 +19,6 @@ import statistics
 
 from edge_specdec.benchmark.suites.long_prompts import ours_pipeline, suite_prompts
 from edge_specdec.runtime import GenerationConfig
-from edge_specdec.runtime.algorithms import REGISTRY
-from edge_specdec.runtime.pipeline import guard_key
 
 # a verdict for the target alone, as runs that found drafting losing leave it; "left" is set per run
 ALONE = {"mode": False, "interval": 256, "lost": 6, "drafting": [10.0, 1.0], "alone": [12.0, 1.0]}
@@ -38,8 +36,7 @@ def main() -> None:
     pipe = ours_pipeline(args.bundle)
     ids = suite_prompts(pipe, [args.length], [args.task])[f"{args.length}/{args.task}"]
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0, ignore_eos=True)
-    name = pipe.guard_name(guard_key(REGISTRY[pipe.resolve_algorithm("auto")],
-                                     config.with_defaults(pipe.default_config), len(ids)))
+    name = pipe.guard_name(pipe.default_guard_key(config, len(ids)))
 
     def run(kind: str):
         if kind != "alone":

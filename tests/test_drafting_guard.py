@@ -476,12 +476,11 @@ def test_a_verdict_learned_with_the_drafts_static_copies_does_not_steer_an_engin
     """The Python API and serve run a small draft on static copies of its call sizes, `run` and `chat` do not: the
     copies make the draft's calls cheaper, so drafting can win on one engine and lose on the other. Each keeps its
     own verdicts in the shared measurement cache, and a later process of the same kind reads them back."""
-    from edge_specdec.runtime.algorithms import REGISTRY
-    from edge_specdec.runtime.pipeline import Engine, guard_key
+    from edge_specdec.runtime.pipeline import Engine
 
     folder = bundle_dir(*OTHER_VOCAB)
     with_copies = Engine(folder, cache_dir=tmp_path, static_shapes=True, warm_up=False)
-    key = guard_key(REGISTRY[with_copies.resolve_algorithm("auto")], with_copies.default_config)
+    key = with_copies.default_guard_key()
     verdict = {"mode": False, "interval": 64, "drafting": [2.0, 0.3], "alone": [1.0, 0.1]}
     with_copies.remember_guard(key, verdict)
     without = Engine(folder, cache_dir=tmp_path, static_shapes=False, warm_up=False)  # reads the file written above
@@ -561,3 +560,18 @@ def test_the_benchmarks_guard_row_runs_the_default_with_its_guard(bundle_dir, mo
     plain = pipe.generate("def f(x):", config, specs["ours-slem-conf"].speculative())
     assert guarded.stats.rounds_drafting_paused > 0 and plain.stats.rounds_drafting_paused == 0
     assert guarded.token_ids == plain.token_ids
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_the_default_guard_key_is_the_one_a_run_of_the_default_keeps_its_verdict_under(bundle_dir, monkeypatch,
+                                                                                       temperature):
+    """Benchmarks and tests steer the default through its verdict (Engine.default_guard_key): the key must be the
+    one a run of the default, greedy or sampled, hands to remember_guard, or their verdicts steer nothing."""
+    from edge_specdec.runtime.pipeline import Engine
+
+    kept = []
+    monkeypatch.setattr(Engine, "remember_guard", lambda self, key, learned: kept.append(key))
+    pipe = Pipeline(bundle_dir(*OTHER_VOCAB))
+    config = GenerationConfig(max_new_tokens=12, ignore_eos=True, temperature=temperature)
+    pipe.generate("def f(x):", config)
+    assert kept == [pipe.default_guard_key(config)]

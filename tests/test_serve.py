@@ -19,8 +19,6 @@ pytest.importorskip("uvicorn", reason="the server tests need the serve extra: pi
 
 from edge_specdec.cli import main  # noqa: E402
 from edge_specdec.runtime import Engine, GenerationConfig  # noqa: E402
-from edge_specdec.runtime.algorithms import REGISTRY  # noqa: E402
-from edge_specdec.runtime.pipeline import guard_key  # noqa: E402
 from edge_specdec.serve import ServerSettings  # noqa: E402
 from edge_specdec.serve.app import Server  # noqa: E402
 from serve_helpers import chat_bundle_copy, health, serve_command, serve_in_thread  # noqa: E402
@@ -428,7 +426,7 @@ def test_metrics_count_drafted_and_accepted_tokens(server, engine):
     the server's draft pool holds the answers of the module's earlier requests, this prompt's among them, and
     copying the whole answer from it leaves the draft model nothing to draft."""
     learned = {"mode": False, "interval": 256, "drafting": [1.0, 1.0], "alone": [9.0, 1.0]}
-    engine.remember_guard(guard_key(REGISTRY[engine.resolve_algorithm("auto")], engine.default_config), learned)
+    engine.remember_guard(engine.default_guard_key(), learned)
     before = {name: metric(server, name) for name in ("draft_tokens_proposed_total", "draft_tokens_accepted_total",
                                                       "target_passes_total", "generation_tokens_total")}
     out = client(server).completions.create(

@@ -409,6 +409,12 @@ class Engine:
         draft's calls cheaper, so drafting can win on one and lose on the other with the same pair and prompts."""
         return f"guard/{key}{self.guard_scope}"
 
+    def default_guard_key(self, config: Optional[GenerationConfig] = None, prompt_tokens: int = 0) -> str:
+        """The guard_key of the default algorithm's (`auto`'s) requests with this config (the engine's defaults
+        filling what it leaves unset) after a prompt of prompt_tokens: the verdict a run of the default reads."""
+        config = (config or self.default_config).with_defaults(self.default_config)
+        return guard_key(REGISTRY[self.resolve_algorithm(AUTO, config)], config, prompt_tokens)
+
     def guard_prior(self, key: str) -> Optional[dict]:
         """What the drafting guard of the last run of this kind learned on this machine (see DraftingGuard)."""
         return self.measurements.known(self.guard_name(key))
