@@ -125,6 +125,10 @@ def test_long_prompts_suite_runs_each_row_in_a_fresh_process(capsys, tmp_path, m
     # a u8 cache holds fewer bytes per token than the default f16 one
     assert rows["ours-auto-kv-u8"]["figures"]["kv_bytes_per_token"] < rows["ours-auto"]["figures"]["kv_bytes_per_token"]
     assert "| ours-auto-kv-u8 |" in (tmp_path / "long-prompts" / "report.md").read_text()
+    # the rows with a draft say what it cost a run and how much of the run its guard ran the target alone
+    auto = rows["ours-auto"]["figures"]
+    assert auto["draft_s"] > 0 and 0 <= auto["alone_share"] <= 1
+    assert rows["ours-none"]["figures"]["draft_s"] is None and rows["genai-none"]["figures"]["alone_share"] is None
 
 
 def test_long_prompts_default_to_64_tokens_three_interleaved_repeats_and_both_tasks():

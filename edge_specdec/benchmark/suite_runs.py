@@ -78,6 +78,7 @@ class Suite:
     extra_markdown: Optional[Callable[[dict], str]] = None
     # figures besides the headline whose median per cell each row keeps in the report (per_cell_figures)
     cell_figures: Sequence[str] = ()
+    progress_figures: int = 3  # how many of `figures`, the first ones, each run's progress line shows
 
 
 def stderr_say(message: str) -> None:
@@ -85,7 +86,7 @@ def stderr_say(message: str) -> None:
 
 
 def _progress(suite: Suite) -> Callable[[Measured], str]:
-    shown = suite.figures[:3]
+    shown = suite.figures[:suite.progress_figures]
 
     def show(m: Measured) -> str:
         return "  ".join(f"{f.key} {m.figures[f.key]:{f.spec}}" for f in shown if m.figures.get(f.key) is not None)

@@ -18,6 +18,10 @@ SUMMARY = ("prompts of thousands of tokens (summarize a document, quote from it)
 FIGURES = [Figure("ttft_s", "TTFT s", ".2f", lower_is_better=True),
            Figure("tokens_per_s_after_first", "tok/s after the first"),
            Figure("peak_rss_mib", "peak RSS MiB", ".0f", lower_is_better=True),
+           # rows with a draft: its seconds a run, and the share of rounds its guard ran the target alone (what a
+           # row's figures came from: drafting, or checks of it)
+           Figure("draft_s", "draft s", ".2f", lower_is_better=True),
+           Figure("alone_share", "rounds of the target alone", ".2f"),
            Figure("kv_bytes_per_token", "KV bytes / token", ".0f", lower_is_better=True),
            Figure("process_wall_s", "process wall s", ".1f", lower_is_better=True)]
 
@@ -143,6 +147,9 @@ def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, 
            "tokens_per_s_after_first": statistics.median(
                (len(r.token_ids) - 1) / max(1e-9, r.stats.seconds - r.stats.first_token_seconds) for r in runs),
            "token_ids": list(runs[-1].token_ids), "kv_bytes_per_token": pipe.target_model.kv_bytes_per_token}
+    if pipe.draft is not None:
+        out["draft_s"] = statistics.median(r.stats.draft_seconds for r in runs)
+        out["alone_share"] = statistics.median(r.stats.rounds_drafting_paused / max(1, r.stats.rounds) for r in runs)
     if per_call:
         figures = [call_figures(r.stats.target_calls, len(ids)) for r in runs]
         for f in PER_CALL_FIGURES:
@@ -312,6 +319,7 @@ def main(args: argparse.Namespace) -> int:
     prompts = {c.key: len(c.value) for c in cells}
     suite = Suite("long-prompts", bundle, rows, cells, FIGURES + (PER_CALL_FIGURES if args.per_call else []),
                   headline="ttft_s", baseline="ours-none", method=METHOD, skipped=skipped, repeats=args.repeats,
+                  progress_figures=5,
                   settings={"lengths": lengths, "tasks": tasks, "max_new_tokens": args.max_new_tokens,
                             "runs_per_process": args.runs_per_process, "per_call": args.per_call},
                   extra_markdown=(lambda report: calls_markdown(calls, prompts)) if args.per_call else None)
