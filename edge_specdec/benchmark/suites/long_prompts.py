@@ -21,7 +21,7 @@ FIGURES = [Figure("ttft_s", "TTFT s", ".2f", lower_is_better=True),
            # rows with a draft: its seconds a run, and the share of rounds its guard ran the target alone (what a
            # row's figures came from: drafting, or checks of it)
            Figure("draft_s", "draft s", ".2f", lower_is_better=True),
-           Figure("alone_share", "rounds of the target alone", ".2f"),
+           Figure("alone_share", "share of rounds the target ran alone", ".2f"),
            Figure("kv_bytes_per_token", "KV bytes / token", ".0f", lower_is_better=True),
            Figure("process_wall_s", "process wall s", ".1f", lower_is_better=True)]
 
