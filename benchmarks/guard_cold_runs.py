@@ -16,22 +16,16 @@ from __future__ import annotations
 
 import argparse
 
-from edge_specdec.benchmark.suites.long_prompts import ours_pipeline, suite_prompts
-from edge_specdec.runtime import GenerationConfig
+from edge_specdec.benchmark.suites.long_prompts import add_one_prompt_arguments, one_prompt
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n    python")[0])
-    p.add_argument("bundle", help="a bundle folder with a draft model")
-    p.add_argument("--length", type=int, default=8192, help="the prompt's tokens")
-    p.add_argument("--task", default="summarize", choices=("summarize", "quote"))
+    add_one_prompt_arguments(p)
     p.add_argument("--rounds", type=int, default=2, help="rounds of the three runs")
-    p.add_argument("--max-new-tokens", type=int, default=64)
     args = p.parse_args()
-    pipe = ours_pipeline(args.bundle)
+    pipe, ids, config = one_prompt(args)
     pipe.compile_static_copies()  # no copy compiles inside a timed run
-    ids = suite_prompts(pipe, [args.length], [args.task])[f"{args.length}/{args.task}"]
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0, ignore_eos=True)
     key = pipe.default_guard_key(config, len(ids))
 
     def run(algorithm: str, alone_rate: float = 0.0, expected=None):

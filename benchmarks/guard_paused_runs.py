@@ -17,8 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from edge_specdec.benchmark.suites.long_prompts import ours_pipeline, suite_prompts
-from edge_specdec.runtime import GenerationConfig
+from edge_specdec.benchmark.suites.long_prompts import add_one_prompt_arguments, one_prompt
 
 # a verdict for the target alone, as runs that found drafting losing leave it; "left" is set per run
 ALONE = {"mode": False, "interval": 256, "lost": 6, "drafting": [10.0, 1.0], "alone": [12.0, 1.0]}
@@ -27,15 +26,10 @@ LEFT = {"paused": 128, "check": 0}
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n    python")[0])
-    p.add_argument("bundle", help="a bundle folder with a draft model")
-    p.add_argument("--length", type=int, default=8192, help="the prompt's tokens")
-    p.add_argument("--task", default="summarize", choices=("summarize", "quote"))
+    add_one_prompt_arguments(p)
     p.add_argument("--pairs", type=int, default=4, help="pairs per kind of default run")
-    p.add_argument("--max-new-tokens", type=int, default=64)
     args = p.parse_args()
-    pipe = ours_pipeline(args.bundle)
-    ids = suite_prompts(pipe, [args.length], [args.task])[f"{args.length}/{args.task}"]
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0, ignore_eos=True)
+    pipe, ids, config = one_prompt(args)
     name = pipe.guard_name(pipe.default_guard_key(config, len(ids)))
 
     def run(kind: str):

@@ -123,6 +123,25 @@ def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None, long_p
                     draft_pool_tokens=0, core=core, long_prompt_precision=long_prompt_precision)
 
 
+def add_one_prompt_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of a benchmark script that times runs on one of this suite's prompts on one engine
+    (benchmarks/guard_*.py): the bundle, the prompt's length and task, the tokens a run writes."""
+    parser.add_argument("bundle", help="a bundle folder with a draft model")
+    parser.add_argument("--length", type=int, default=8192, help="the prompt's tokens")
+    parser.add_argument("--task", default="summarize", choices=sorted(TASKS))
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+
+
+def one_prompt(args: argparse.Namespace):
+    """For such a script: our Pipeline as this suite opens it (ours_pipeline), the prompt's token ids, and the
+    greedy config of its runs (EOS ignored, so each writes --max-new-tokens tokens)."""
+    from ...runtime import GenerationConfig
+
+    pipe = ours_pipeline(args.bundle)
+    ids = suite_prompts(pipe, [args.length], [args.task])[f"{args.length}/{args.task}"]
+    return pipe, ids, GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0, ignore_eos=True)
+
+
 def ours_long(started: float, bundle: str, ids: list[int], max_new_tokens: int, repeats: int,
               kv_cache: Optional[str], algorithm: str, draft_window: Optional[int] = None,
               per_call: bool = False, long_prompt_precision: str = "auto") -> dict:
