@@ -34,7 +34,7 @@ def main() -> None:
         if expected is not None and result.token_ids != expected:
             raise SystemExit("the default wrote other tokens than the target alone")
         st = result.stats
-        rate = (len(result.token_ids) - 1) / (st.seconds - st.first_token_seconds)
+        rate = 1 / st.time_per_output_token  # tokens/s after the first
         versus = f" ({rate / alone_rate:.2f}x the target alone)" if alone_rate else ""
         print(f"  {rate:6.2f} tokens/s after the first{versus}, draft {st.draft_seconds:.2f} s, "
               f"rounds of the target alone {st.rounds_drafting_paused}/{st.rounds}", flush=True)
@@ -45,8 +45,8 @@ def main() -> None:
     for round_ in range(args.rounds):
         print(f"round {round_ + 1}: the target alone", flush=True)
         alone, expected = run("none")
-        for kind in ("an emptied verdict", "the verdict the run before left"):
-            if kind == "an emptied verdict":
+        for kind, emptied in (("an emptied verdict", True), ("the verdict the run before left", False)):
+            if emptied:
                 pipe.measurements.put(pipe.guard_name(key), None, write=False)
             print(f"round {round_ + 1}: the default from {kind}", flush=True)
             run("auto", alone, expected)

@@ -38,7 +38,7 @@ def main() -> None:
         pipe.draft.reset()
         result = pipe.generate(ids, config, algorithm="none" if kind == "alone" else "auto", record_target_calls=True)
         st = result.stats
-        rate = (len(result.token_ids) - 1) / (st.seconds - st.first_token_seconds)
+        rate = 1 / st.time_per_output_token  # tokens/s after the first
         passes = statistics.median(c.seconds for c in st.target_calls[1:])
         print(f"{kind:7s} {rate:6.2f} tokens/s after the first, target pass {passes * 1e3:6.1f} ms, draft "
               f"{st.draft_seconds:.2f} s, rounds paused {st.rounds_drafting_paused}/{st.rounds}", flush=True)
