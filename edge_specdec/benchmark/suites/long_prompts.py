@@ -109,17 +109,18 @@ def suite_prompts(engine, lengths: list[int], tasks: list[str]) -> dict[str, lis
 
 
 def ours_pipeline(bundle: str, kv_cache: Optional[str] = None, core=None, long_prompt_precision: str = "auto",
-                  draft: bool = True):
+                  draft: bool = True, prefix_reuse: bool = False):
     """Our Pipeline as the suite runs it: the engine's defaults as the Python API and serve open it (static copies
     for a small draft's most-run call sizes among them: the desktop apps that send long prompts talk to serve), but
-    no prefix reuse (each run prefills the whole prompt) and no draft pool (a repeat must not copy the answer of the
-    run before it); draft=False: the bundle's target alone, its draft not loaded (what a row of the target alone
-    measures, as GenAI's row holds the target alone)."""
+    no prefix reuse (each run prefills the whole prompt; prefix_reuse=True: the target keeps the prompt's KV from
+    one run to the next) and no draft pool (a repeat must not copy the answer of the run before it); draft=False:
+    the bundle's target alone, its draft not loaded (what a row of the target alone measures, as GenAI's row holds
+    the target alone)."""
     from ...bundle import load_bundle
     from ...runtime import Pipeline
 
     loaded = load_bundle(bundle, verify=False)
-    return Pipeline(loaded if draft else loaded.without_draft(), kv_cache=kv_cache, prefix_reuse=False,
+    return Pipeline(loaded if draft else loaded.without_draft(), kv_cache=kv_cache, prefix_reuse=prefix_reuse,
                     draft_pool_tokens=0, core=core, long_prompt_precision=long_prompt_precision)
 
 
@@ -132,12 +133,12 @@ def add_one_prompt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
 
 
-def one_prompt(args: argparse.Namespace):
-    """For such a script: our Pipeline as this suite opens it (ours_pipeline), the prompt's token ids, and the
-    greedy config of its runs (EOS ignored, so each writes --max-new-tokens tokens)."""
+def one_prompt(args: argparse.Namespace, prefix_reuse: bool = False):
+    """For such a script: our Pipeline as this suite opens it (ours_pipeline, with prefix_reuse), the prompt's token
+    ids, and the greedy config of its runs (EOS ignored, so each writes --max-new-tokens tokens)."""
     from ...runtime import GenerationConfig
 
-    pipe = ours_pipeline(args.bundle)
+    pipe = ours_pipeline(args.bundle, prefix_reuse=prefix_reuse)
     ids = suite_prompts(pipe, [args.length], [args.task])[f"{args.length}/{args.task}"]
     return pipe, ids, GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0, ignore_eos=True)
 
