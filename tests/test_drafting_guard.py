@@ -372,6 +372,19 @@ def test_a_verdict_for_drafting_counts_the_drafts_entry_that_every_run_pays_agai
         assert guard.entry_seconds_per_token() == pytest.approx(1.56 / guard.tokens)
 
 
+def test_a_sure_loss_keeps_the_verdict_from_before_it_whatever_the_drafts_entry_cost():
+    """A prompt the draft does not know after prompts on which drafting won by far: the verdict the next request
+    starts from is the one from before this prompt, drafting. The entry this run paid (0.5 s of prefill) is spread
+    over a whole run's tokens at its end, not over the 4 tokens written when the sure loss came, which would have
+    turned that verdict into one for the target alone."""
+    guard = DraftingGuard(prior={"mode": True, "interval": 64, "drafting": [50.0, 0.1], "alone": [1.8, 0.06]})
+    guard.update(True, 1, 0.6, first=True, draft_seconds=0.5)  # the prompt's round: the draft's prefill
+    for _ in range(3):  # rounds that keep nothing: a sure loss
+        guard.update(True, 1, 0.16, draft_seconds=0.04)
+    assert guard.sure_lost and guard.before_loss["mode"] is True
+    assert guard.learned()["mode"] is True
+
+
 def test_after_a_long_prompt_a_verdict_for_the_target_alone_keeps_its_whole_countdown():
     """After a long prompt a check of drafting costs the draft's prefill of its window: the runs there wait out the
     countdown the verdict carries (here 50 rounds), as many runs lost as it counts, and still count them."""

@@ -329,11 +329,17 @@ class DraftingGuard:
         mode = self.before if self.probing else self.mode
         if self.sure_lost and (mode or (self.lost == 0 and self.before_loss is not None)):
             return self.before_loss if mode else {**self.before_loss, "lost": 1}
+        return self._verdict(mode, count_entry=True)
+
+    def _verdict(self, mode: bool, count_entry: bool) -> Optional[dict]:
+        """The verdict of the rates measured so far, for a run now in `mode`; count_entry: at the run's end, where
+        its tokens spread the draft's entry (not mid-run, where a few rounds' tokens would carry all of it)."""
         if not self.rates[True][1] or not self.rates[False][1]:
             return None
         # drafting whose rate wins within the run but not once the next run's entry is paid: a verdict for the
         # target alone, drafting measured again after a whole interval
-        entry_loses = mode and self._faster() and not self._faster(self.entry_seconds_per_token())
+        entry_loses = (count_entry and mode and self._faster()
+                       and not self._faster(self.entry_seconds_per_token()))
         mode = mode and not entry_loses
         # a run that ends on the target alone adds itself to the runs that found drafting losing, if it measured
         # drafting (a run too short to check it carries the count over as it found it)
@@ -376,7 +382,7 @@ class DraftingGuard:
         if stretch and self.left > 0:
             if self.sure_loss():
                 if not self.sure_lost:
-                    self.before_loss, self.sure_lost = self.learned(), True
+                    self.before_loss, self.sure_lost = self._verdict(self.mode, count_entry=False), True
                 # this request's drafting rounds are the measurement: earlier rates (another prompt's) are set aside
                 self.rates = {True: self._stretch_rate(), False: [0.0, 0.0]}
                 self.left = 0
