@@ -276,13 +276,7 @@ class DraftingGuard:
     quick_recheck False (a run after a long prompt): a verdict for the target alone keeps its whole countdown, as
     many runs lost as there were, as before the count existed, and its countdown may run to the whole interval (up
     to `8 * recheck` rounds, not `4 * recheck`). There the first drafting round prefills the draft's window of the
-    prompt, a cost the early checks were not measured against, and a run that checks drafting pays it.
-
-    The run's first drafting round also feeds the draft what the run gave it (the prompt, or its window after a long
-    prompt): within the run a cost already paid, so not counted, but one every run that drafts pays again. A
-    verdict for drafting is left only where drafting still wins with that cost (the draft's seconds in that round
-    over its usual round's) spread over the tokens this run wrote (`entry_seconds_per_token`); where it does not,
-    the verdict is for the target alone, as after a run that found drafting losing."""
+    prompt, a cost the early checks were not measured against, and a run that checks drafting pays it."""
 
     def __init__(self, warmup: int = 4, probe: int = 2, recheck: int = 32, decay: float = 0.8,
                  prior: Optional[dict] = None, early: int = 3, quick_recheck: bool = True):
@@ -301,9 +295,6 @@ class DraftingGuard:
         self.lost = 0  # runs in a row, before this one, that found drafting losing (see the class docstring)
         self.measured_drafting = False  # this run drafted a round after its first
         self.drafted_last = True  # whether the last round drafted (the run's first round is not counted either way)
-        self.tokens = 0  # tokens this run's rounds wrote
-        self.entry_draft_seconds: Optional[float] = None  # the draft's seconds in this run's first drafting round
-        self.drafting_draft = [0, 0.0]  # this run's other drafting rounds: [rounds, the draft's seconds in them]
         if prior:
             self.rates = {True: list(prior["drafting"]), False: list(prior["alone"])}
             self.mode = self.before = bool(prior["mode"])
@@ -329,24 +320,13 @@ class DraftingGuard:
         mode = self.before if self.probing else self.mode
         if self.sure_lost and (mode or (self.lost == 0 and self.before_loss is not None)):
             return self.before_loss if mode else {**self.before_loss, "lost": 1}
-        return self._verdict(mode, count_entry=True)
-
-    def _verdict(self, mode: bool, count_entry: bool) -> Optional[dict]:
-        """The verdict of the rates measured so far, for a run now in `mode`; count_entry: at the run's end, where
-        its tokens spread the draft's entry (not mid-run, where a few rounds' tokens would carry all of it)."""
         if not self.rates[True][1] or not self.rates[False][1]:
             return None
-        # drafting whose rate wins within the run but not once the next run's entry is paid: a verdict for the
-        # target alone, drafting measured again after a whole interval
-        entry_loses = (count_entry and mode and self._faster()
-                       and not self._faster(self.entry_seconds_per_token()))
-        mode = mode and not entry_loses
         # a run that ends on the target alone adds itself to the runs that found drafting losing, if it measured
         # drafting (a run too short to check it carries the count over as it found it)
         lost = 0 if mode else min(MOST_LOST, self.lost + 1) if self.measured_drafting else max(1, self.lost)
-        # (a probe cut short: the next run checks at once)
-        left = self.interval if entry_loses else 0 if self.probing else max(0, self.left)
-        return {"mode": mode, "interval": self.interval, "left": left,
+        return {"mode": mode, "interval": self.interval,
+                "left": 0 if self.probing else max(0, self.left),  # (a probe cut short: the next run checks at once)
                 **({"lost": lost} if lost else {}),
                 "drafting": [round(v, 6) for v in self.rates[True]], "alone": [round(v, 6) for v in self.rates[False]]}
 
@@ -362,13 +342,6 @@ class DraftingGuard:
         # tokens written meanwhile): a prefill drafting pays once on coming back, not a round's price, so it is not
         # counted, as the run's first round is not
         first, self.drafted_last = first or (drafted and not self.drafted_last), drafted
-        self.tokens += tokens
-        if drafted and draft_seconds is not None:
-            if self.entry_draft_seconds is None:
-                self.entry_draft_seconds = draft_seconds
-            elif not first:  # (a later catch-up is no usual round either)
-                self.drafting_draft[0] += 1
-                self.drafting_draft[1] += draft_seconds
         self.alone_rounds += not drafted
         self.measured_drafting = self.measured_drafting or (drafted and not first)
         stretch = drafted and self.mode and not self.probing and not first
@@ -382,7 +355,7 @@ class DraftingGuard:
         if stretch and self.left > 0:
             if self.sure_loss():
                 if not self.sure_lost:
-                    self.before_loss, self.sure_lost = self._verdict(self.mode, count_entry=False), True
+                    self.before_loss, self.sure_lost = self.learned(), True
                 # this request's drafting rounds are the measurement: earlier rates (another prompt's) are set aside
                 self.rates = {True: self._stretch_rate(), False: [0.0, 0.0]}
                 self.left = 0
@@ -430,22 +403,11 @@ class DraftingGuard:
         rounds, kept, draft_s, target_s = self.stretch
         return [rounds + kept, draft_s + target_s]
 
-    def entry_seconds_per_token(self) -> float:
-        """What the draft's entry into this run cost (its seconds in the run's first drafting round over those of
-        its usual drafting round: the prompt, or its window, fed to it), per token the run wrote; 0 when unknown."""
-        if self.entry_draft_seconds is None or not self.tokens:
-            return 0.0
-        rounds, seconds = self.drafting_draft
-        usual = seconds / rounds if rounds else 0.0
-        return max(0.0, self.entry_draft_seconds - usual) / self.tokens
-
-    def _faster(self, drafting_extra: float = 0.0) -> bool:
-        """Does drafting write tokens at least as fast as the target alone, with drafting_extra seconds added to
-        each of its tokens?"""
+    def _faster(self) -> bool:
         (dt, ds), (at, as_) = self.rates[True], self.rates[False]
         if not ds or not as_:
             return True
-        return dt / (ds + dt * drafting_extra) >= at / as_
+        return dt / ds >= at / as_
 
 
 class DraftLength:
