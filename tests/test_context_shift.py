@@ -113,6 +113,63 @@ def test_tool_calls_go_with_their_results_and_never_a_result_without_its_call():
     assert not any(m["role"] == "tool" for m in kept[:kept.index(messages[6])])
 
 
+def chars(kept: list[dict]) -> list[int]:
+    """A token per character of the messages' contents."""
+    return [0] * sum(len(m["content"]) for m in kept)
+
+
+def test_later_instructions_stay_and_user_messages_in_a_row_are_one_turn():
+    """A system or developer message after the first exchange instructs the turns after it: the shift keeps it.
+    A document and the question about it, two user messages in a row, are one turn: they go, or stay, together."""
+    later = {"role": "system", "content": "answer in French"}
+    messages = [{"role": "developer", "content": "d" * 5},
+                {"role": "user", "content": "u" * 40}, {"role": "assistant", "content": "a" * 5},
+                later,
+                {"role": "user", "content": "DOC" + "d" * 20}, {"role": "user", "content": "summarize it"},
+                {"role": "assistant", "content": "b" * 5},
+                {"role": "user", "content": "q" * 10}]
+    assert exchanges(messages) == (1, [(1, 4), (4, 7), (7, 8)])
+    kept, ids, dropped = shift(messages, chars, context=100, wanted=25)  # the first exchange goes, not `later`
+    assert kept == messages[:1] + messages[3:] and dropped == 2 and len(ids) == 71
+    kept, ids, dropped = shift(messages, chars, context=100, wanted=40)  # the document's turn goes whole
+    assert kept == [messages[0], later, messages[-1]] and dropped == 5 and len(ids) == 31
+
+
+def test_the_refusal_names_the_tool_results_of_the_last_turn():
+    messages = [{"role": "system", "content": "s" * 5}, {"role": "user", "content": "u" * 10},
+                {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "content": "r" * 90}]
+    with pytest.raises(ContextOverflowError, match="15 tokens over. The system prompt and the last user turn with "
+                                                   "its tool calls and results alone do not fit.*a tool result"):
+        shift(messages, chars, context=100, wanted=10)
+
+
+def test_a_shift_asked_for_more_than_fits_keeps_what_leaves_the_room_needed():
+    """A request that asked for no number of tokens (the server's case) needs room for one: the shift drops what
+    it can and the answer gets the room left, where without the shift it would get the room left too."""
+    messages = [{"role": "system", "content": "s" * 5}, {"role": "user", "content": "u" * 30},
+                {"role": "assistant", "content": "a" * 5}, {"role": "user", "content": "q" * 80}]
+    with pytest.raises(ContextOverflowError, match="10 tokens over"):
+        shift(messages, chars, context=100, wanted=25)
+    kept, ids, dropped = shift(messages, chars, context=100, wanted=25, needed=1)
+    assert kept == [messages[0], messages[-1]] and len(ids) == 85 and dropped == 2
+
+
+def test_a_shifted_turn_that_fails_leaves_the_conversation_as_it_was(engine):
+    chat = engine.start_chat(system=SYSTEM, on_overflow="shift")
+    for message in history(len(TURNS))[1:]:
+        chat.add(message["role"], message["content"])
+    before = list(chat.messages)
+
+    def gone(piece):
+        raise RuntimeError("the client went away")
+    with pytest.raises(RuntimeError, match="the client went away"):
+        chat.ask("and now?", CONFIG, on_text=gone, algorithm="standard")
+    assert chat.messages == before  # the dropped messages too, not only the question
+    result = chat.ask("and now?", CONFIG, algorithm="standard")  # and the turn, asked again, shifts as it would
+    assert result.extra["context_shift"]["dropped_messages"] > 0
+
+
 def test_the_system_prompt_and_the_last_message_that_alone_do_not_fit_are_refused(engine):
     chat = engine.start_chat(system=" ".join(TURNS[:3]), on_overflow="shift")
     chat.add("user", TURNS[3])
@@ -121,7 +178,7 @@ def test_the_system_prompt_and_the_last_message_that_alone_do_not_fit_are_refuse
     alone = engine.chat_prompt([chat.messages[0], {"role": "user", "content": question}])
     over = len(alone) + CONFIG.max_new_tokens - CONTEXT
     assert over > 0
-    with pytest.raises(ContextOverflowError, match=f"{over} tokens over. The system prompt and the last message"):
+    with pytest.raises(ContextOverflowError, match=f"{over} tokens over. The system prompt and the last user turn alone"):
         chat.ask(question, CONFIG, algorithm="standard")
     assert [m["content"] for m in chat.messages[1:]] == [TURNS[3], "ok"]
 

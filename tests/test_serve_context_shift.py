@@ -109,4 +109,24 @@ def test_a_system_prompt_and_last_message_past_the_context_get_a_400_even_with_t
     with serve(engine, context_shift=True) as running:
         status, answer = chat(running, messages)
     assert status == 400 and answer["error"]["code"] == "context_length_exceeded", answer
-    assert f"{over} tokens over. The system prompt and the last message alone" in answer["error"]["message"]
+    assert f"{over} tokens over. The system prompt and the last user turn alone" in answer["error"]["message"]
+
+
+def test_a_chat_without_max_tokens_is_answered_with_the_shift_where_it_is_without(engine):
+    """Without max_tokens the shift aims at a quarter of the context, but a request whose system prompt and last
+    question leave less than that still gets the room left, as on a server without the shift, not a 400."""
+    words = 10
+    while len(engine.chat_prompt([SYSTEM, question := {"role": "user", "content": " ".join(
+            f"w{i}" for i in range(words))}])) <= CONTEXT - CONTEXT // 8:
+        words += 5
+    alone = len(engine.chat_prompt([SYSTEM, question]))
+    assert alone + 1 <= CONTEXT < alone + CONTEXT // 4
+    messages = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}, question]
+    answers = {}
+    for context_shift in (False, True):
+        with serve(engine, context_shift=context_shift) as running:
+            answers[context_shift] = chat(running, messages, max_tokens=None, ignore_eos=False)
+    for status, answer in answers.values():
+        assert status == 200, answer
+    assert answers[True][1]["edge_specdec"]["context_shift"]["dropped_messages"] == 2
+    assert answers[True][1]["usage"]["prompt_tokens"] == alone

@@ -108,11 +108,14 @@ class Conversation:
             return self._answer(config, on_text, options)
 
     def _answer(self, config, on_text, options) -> Result:
-        prompt, dropped = self._fit(self.prompt_ids(), config)
+        # the kept messages replace the conversation's only once the turn is answered: a turn that fails leaves it
+        # as it was, the older messages too
+        kept, prompt, dropped = self._fit(self.prompt_ids(), config)
         result = self.session.generate(prompt, config, on_text=on_text, **options)
         record = shift_record(dropped, len(prompt), result.stats.prompt_tokens_reused)
         if record is not None:
             result.extra["context_shift"] = record
+        self.messages[:] = kept
         self.messages.append({"role": "assistant", "content": result.text})
         self.ids = prompt + self._tokens_of(result)
         return result
@@ -126,20 +129,20 @@ class Conversation:
             return self.ids + self._encode_more(rendered[len(seen):])
         return self.engine.chat_prompt(self.messages)
 
-    def _fit(self, prompt: list[int], config: Optional[GenerationConfig]) -> tuple[list[int], int]:
-        """The turn's prompt and the number of messages dropped to fit it with max_new_tokens in the context: the
-        prompt as it is when it fits; else refused, or (on_overflow "shift") the kept messages' prompt."""
+    def _fit(self, prompt: list[int], config: Optional[GenerationConfig]) -> tuple[list[dict], list[int], int]:
+        """The messages the turn answers, their prompt and the number of messages dropped to fit it with
+        max_new_tokens in the context: the messages as they are when they fit; else refused, or (on_overflow
+        "shift") the kept messages and their prompt."""
         context = self.engine.target_model.max_context
         defaults = self.engine.default_config
         wanted = (defaults if config is None else config.with_defaults(defaults)).max_new_tokens
         if context is None or len(prompt) + wanted <= context:
-            return prompt, 0
+            return self.messages, prompt, 0
         if self.on_overflow == "error":
             raise ContextOverflowError(overflow_message(
                 context, len(prompt), wanted, "Reset the conversation, lower max_new_tokens, or let it drop its "
                 "oldest messages: start_chat(on_overflow='shift'), or `edge-specdec chat --context-shift`."))
-        self.messages, prompt, dropped = shift(self.messages, self.engine.chat_prompt, context, wanted)
-        return prompt, dropped
+        return shift(self.messages, self.engine.chat_prompt, context, wanted)
 
     def _tokens_of(self, result: Result) -> list[int]:
         """The answer's tokens whose text the answer's text starts with: a final EOS goes (the template writes it

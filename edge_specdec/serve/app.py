@@ -241,11 +241,14 @@ class Server:
     async def fit_prompt(self, engine: Engine, parsed: ParsedRequest, prompt_ids: list[int]) -> tuple[list[int], int]:
         """The prompt to generate from and how many messages went: with --context-shift, a chat whose prompt
         leaves less room than it wants (max_tokens, else a quarter of the context up to --max-tokens) loses its
-        oldest exchanges after the system prompt (see context_shift.py); any other prompt as it is."""
+        oldest exchanges after the system prompt (see context_shift.py); any other prompt as it is. A request
+        without max_tokens is refused only where a server without the shift refuses it too (no room for one
+        token); otherwise its answer gets the room left (fit_context)."""
         context = engine.target_model.max_context
         if not self.settings.context_shift or parsed.kind != "chat" or context is None:
             return prompt_ids, 0
         wanted = min(parsed.max_tokens or context - int(context * SHIFT_FILL), self.settings.max_tokens)
+        needed = parsed.max_tokens or 1
         if len(prompt_ids) + wanted <= context:
             return prompt_ids, 0
 
@@ -254,7 +257,7 @@ class Server:
 
         try:
             parsed.messages, prompt_ids, dropped = await asyncio.get_running_loop().run_in_executor(
-                None, shift, parsed.messages, tokenize, context, wanted)
+                None, shift, parsed.messages, tokenize, context, wanted, needed)
         except ContextOverflowError as exc:
             raise RequestError(str(exc), param="messages", code="context_length_exceeded") from None
         return prompt_ids, dropped
