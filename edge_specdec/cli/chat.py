@@ -14,8 +14,8 @@ from typing import Callable, Optional, TextIO
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from ..runtime.session import ContextOverflowError
-from .common import (add_decoding_options, add_engine_options, decoding_settings, open_pipeline, plural, say,
-                     stats_line)
+from .common import (add_decoding_options, add_engine_options, decoding_settings, open_pipeline, plural,
+                     prefill_line, printing_text, say, stats_line)
 
 CHAT_EXAMPLES = """\
 examples:
@@ -69,9 +69,10 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
         if command == "/help":
             say("\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items()))
             continue
+        progress = prefill_line() if interactive else None
         try:
             result = chat.ask(line.rstrip("\r\n"), config,  # an answer stopped by Ctrl-C stays in the conversation
-                              on_text=lambda piece: print(piece, end="", flush=True, file=out), speculative=speculative)
+                              on_text=printing_text(out, progress), on_prefill=progress, speculative=speculative)
         except ContextOverflowError as exc:
             if not interactive:
                 raise

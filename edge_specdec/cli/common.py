@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import Callable, Optional, TextIO
 
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
 from ..runtime.devices import AUTO_PREFILL_RATIO, KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
@@ -18,6 +19,39 @@ from ..runtime.suffix import DRAFT_POOL_TOKENS
 def say(message: str) -> None:
     """A message for the person at the terminal (stderr), so that stdout holds only the output."""
     print(message, file=sys.stderr, flush=True)
+
+
+class PrefillLine:
+    """A long prompt's prefill progress on a terminal: one line on stderr, rewritten at each of its calls
+    (Pipeline.generate's on_prefill) and erased before the answer's first text, which shares the screen."""
+
+    def __init__(self, stream: TextIO):
+        self.stream, self.shown = stream, False
+
+    def __call__(self, done: int, total: int) -> None:
+        self.stream.write(f"\r\033[Kprefilling the prompt: {done} of {total} tokens ({100 * done // total} %)")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self.shown = False
+
+
+def prefill_line() -> Optional[PrefillLine]:
+    """A PrefillLine where stderr is a terminal; None where it goes to a file or a pipe (a log keeps no such line)."""
+    return PrefillLine(sys.stderr) if sys.stderr.isatty() else None
+
+
+def printing_text(out: TextIO, progress: Optional[PrefillLine]) -> Callable[[str], None]:
+    """An on_text that prints each piece of the answer to `out` as it comes, the prefill's line erased first."""
+    def show(text: str) -> None:
+        if progress is not None:
+            progress.clear()
+        print(text, end="", flush=True, file=out)
+    return show
 
 
 def plural(count: int, noun: str, nouns: str = "") -> str:

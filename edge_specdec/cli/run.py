@@ -11,7 +11,8 @@ from ..benchmark import compare
 from ..errors import EdgeSpecdecError
 from ..runtime.algorithms import DRAFT_TOKENS, algorithms_help
 from .chat import chat_loop
-from .common import add_constraint_options, add_decoding_options, add_engine_options, decoding_settings, open_pipeline, say, stats_line
+from .common import (add_constraint_options, add_decoding_options, add_engine_options, decoding_settings, open_pipeline,
+                     prefill_line, printing_text, say, stats_line)
 
 RUN_EXAMPLES = f"""\
 examples:
@@ -110,8 +111,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         prompt = pipe.chat_prompt([{"role": "user", "content": prompt}])
     if args.compare:
         compare.warm_up(pipe, prompt, config, speculative)
-    stream = None if args.json else (lambda text: print(text, end="", flush=True))
-    result = pipe.generate(prompt, config, speculative, on_text=stream)
+    progress = None if args.json else prefill_line()
+    stream = None if args.json else printing_text(sys.stdout, progress)
+    result = pipe.generate(prompt, config, speculative, on_text=stream, on_prefill=progress)
+    if progress is not None:
+        progress.clear()  # (a run that wrote no text)
     comparison = compare.against_target_alone(pipe, prompt, config, result) if args.compare else None
     if not result.exact:
         why = pipe.target_model.exactness_note or ("the target's session is not block-invariant: --kv-rollback "

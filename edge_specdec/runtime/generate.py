@@ -167,7 +167,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
              concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True,
              alone_block: Optional[int] = None, grammar: Optional[GrammarState] = None,
-             record_target_calls: bool = False) -> Result:
+             record_target_calls: bool = False, on_prefill: Optional[Callable[[int, int], Any]] = None) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     Each round has four phases (see `decode`): draft (the drafter proposes up to k tokens), verify (one target
@@ -181,8 +181,10 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     both hold, and dropped otherwise (any proposal is lossless, so this changes speed, never the output).
     on_text receives each piece of text as soon as it is final and cannot be part of a stop string (a TextPiece:
     a str that also says where its characters came from); if it returns True, generation stops (stop_reason
-    "stopped"), and so it does when `cancel` is set (checked every round). Ctrl-C stops cleanly too: the result
-    holds what was generated, with stop_reason "interrupted".
+    "stopped"), and so it does when `cancel` is set (checked every round, and between the calls of a long prompt's
+    prefill). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
+    on_prefill(done, total): called between the calls of a prompt prefilled in several (a long one) with the
+    prompt's tokens in the cache so far and the prompt's length (a progress bar's figures).
     A drafter whose model runs out of context stops drafting: the target alone finishes the run. alone_block:
     the target's min_block in a round that drafts nothing, which then steps as the target alone steps.
     reuse_prefix: keep the part of the target's cache that the prompt starts with (a block-invariant target
@@ -215,11 +217,13 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     target.end_prompt(prompt_ids)
     target.reserve(max(len(prompt_ids) + config.max_new_tokens, target.prefill_reach))
     floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
+    target.between_calls = prefill_watch(len(prompt_ids), on_prefill, cancel)
     try:
         reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,
                             floors, grammar, len(prompt_ids)), list(prompt_ids))
     finally:
         target.min_block = floors[0]  # as the caller set it
+        target.between_calls = None
         if ahead:
             ahead.close()
     stats.new_tokens, stats.seconds = len(output.tokens), time.perf_counter() - start
@@ -228,6 +232,28 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     extra = {"constraint_complete": grammar.complete} if grammar is not None else {}
     return Result(output.finish(reason), output.tokens, stats, reason, extra, exact=exact,
                   logprobs=output.logprobs if config.wants_logprobs else None)
+
+
+class PrefillStopped(Exception):
+    """A run was cancelled between two calls of its prompt's prefill."""
+
+
+def prefill_watch(prompt_length: int, on_prefill: Optional[Callable[[int, int], Any]],
+                  cancel: Optional[threading.Event]) -> Optional[Callable[[int], None]]:
+    """What the target calls between the calls of a feed that takes several (ModelSession.between_calls) during a
+    run: while the cache holds less than the prompt, it stops a cancelled run (PrefillStopped: the cache keeps the
+    prompt's tokens fed so far, reused by a later request that starts with them) and reports the progress."""
+    if on_prefill is None and cancel is None:
+        return None
+
+    def watch(length: int) -> None:
+        if length >= prompt_length:  # a later round's calls
+            return
+        if on_prefill is not None:
+            on_prefill(length, prompt_length)
+        if cancel is not None and cancel.is_set():  # (set before the run, meanwhile, or by on_prefill itself)
+            raise PrefillStopped
+    return watch
 
 
 @dataclass
@@ -312,6 +338,8 @@ def decode(r: Run, seq: list[int]) -> str:
                 reason = "stopped"
     except KeyboardInterrupt:
         reason = "interrupted"
+    except PrefillStopped:
+        reason = "stopped"
     return reason
 
 

@@ -579,15 +579,16 @@ class DecodingSession:
                  speculative: Optional[SpeculativeConfig] = None, *,
                  on_text: Optional[Callable[[str], Optional[bool]]] = None,
                  cancel: Optional[threading.Event] = None, record_target_calls: bool = False,
-                 **settings) -> Result:
+                 on_prefill: Optional[Callable[[int, int], Any]] = None, **settings) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
         config: what to generate, the sampling and stopping; a field it leaves unset takes the bundle's default
         (the engine's default_config, as the manifest records it; see GenerationConfig). speculative:
         how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults); its fields may be given
         as keyword arguments instead, `generate(prompt, algorithm="slem")`. on_text receives the text as it
-        becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round,
-        from any thread). A seeded sampled run reproduces with every setting: the cost policy then prices its
+        becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round
+        and between the calls of a long prompt's prefill, from any thread). on_prefill(done, total) hears, between
+        those calls, how many of the prompt's tokens are in the cache (a progress bar for a long prompt). A seeded sampled run reproduces with every setting: the cost policy then prices its
         rounds from the models' weight sizes instead of the clock (see `weight_prices`). The output is the
         target's whatever `speculative` says. record_target_calls: keep each target pass's size, past length and
         seconds in result.stats.target_calls (a measurement, see generate.TargetCall; off by default).
@@ -631,7 +632,7 @@ class DecodingSession:
                               rng, on_text, concurrent=concurrent, cancel=cancel,
                               reuse_prefix=engine.config.prefix_reuse,
                               alone_block=engine.block_shapes(0, False)["target"], grammar=grammar,
-                              record_target_calls=record_target_calls)
+                              record_target_calls=record_target_calls, on_prefill=on_prefill)
         if length.guard is not None:
             engine.remember_guard(guard_key(entry, config, len(prompt_ids)), length.guard.learned())
         if engine.draft_pool is not None and speculative.pool_scope is not None:

@@ -410,6 +410,9 @@ class ModelSession:
         # the token ids of the text the chat template writes where an answer starts (see "A chat's turns" above;
         # set by the pipeline, empty: none known)
         self.answer_opening: tuple[int, ...] = ()
+        # called with the cache's length after each call of a feed that takes several (a long prompt's pieces): a
+        # run's watch of its prompt's prefill (generate.py), which reports progress and stops a cancelled run there
+        self.between_calls: Optional[Callable[[int], None]] = None
         self.reset()
 
     @property
@@ -644,6 +647,8 @@ class ModelSession:
             logits = feed(tokens, max(wanted, 1))
             if wanted > 0:
                 kept.append(logits[-wanted:])
+            if self.between_calls is not None and end < total:
+                self.between_calls(self.length)
         return np.concatenate(kept)
 
     def _feed_blocks(self, tokens: list[int], rows: int) -> np.ndarray:

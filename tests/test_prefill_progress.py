@@ -1,0 +1,106 @@
+"""A long prompt's prefill, fed in several calls: on_prefill hears its progress between them, and a run cancelled
+there stops before its first token (a server's client that left, a user's stop); the cache keeps the prompt's tokens
+fed so far, and a later run on the prompt reuses them and writes what a fresh session writes."""
+from __future__ import annotations
+
+import io
+import re
+import sys
+import threading
+
+import pytest
+
+from support import OTHER_VOCAB, SAME_VOCAB, bits
+from test_long_prompt_prefill import PRECISION
+from test_sequences_generate import GREEDY, PROMPT, engines, small_threshold  # noqa: F401 (fixtures)
+
+LONG = PROMPT * 3  # several calls on the tiny models, on the prefill copy and without it
+
+
+def prefill_calls(engine) -> int:
+    """How many calls the target's session feeds LONG's prompt in (its watch is called between them)."""
+    lengths: list[int] = []
+    session = engine.session()
+    session.generate(LONG, GREEDY, algorithm="none", on_prefill=lambda done, total: lengths.append(done))
+    return len(lengths) + 1
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["blocks", "prefill-copy"])
+def test_on_prefill_hears_the_prompts_tokens_in_the_cache_between_its_calls(engines, small_threshold, copy):
+    engine = engines(SAME_VOCAB, **({"long_prompt_precision": PRECISION} if copy else {}))
+    prompt = engine.tokenizer.encode(LONG)
+    heard: list[tuple[int, int]] = []
+    session = engine.session()
+    result = session.generate(prompt, GREEDY, algorithm="standard", on_prefill=lambda *a: heard.append(a))
+    assert len(heard) == prefill_calls(engine) - 1 >= 1, heard
+    assert all(total == len(prompt) for _, total in heard)
+    done = [d for d, _ in heard]
+    assert done == sorted(set(done)) and 0 < done[0] and done[-1] < len(prompt)
+    alone = engine.session().generate(prompt, GREEDY, algorithm="standard")  # no watch: the same run
+    assert result.token_ids == alone.token_ids and bits(result.logprobs) == bits(alone.logprobs)
+
+
+@pytest.mark.parametrize("pair,algorithm,copy", [(SAME_VOCAB, "none", True), (SAME_VOCAB, "standard", False),
+                                                 (OTHER_VOCAB, "slem", True)])
+def test_a_run_cancelled_during_its_prefill_stops_and_the_next_reuses_what_was_fed(engines, small_threshold, pair,
+                                                                                 algorithm, copy):
+    engine = engines(pair, **({"long_prompt_precision": PRECISION} if copy else {}))
+    prompt = engine.tokenizer.encode(LONG)
+    cancel, at = threading.Event(), []
+
+    def stop_after_the_first_call(done, total):
+        at.append(done)
+        cancel.set()
+    session = engine.session()
+    stopped = session.generate(prompt, GREEDY, algorithm=algorithm, cancel=cancel,
+                               on_prefill=stop_after_the_first_call)
+    assert stopped.stop_reason == "stopped" and stopped.token_ids == [] and len(at) == 1
+    assert session.target.tokens == prompt[:at[0]]  # the calls made, nothing more
+    again = session.generate(prompt, GREEDY, algorithm=algorithm)
+    fresh = engine.session().generate(prompt, GREEDY, algorithm=algorithm)
+    assert again.stats.prompt_tokens_reused == at[0] > 0
+    assert again.token_ids == fresh.token_ids and bits(again.logprobs) == bits(fresh.logprobs)
+
+
+def test_a_run_cancelled_before_it_starts_stops_after_its_first_prefill_call(engines, small_threshold):
+    """A request whose client left while it waited for its slot: one call, not the whole prompt."""
+    engine = engines(SAME_VOCAB)
+    cancel = threading.Event()
+    cancel.set()
+    session = engine.session()
+    stopped = session.generate(LONG, GREEDY, algorithm="none", cancel=cancel)
+    assert stopped.stop_reason == "stopped" and stopped.token_ids == []
+    assert 0 < session.target.length < len(engine.tokenizer.encode(LONG)) and prefill_calls(engine) >= 2
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.slow  # opens the demo's engine
+def test_run_on_a_terminal_shows_the_prefills_line_then_erases_it_before_the_text(monkeypatch, capsys):
+    from edge_specdec.cli import main
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    prompt = "def parse(text):\n    words = []\n    for w in text.split():\n        words.append(w)\n" * 30 + "def "
+    assert main(["run", "--prompt", prompt, "--max-new-tokens", "4", "--algorithm", "none"]) == 0
+    shown = err.getvalue()
+    lines = re.findall(r"\r\x1b\[Kprefilling the prompt: (\d+) of (\d+) tokens \((\d+) %\)", shown)
+    assert len(lines) >= 2 and len({total for _, total, _ in lines}) == 1, shown
+    assert [int(done) for done, _, _ in lines] == sorted(int(done) for done, _, _ in lines)
+    last = shown.rindex("prefilling the prompt")
+    assert "\r\x1b[K" in shown[last:]  # erased before the statistics line
+    assert capsys.readouterr().out  # the text went to stdout
+
+
+def test_the_prefills_line_is_only_for_a_terminal(monkeypatch):
+    from edge_specdec.cli.common import PrefillLine, prefill_line
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert prefill_line() is None  # a log or a pipe keeps no rewritten line
+    out = Terminal()
+    line = PrefillLine(out)
+    line.clear()  # nothing shown: nothing to erase
+    line(128, 512)
+    line.clear()
+    assert out.getvalue() == "\r\x1b[Kprefilling the prompt: 128 of 512 tokens (25 %)\r\x1b[K"
