@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from edge_specdec.runtime import PrefillProgress
 from support import OTHER_VOCAB, SAME_VOCAB, bits
 from test_long_prompt_prefill import PRECISION
 from test_sequences_generate import GREEDY, PROMPT, engines, small_threshold  # noqa: F401 (fixtures)
@@ -21,7 +22,7 @@ def prefill_calls(engine) -> int:
     """How many calls the target's session feeds LONG's prompt in (its watch is called between them)."""
     lengths: list[int] = []
     session = engine.session()
-    session.generate(LONG, GREEDY, algorithm="none", on_prefill=lambda done, total: lengths.append(done))
+    session.generate(LONG, GREEDY, algorithm="none", on_prefill=lambda progress: lengths.append(progress.done))
     return len(lengths) + 1
 
 
@@ -29,13 +30,20 @@ def prefill_calls(engine) -> int:
 def test_on_prefill_hears_the_prompts_tokens_in_the_cache_between_its_calls(engines, small_threshold, copy):
     engine = engines(SAME_VOCAB, **({"long_prompt_precision": PRECISION} if copy else {}))
     prompt = engine.tokenizer.encode(LONG)
-    heard: list[tuple[int, int]] = []
+    heard: list[PrefillProgress] = []
     session = engine.session()
-    result = session.generate(prompt, GREEDY, algorithm="standard", on_prefill=lambda *a: heard.append(a))
+    result = session.generate(prompt, GREEDY, algorithm="standard", on_prefill=heard.append)
     assert len(heard) == prefill_calls(engine) - 1 >= 1, heard
-    assert all(total == len(prompt) for _, total in heard)
-    done = [d for d, _ in heard]
+    assert all(p.total == len(prompt) and p.cached == 0 for p in heard)
+    # a run whose prompt starts with what the cache holds: those tokens are counted as cached, and done
+    session = engine.session()
+    session.generate(prompt[:64], GREEDY, algorithm="none")
+    again: list[PrefillProgress] = []
+    reused = session.generate(prompt, GREEDY, algorithm="standard", on_prefill=again.append).stats.prompt_tokens_reused
+    assert len(again) >= 1 and reused > 0 and all(p.cached == reused < p.done for p in again), (reused, again)
+    done, seconds = [p.done for p in heard], [p.seconds for p in heard]
     assert done == sorted(set(done)) and 0 < done[0] and done[-1] < len(prompt)
+    assert seconds == sorted(seconds) and 0 < seconds[0] < result.stats.seconds
     alone = engine.session().generate(prompt, GREEDY, algorithm="standard")  # no watch: the same run
     assert result.token_ids == alone.token_ids and bits(result.logprobs) == bits(alone.logprobs)
 
@@ -48,8 +56,8 @@ def test_a_run_cancelled_during_its_prefill_stops_and_the_next_reuses_what_was_f
     prompt = engine.tokenizer.encode(LONG)
     cancel, at = threading.Event(), []
 
-    def stop_after_the_first_call(done, total):
-        at.append(done)
+    def stop_after_the_first_call(progress):
+        at.append(progress.done)
         cancel.set()
     session = engine.session()
     stopped = session.generate(prompt, GREEDY, algorithm=algorithm, cancel=cancel,
@@ -101,6 +109,6 @@ def test_the_prefills_line_is_only_for_a_terminal(monkeypatch):
     out = Terminal()
     line = PrefillLine(out)
     line.clear()  # nothing shown: nothing to erase
-    line(128, 512)
+    line(PrefillProgress(128, 512, 0, 1.5))
     line.clear()
     assert out.getvalue() == "\r\x1b[Kprefilling the prompt: 128 of 512 tokens (25 %)\r\x1b[K"

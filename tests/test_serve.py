@@ -381,6 +381,68 @@ def test_a_client_that_disconnects_frees_its_slot(chat_bundle, engine):
         assert client(running).completions.create(model="x", prompt="y", max_tokens=4).choices[0].text is not None
 
 
+LONG_PROMPT = "def parse(text):\n    words = text.split()\n    return [w.strip() for w in words]\n\n" * 12 + "x = "
+
+
+def stream_events(running, body: dict) -> list[dict]:
+    """The data objects of a streamed completion, [DONE] left out."""
+    request = urllib.request.Request(running.url + "/v1/completions", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        lines = response.read().decode().splitlines()
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
+def test_return_progress_streams_the_prefills_progress_before_the_text(server):
+    """llama-server's return_progress: a chunk without text after each call of a long prompt's prefill, then the
+    text a request without it gets."""
+    body = {"prompt": LONG_PROMPT, "max_tokens": 8, "stream": True, "temperature": 0, "ignore_eos": True,
+            "stream_options": {"include_usage": True}, "edge_specdec": {"algorithm": "none"}}
+    events = stream_events(server, {**body, "return_progress": True})
+    progress = [e["prompt_progress"] for e in events if "prompt_progress" in e]
+    first_text = next(i for i, e in enumerate(events) if e["choices"] and e["choices"][0]["text"])
+    assert progress and all("prompt_progress" not in e for e in events[first_text:])
+    total = events[-1]["usage"]["prompt_tokens"]
+    assert all(p["total"] == total and 0 <= p["cache"] < p["processed"] < total and p["time_ms"] >= 0
+               for p in progress)
+    assert [p["processed"] for p in progress] == sorted({p["processed"] for p in progress})
+    assert all(e["choices"][0]["text"] == "" for e in events if "prompt_progress" in e)
+    plain = stream_events(server, body)
+    assert not any("prompt_progress" in e for e in plain)
+    text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+    assert text == "".join(e["choices"][0]["text"] for e in plain if e["choices"])
+
+
+def test_a_client_that_leaves_during_a_long_prefill_stops_it_there(chat_bundle, engine):
+    """The client goes while the prompt is prefilled: the run stops after the call under way, before its first
+    token, and the slot is free for the next request."""
+    with serve_in_thread(ServerSettings(bundle=str(chat_bundle), slots=1, queue=0, warm_up=False),
+                         engine) as running:
+        session = running.server.slots.free[0]
+        real = session.generate
+
+        def slow(*args, on_prefill=None, **kwargs):  # a slow device: each call of the prefill takes a second more
+            return real(*args, on_prefill=lambda progress: (on_prefill(progress), time.sleep(1.0)), **kwargs)
+        session.generate = slow
+        body = json.dumps({"prompt": LONG_PROMPT, "max_tokens": 8, "stream": True, "return_progress": True,
+                           "temperature": 0, "edge_specdec": {"algorithm": "none"}}).encode()
+        request = urllib.request.Request(running.url + "/v1/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        response = urllib.request.urlopen(request, timeout=30)
+        while b"prompt_progress" not in (line := response.readline()):
+            assert line, "no progress chunk came"
+        response.close()  # the client leaves during the prefill
+        deadline = time.monotonic() + 10
+        while metric(running, "requests_total", endpoint="completion", outcome="cancelled") < 1:
+            assert time.monotonic() < deadline, "the prefill did not stop"
+            time.sleep(0.05)
+        assert metric(running, "generation_tokens_total") == 0
+        prompt_tokens = len(engine.tokenizer.encode(LONG_PROMPT))
+        assert 0 < session.target.length < prompt_tokens  # stopped between the prefill's calls
+        session.generate = real
+        assert client(running).completions.create(model="x", prompt="y", max_tokens=4).choices[0].text is not None
+
+
 def test_a_client_that_leaves_a_whole_request_stops_it(chat_bundle, engine):
     """Not streamed: the server notices the closed connection while generating and stops within a round."""
     with serve_in_thread(ServerSettings(bundle=str(chat_bundle), slots=1, queue=0, warm_up=False),

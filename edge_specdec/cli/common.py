@@ -11,6 +11,7 @@ from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TO
 from ..runtime.devices import AUTO_PREFILL_RATIO, KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
 from ..runtime.draft_window import DRAFT_WINDOW, MIN_WINDOW
 from ..runtime.drafters import DRAFT_POLICIES
+from ..runtime.generate import PrefillProgress
 from ..runtime.session import ROLLBACK_METHODS
 from ..runtime.settings import DRAFT_VOCAB, SMALL_MODEL_BYTES
 from ..runtime.suffix import DRAFT_POOL_TOKENS
@@ -28,7 +29,8 @@ class PrefillLine:
     def __init__(self, stream: TextIO):
         self.stream, self.shown = stream, False
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, progress: PrefillProgress) -> None:
+        done, total = progress.done, progress.total
         self.stream.write(f"\r\033[Kprefilling the prompt: {done} of {total} tokens ({100 * done // total} %)")
         self.stream.flush()
         self.shown = True

@@ -167,7 +167,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
              rng: Optional[np.random.Generator] = None, on_text: Optional[Callable[[str], None]] = None,
              concurrent: bool = False, cancel: Optional[threading.Event] = None, reuse_prefix: bool = True,
              alone_block: Optional[int] = None, grammar: Optional[GrammarState] = None,
-             record_target_calls: bool = False, on_prefill: Optional[Callable[[int, int], Any]] = None) -> Result:
+             record_target_calls: bool = False,
+             on_prefill: Optional[Callable[["PrefillProgress"], Any]] = None) -> Result:
     """Generate from prompt_ids. Without a drafter this is plain target-only decoding, one token per pass.
 
     Each round has four phases (see `decode`): draft (the drafter proposes up to k tokens), verify (one target
@@ -183,8 +184,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     a str that also says where its characters came from); if it returns True, generation stops (stop_reason
     "stopped"), and so it does when `cancel` is set (checked every round, and between the calls of a long prompt's
     prefill). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
-    on_prefill(done, total): called between the calls of a prompt prefilled in several (a long one) with the
-    prompt's tokens in the cache so far and the prompt's length (a progress bar's figures).
+    on_prefill: called between the calls of a prompt prefilled in several (a long one) with a PrefillProgress (a
+    progress bar's figures).
     A drafter whose model runs out of context stops drafting: the target alone finishes the run. alone_block:
     the target's min_block in a round that drafts nothing, which then steps as the target alone steps.
     reuse_prefix: keep the part of the target's cache that the prompt starts with (a block-invariant target
@@ -217,7 +218,7 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     target.end_prompt(prompt_ids)
     target.reserve(max(len(prompt_ids) + config.max_new_tokens, target.prefill_reach))
     floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
-    target.between_calls = prefill_watch(len(prompt_ids), on_prefill, cancel)
+    target.between_calls = prefill_watch(len(prompt_ids), stats.prompt_tokens_reused, start, on_prefill, cancel)
     try:
         reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,
                             floors, grammar, len(prompt_ids)), list(prompt_ids))
@@ -234,15 +235,27 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
                   logprobs=output.logprobs if config.wants_logprobs else None)
 
 
+class PrefillProgress(NamedTuple):
+    """Where a long prompt's prefill stands, between two of its calls (on_prefill's argument; llama-server's
+    prompt_progress): `done` of the prompt's `total` tokens are in the cache, `cached` of them kept from before the
+    run (a reused prefix), `seconds` since the run started."""
+    done: int
+    total: int
+    cached: int
+    seconds: float
+
+
 class PrefillStopped(Exception):
     """A run was cancelled between two calls of its prompt's prefill."""
 
 
-def prefill_watch(prompt_length: int, on_prefill: Optional[Callable[[int, int], Any]],
+def prefill_watch(prompt_length: int, cached: int, start: float,
+                  on_prefill: Optional[Callable[[PrefillProgress], Any]],
                   cancel: Optional[threading.Event]) -> Optional[Callable[[int], None]]:
     """What the target calls between the calls of a feed that takes several (ModelSession.between_calls) during a
-    run: while the cache holds less than the prompt, it stops a cancelled run (PrefillStopped: the cache keeps the
-    prompt's tokens fed so far, reused by a later request that starts with them) and reports the progress."""
+    run: while the cache holds less than the prompt, it reports the progress and stops a cancelled run
+    (PrefillStopped: the cache keeps the prompt's tokens fed so far, reused by a later request that starts with
+    them)."""
     if on_prefill is None and cancel is None:
         return None
 
@@ -250,7 +263,7 @@ def prefill_watch(prompt_length: int, on_prefill: Optional[Callable[[int, int], 
         if length >= prompt_length:  # a later round's calls
             return
         if on_prefill is not None:
-            on_prefill(length, prompt_length)
+            on_prefill(PrefillProgress(length, prompt_length, cached, time.perf_counter() - start))
         if cancel is not None and cancel.is_set():  # (set before the run, meanwhile, or by on_prefill itself)
             raise PrefillStopped
     return watch

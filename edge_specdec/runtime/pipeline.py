@@ -42,7 +42,7 @@ from .algorithms import (AUTO, DRAFT_TOKENS, REGISTRY, Algorithm, DraftContext, 
 from .batching import Scheduler, batch_invariant
 from .draft_window import ChatHead, chat_head_length
 from .drafters import DraftingGuard, DraftLength
-from .generate import Result, generate
+from .generate import PrefillProgress, Result, generate
 from .grammar import GrammarTokenizer
 from .tool_calls import ToolFormat, tool_format
 from .retokenize import Retokenizer
@@ -579,7 +579,7 @@ class DecodingSession:
                  speculative: Optional[SpeculativeConfig] = None, *,
                  on_text: Optional[Callable[[str], Optional[bool]]] = None,
                  cancel: Optional[threading.Event] = None, record_target_calls: bool = False,
-                 on_prefill: Optional[Callable[[int, int], Any]] = None, **settings) -> Result:
+                 on_prefill: Optional[Callable[[PrefillProgress], Any]] = None, **settings) -> Result:
         """Generate a continuation of prompt (text, or token ids in the target's vocabulary).
 
         config: what to generate, the sampling and stopping; a field it leaves unset takes the bundle's default
@@ -587,8 +587,8 @@ class DecodingSession:
         how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults); its fields may be given
         as keyword arguments instead, `generate(prompt, algorithm="slem")`. on_text receives the text as it
         becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round
-        and between the calls of a long prompt's prefill, from any thread). on_prefill(done, total) hears, between
-        those calls, how many of the prompt's tokens are in the cache (a progress bar for a long prompt). A seeded sampled run reproduces with every setting: the cost policy then prices its
+        and between the calls of a long prompt's prefill, from any thread). on_prefill hears, between those calls,
+        where the prefill stands (a PrefillProgress: a progress bar for a long prompt). A seeded sampled run reproduces with every setting: the cost policy then prices its
         rounds from the models' weight sizes instead of the clock (see `weight_prices`). The output is the
         target's whatever `speculative` says. record_target_calls: keep each target pass's size, past length and
         seconds in result.stats.target_calls (a measurement, see generate.TargetCall; off by default).

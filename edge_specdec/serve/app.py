@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
-from ..runtime.generate import Result
+from ..runtime.generate import PrefillProgress, Result
 from ..runtime.pipeline import DecodingSession, Engine, check_logit_bias
 from ..runtime.sampling import GenerationConfig
 from ..runtime.context_shift import SHIFT_FILL, overflow_message, shift, shift_record
@@ -356,6 +356,9 @@ class Server:
             if first:
                 yield sse(first)
             while (piece := await job.pieces.get()) is not None:
+                if isinstance(piece, PrefillProgress):
+                    yield sse(responder.progress_chunk(piece))
+                    continue
                 logprobs = list(piece.logprobs)
                 for span in piece.spans:
                     text = held.pass_on(span.text)
@@ -494,8 +497,8 @@ def source_name(model: Optional[dict]) -> Optional[str]:
 
 
 class Job:
-    """One request's generate() call on a slot's session, in a worker thread; its text pieces (TextPiece) come to
-    the event loop through `pieces`, then None. When the call returns, the slot goes back to the pool and the
+    """One request's generate() call on a slot's session, in a worker thread; its text pieces (TextPiece), and with
+    return_progress its prefill's progress (PrefillProgress), come to the event loop through `pieces`, then None. When the call returns, the slot goes back to the pool and the
     run is counted in the metrics, whether or not a client is still there to read it. dropped_messages: how many
     messages the context shift took from the request (reported in the result's extra["context_shift"])."""
 
@@ -507,7 +510,7 @@ class Job:
         self.pieces: asyncio.Queue = asyncio.Queue()
         self.prepared = Prepared()  # what the prefix store did for this request's slot
 
-        def on_text(piece) -> None:
+        def on_text(piece) -> None:  # (a PrefillProgress too, with return_progress)
             loop.call_soon_threadsafe(self.pieces.put_nowait, piece)
 
         def run() -> Result:
@@ -516,6 +519,7 @@ class Job:
                 server.metrics.count("prefix_store_hits_total", int(self.prepared.restored))
                 server.metrics.count("prefix_store_evictions_total", self.prepared.evicted)
             result = session.generate(prompt_ids, request.config, on_text=on_text if request.stream else None,
+                                      on_prefill=on_text if request.return_progress else None,
                                       speculative=request.speculative, cancel=self.cancel)
             shifted = shift_record(dropped_messages, len(prompt_ids), result.stats.prompt_tokens_reused)
             if shifted is not None:

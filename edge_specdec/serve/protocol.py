@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..errors import EdgeSpecdecError
-from ..runtime.generate import Result
+from ..runtime.generate import PrefillProgress, Result
 from ..runtime.constraint import Constraint
 from ..runtime.grammar import constraint_problem
 from ..runtime.tool_calls import check_tools
@@ -71,6 +71,7 @@ class ParsedRequest:
     stream: bool = False
     include_usage: bool = False
     model: Optional[str] = None
+    return_progress: bool = False  # stream a long prompt's prefill progress (llama-server's prompt_progress)
     tools: Optional[list[dict]] = None  # chat: the functions the model may call (None: no tools, or tool_choice none)
     tool_choice: Any = "auto"           # "auto", "required" or {"type": "function", "function": {"name": ...}}
     parallel_tool_calls: bool = True
@@ -79,7 +80,7 @@ class ParsedRequest:
 # The fields each endpoint takes. Fields OpenAI clients send that change nothing here are accepted only with a
 # value that changes nothing (see NEUTRAL).
 COMMON = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "user",
-          "top_k", "min_p", "repetition_penalty", "ignore_eos", "edge_specdec", "frequency_penalty",
+          "top_k", "min_p", "repetition_penalty", "ignore_eos", "return_progress", "edge_specdec", "frequency_penalty",
           "presence_penalty", "logit_bias", "metadata", "store", "service_tier"} | set(CONSTRAINT_FIELDS)
 FIELDS = {"chat": COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
                             "tools", "tool_choice", "parallel_tool_calls"},
@@ -132,7 +133,8 @@ def parse_request(body: Any, kind: str, default_repetition_penalty: float = 1.0)
     parsed = ParsedRequest(kind, _messages(body.get("messages")) if kind == "chat" else None,
                            _prompt(body.get("prompt")) if kind == "completion" else None, config, max_tokens,
                            _extension(body.get("edge_specdec")), stream,
-                           bool((stream_options or {}).get("include_usage")), model)
+                           bool((stream_options or {}).get("include_usage")), model,
+                           return_progress=get.boolean("return_progress", False) and stream)
     if body.get("tools") and body.get("tool_choice") != "none":
         if config.constraint is not None:
             raise RequestError("tools and a response format or grammar cannot be combined in one request.",
@@ -527,6 +529,15 @@ class Responder:
         part = {"delta": {"content": text}} if self.chat else {"text": text}
         return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": lp, "finish_reason": None}],
                 "edge_specdec": {"source": source, "tokens": tokens}}
+
+    def progress_chunk(self, progress: PrefillProgress) -> dict:
+        """A chunk without text that says where a long prompt's prefill stands (return_progress), as llama-server
+        sends it: the prompt's tokens in all, those reused from the cache, those in the cache so far, the ms since
+        the run started."""
+        part = {"delta": {}} if self.chat else {"text": ""}
+        return {**self._head(True), "choices": [{"index": 0, **part, "logprobs": None, "finish_reason": None}],
+                "prompt_progress": {"total": progress.total, "cache": progress.cached, "processed": progress.done,
+                                    "time_ms": round(1000 * progress.seconds)}}
 
     def tool_calls_chunk(self, calls: list[dict], logprobs: list[TokenLogprob]) -> dict:
         """The calls of a streamed answer, each whole in one delta (index, id, name and arguments); logprobs: those
