@@ -78,6 +78,9 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
                 raise
             say(f"chat: {exc}")
             continue
+        finally:
+            if progress is not None:
+                progress.clear()  # (an answer that wrote no text, or a failed turn)
         print(file=out, flush=True)
         if "context_shift" in result.extra:
             shifted = result.extra["context_shift"]

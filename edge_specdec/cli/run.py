@@ -113,9 +113,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         compare.warm_up(pipe, prompt, config, speculative)
     progress = None if args.json else prefill_line()
     stream = None if args.json else printing_text(sys.stdout, progress)
-    result = pipe.generate(prompt, config, speculative, on_text=stream, on_prefill=progress)
-    if progress is not None:
-        progress.clear()  # (a run that wrote no text)
+    try:
+        result = pipe.generate(prompt, config, speculative, on_text=stream, on_prefill=progress)
+    finally:
+        if progress is not None:
+            progress.clear()  # (a run that wrote no text, or one that failed)
     comparison = compare.against_target_alone(pipe, prompt, config, result) if args.compare else None
     if not result.exact:
         why = pipe.target_model.exactness_note or ("the target's session is not block-invariant: --kv-rollback "
