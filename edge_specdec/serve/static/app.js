@@ -174,6 +174,7 @@ function requestFor(text) {
     model: state.model,
     stream: true,
     stream_options: { include_usage: true },  // the last chunk: usage, with the prompt tokens reused
+    return_progress: true,  // chunks that say how far a long prompt's prefill got, before the text
     max_tokens: Number($("max-tokens").value),
     temperature: Number($("temperature").value),
     edge_specdec: { algorithm: $("algorithm").value },
@@ -263,11 +264,17 @@ async function send(text) {
         $("stats").dataset.usage = JSON.stringify(chunk.usage);
         if (summary) $("final-stats").textContent = summaryText(summary, chunk.usage);
       }
+      if (chunk.prompt_progress) {  // a long prompt is being read: how far, until the text comes
+        const p = chunk.prompt_progress;
+        setStatus(`reading the prompt: ${p.processed} of ${p.total} tokens`, "busy");
+        continue;
+      }
       const choice = chunk.choices && chunk.choices[0];
       if (!choice) continue;
       const piece = state.chat ? (choice.delta || {}).content : choice.text;
       const info = chunk.edge_specdec || {};
       if (piece) {
+        if (!reply) setStatus("generating…", "busy");  // (after the prompt's progress, if any)
         const source = ["draft", "grammar"].includes(info.source) ? info.source : "target";
         const tokens = info.tokens || 0;
         const span = element("span", "tok " + source, piece);
