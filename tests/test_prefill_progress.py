@@ -19,33 +19,38 @@ LONG = PROMPT * 3  # several calls on the tiny models, on the prefill copy and w
 
 
 def prefill_calls(engine) -> int:
-    """How many calls the target's session feeds LONG's prompt in (its watch is called between them)."""
-    lengths: list[int] = []
-    session = engine.session()
-    session.generate(LONG, GREEDY, algorithm="none", on_prefill=lambda progress: lengths.append(progress.done))
-    return len(lengths) + 1
+    """How many calls the target's session feeds LONG's prompt in (its watch reports between them)."""
+    heard: list[PrefillProgress] = []
+    engine.session().generate(LONG, GREEDY, algorithm="none", on_prefill=heard.append)
+    return sum(0 < p.done < p.total for p in heard) + 1
 
 
 @pytest.mark.parametrize("copy", [False, True], ids=["blocks", "prefill-copy"])
-def test_on_prefill_hears_the_prompts_tokens_in_the_cache_between_its_calls(engines, small_threshold, copy):
+def test_on_prefill_hears_the_prefills_start_its_calls_and_its_end(engines, small_threshold, copy):
     engine = engines(SAME_VOCAB, **({"long_prompt_precision": PRECISION} if copy else {}))
     prompt = engine.tokenizer.encode(LONG)
     heard: list[PrefillProgress] = []
     session = engine.session()
     result = session.generate(prompt, GREEDY, algorithm="standard", on_prefill=heard.append)
-    assert len(heard) == prefill_calls(engine) - 1 >= 1, heard
+    calls = prefill_calls(engine)
+    assert calls >= 2 and len(heard) == calls + 1, heard  # the start, between each two calls, the end
     assert all(p.total == len(prompt) and p.cached == 0 for p in heard)
-    # a run whose prompt starts with what the cache holds: those tokens are counted as cached, and done
+    done, seconds = [p.done for p in heard], [p.seconds for p in heard]
+    assert done[0] == 0 and done[-1] == len(prompt) and done == sorted(set(done))
+    assert seconds == sorted(seconds) and seconds[-1] < result.stats.seconds
+    alone = engine.session().generate(prompt, GREEDY, algorithm="standard")  # no watch: the same run
+    assert result.token_ids == alone.token_ids and bits(result.logprobs) == bits(alone.logprobs)
+    # a run whose prompt starts with what the cache holds: those tokens are cached, and done from the start
     session = engine.session()
     session.generate(prompt[:64], GREEDY, algorithm="none")
     again: list[PrefillProgress] = []
     reused = session.generate(prompt, GREEDY, algorithm="standard", on_prefill=again.append).stats.prompt_tokens_reused
-    assert len(again) >= 1 and reused > 0 and all(p.cached == reused < p.done for p in again), (reused, again)
-    done, seconds = [p.done for p in heard], [p.seconds for p in heard]
-    assert done == sorted(set(done)) and 0 < done[0] and done[-1] < len(prompt)
-    assert seconds == sorted(seconds) and 0 < seconds[0] < result.stats.seconds
-    alone = engine.session().generate(prompt, GREEDY, algorithm="standard")  # no watch: the same run
-    assert result.token_ids == alone.token_ids and bits(result.logprobs) == bits(alone.logprobs)
+    assert reused > 0 and all(p.cached == reused for p in again) and len(again) >= 3
+    assert again[0].done == reused and again[-1].done == len(prompt)
+    # a short prompt, in one call: its start and its end
+    short: list[PrefillProgress] = []
+    engine.session().generate(prompt[:20], GREEDY, algorithm="standard", on_prefill=short.append)
+    assert [(p.done, p.total) for p in short] == [(0, 20), (20, 20)]
 
 
 @pytest.mark.parametrize("pair,algorithm,copy", [(SAME_VOCAB, "none", True), (SAME_VOCAB, "standard", False),
@@ -57,16 +62,19 @@ def test_a_run_cancelled_during_its_prefill_stops_and_the_next_reuses_what_was_f
     cancel, at = threading.Event(), []
 
     def stop_after_the_first_call(progress):
-        at.append(progress.done)
-        cancel.set()
+        if progress.done > progress.cached:
+            at.append(progress.done)
+            cancel.set()
     session = engine.session()
     stopped = session.generate(prompt, GREEDY, algorithm=algorithm, cancel=cancel,
                                on_prefill=stop_after_the_first_call)
     assert stopped.stop_reason == "stopped" and stopped.token_ids == [] and len(at) == 1
     assert session.target.tokens == prompt[:at[0]]  # the calls made, nothing more
+    assert stopped.stats.prompt_tokens_prefilled == at[0]
     again = session.generate(prompt, GREEDY, algorithm=algorithm)
     fresh = engine.session().generate(prompt, GREEDY, algorithm=algorithm)
     assert again.stats.prompt_tokens_reused == at[0] > 0
+    assert again.stats.prompt_tokens_prefilled == len(prompt) - at[0]
     assert again.token_ids == fresh.token_ids and bits(again.logprobs) == bits(fresh.logprobs)
 
 
@@ -109,6 +117,8 @@ def test_the_prefills_line_is_only_for_a_terminal(monkeypatch):
     out = Terminal()
     line = PrefillLine(out)
     line.clear()  # nothing shown: nothing to erase
-    line(PrefillProgress(128, 512, 0, 1.5))
+    line(PrefillProgress(64, 512, 64, 0.0))  # the start: not shown (most prompts take one call)
+    line(PrefillProgress(128, 512, 64, 1.5))
+    line(PrefillProgress(512, 512, 64, 3.0))  # done: erased
     line.clear()
     assert out.getvalue() == "\r\x1b[Kprefilling the prompt: 128 of 512 tokens (25 %)\r\x1b[K"

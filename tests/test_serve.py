@@ -394,8 +394,8 @@ def stream_events(running, body: dict) -> list[dict]:
 
 
 def test_return_progress_streams_the_prefills_progress_before_the_text(server):
-    """llama-server's return_progress: a chunk without text after each call of a long prompt's prefill, then the
-    text a request without it gets."""
+    """llama-server's return_progress: chunks without text as a long prompt's prefill starts, after each of its
+    calls and once it is done, then the text a request without it gets."""
     body = {"prompt": LONG_PROMPT, "max_tokens": 8, "stream": True, "temperature": 0, "ignore_eos": True,
             "stream_options": {"include_usage": True}, "edge_specdec": {"algorithm": "none"}}
     events = stream_events(server, {**body, "return_progress": True})
@@ -403,8 +403,9 @@ def test_return_progress_streams_the_prefills_progress_before_the_text(server):
     first_text = next(i for i, e in enumerate(events) if e["choices"] and e["choices"][0]["text"])
     assert progress and all("prompt_progress" not in e for e in events[first_text:])
     total = events[-1]["usage"]["prompt_tokens"]
-    assert all(p["total"] == total and 0 <= p["cache"] < p["processed"] < total and p["time_ms"] >= 0
-               for p in progress)
+    assert len(progress) >= 3 and all(p["total"] == total and p["time_ms"] >= 0 for p in progress)
+    assert progress[0]["processed"] == progress[0]["cache"] == events[-1]["usage"]["prompt_tokens_details"][
+        "cached_tokens"] and progress[-1]["processed"] == total
     assert [p["processed"] for p in progress] == sorted({p["processed"] for p in progress})
     assert all(e["choices"][0]["text"] == "" for e in events if "prompt_progress" in e)
     plain = stream_events(server, body)
@@ -439,6 +440,7 @@ def test_a_client_that_leaves_during_a_long_prefill_stops_it_there(chat_bundle, 
         assert metric(running, "generation_tokens_total") == 0
         prompt_tokens = len(engine.tokenizer.encode(LONG_PROMPT))
         assert 0 < session.target.length < prompt_tokens  # stopped between the prefill's calls
+        assert metric(running, "prompt_tokens_prefilled_total") == session.target.length  # only what it computed
         session.generate = real
         assert client(running).completions.create(model="x", prompt="y", max_tokens=4).choices[0].text is not None
 

@@ -42,9 +42,11 @@ def test_several_prompts_without_batching_and_sampled(bundle_dir):
     assert not isinstance(pipe.generate([5, 6, 7], GenerationConfig(max_new_tokens=2)), list)  # one id prompt
 
 
-def test_several_prompts_refuse_a_text_callback_and_raise_a_prompts_error(bundle_dir):
+def test_several_prompts_refuse_a_text_or_prefill_callback_and_raise_a_prompts_error(bundle_dir):
     pipe = Pipeline(bundle_dir(*SAME_VOCAB))
     with pytest.raises(EdgeSpecdecError, match="on_text streams the text of one prompt"):
         pipe.generate(PROMPTS[:2], on_text=print)
+    with pytest.raises(EdgeSpecdecError, match="on_prefill reports the prefill of one prompt"):
+        pipe.generate(PROMPTS[:2], on_prefill=print)
     with pytest.raises(EdgeSpecdecError, match="the prompt is empty"):
         pipe.generate(["x", ""], GenerationConfig(max_new_tokens=2))

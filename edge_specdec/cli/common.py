@@ -23,17 +23,21 @@ def say(message: str) -> None:
 
 
 class PrefillLine:
-    """A long prompt's prefill progress on a terminal: one line on stderr, rewritten at each of its calls
-    (Pipeline.generate's on_prefill) and erased before the answer's first text, which shares the screen."""
+    """A long prompt's prefill progress on a terminal (Pipeline.generate's on_prefill): one line on stderr, shown
+    between the prefill's calls where it takes several, rewritten at each, and erased once the prefill is done or
+    before any other output (`clear`), which shares the screen."""
 
     def __init__(self, stream: TextIO):
         self.stream, self.shown = stream, False
 
     def __call__(self, progress: PrefillProgress) -> None:
         done, total = progress.done, progress.total
-        self.stream.write(f"\r\033[Kprefilling the prompt: {done} of {total} tokens ({100 * done // total} %)")
-        self.stream.flush()
-        self.shown = True
+        if done >= total:
+            self.clear()
+        elif done > progress.cached:  # (the prefill's start is not shown: most prompts take one call)
+            self.stream.write(f"\r\033[Kprefilling the prompt: {done} of {total} tokens ({100 * done // total} %)")
+            self.stream.flush()
+            self.shown = True
 
     def clear(self) -> None:
         if self.shown:

@@ -45,6 +45,8 @@ class Stats:
     drafted_ahead_used: int = 0  # concurrent mode: rounds whose proposal was drafted during the previous pass
     first_token_seconds: float = 0.0  # time to the first generated token (prefill and the first round)
     prompt_tokens_reused: int = 0  # prompt tokens whose KV the target's cache kept from the previous run
+    # prompt tokens this run fed the target: the others (fewer when it stopped during the prefill)
+    prompt_tokens_prefilled: int = 0
     rounds_drafting_paused: int = 0  # rounds the target ran alone because drafting lost to it (DraftingGuard)
     grammar_tokens_proposed: int = 0  # tokens a grammar forced, proposed without the drafter (structured output)
     grammar_tokens_accepted: int = 0  # of those, the ones the target kept (not counted as draft tokens)
@@ -184,8 +186,8 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     a str that also says where its characters came from); if it returns True, generation stops (stop_reason
     "stopped"), and so it does when `cancel` is set (checked every round, and between the calls of a long prompt's
     prefill). Ctrl-C stops cleanly too: the result holds what was generated, with stop_reason "interrupted".
-    on_prefill: called between the calls of a prompt prefilled in several (a long one) with a PrefillProgress (a
-    progress bar's figures).
+    on_prefill: called with a PrefillProgress (a progress bar's figures) as the prompt's prefill starts (the tokens
+    kept from before in the cache), between its calls where it takes several (a long prompt), and once it is done.
     A drafter whose model runs out of context stops drafting: the target alone finishes the run. alone_block:
     the target's min_block in a round that drafts nothing, which then steps as the target alone steps.
     reuse_prefix: keep the part of the target's cache that the prompt starts with (a block-invariant target
@@ -218,15 +220,18 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     target.end_prompt(prompt_ids)
     target.reserve(max(len(prompt_ids) + config.max_new_tokens, target.prefill_reach))
     floors = (target.min_block, alone_block if alone_block is not None else target.min_block)
-    target.between_calls = prefill_watch(len(prompt_ids), stats.prompt_tokens_reused, start, on_prefill, cancel)
+    watch = PrefillWatch(len(prompt_ids), stats.prompt_tokens_reused, start, on_prefill, cancel)
+    target.between_calls = watch
     try:
+        watch.report(stats.prompt_tokens_reused)
         reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,
-                            floors, grammar, len(prompt_ids)), list(prompt_ids))
+                            floors, grammar, len(prompt_ids), watch), list(prompt_ids))
     finally:
         target.min_block = floors[0]  # as the caller set it
         target.between_calls = None
         if ahead:
             ahead.close()
+    stats.prompt_tokens_prefilled = min(target.length, len(prompt_ids)) - stats.prompt_tokens_reused
     stats.new_tokens, stats.seconds = len(output.tokens), time.perf_counter() - start
     if draft_length is not None and draft_length.guard is not None:
         stats.rounds_drafting_paused = draft_length.guard.alone_rounds
@@ -249,24 +254,29 @@ class PrefillStopped(Exception):
     """A run was cancelled between two calls of its prompt's prefill."""
 
 
-def prefill_watch(prompt_length: int, cached: int, start: float,
-                  on_prefill: Optional[Callable[[PrefillProgress], Any]],
-                  cancel: Optional[threading.Event]) -> Optional[Callable[[int], None]]:
-    """What the target calls between the calls of a feed that takes several (ModelSession.between_calls) during a
-    run: while the cache holds less than the prompt, it reports the progress and stops a cancelled run
-    (PrefillStopped: the cache keeps the prompt's tokens fed so far, reused by a later request that starts with
-    them)."""
-    if on_prefill is None and cancel is None:
-        return None
+class PrefillWatch:
+    """A run's watch over its prompt's prefill: reports its progress (on_prefill) when it starts, between its calls
+    (the target calls it there: ModelSession.between_calls) and once it is done, and stops a cancelled run between
+    its calls (PrefillStopped: the cache keeps the prompt's tokens fed so far, reused by a later request that starts
+    with them)."""
 
-    def watch(length: int) -> None:
-        if length >= prompt_length:  # a later round's calls
+    def __init__(self, prompt_length: int, cached: int, start: float,
+                 on_prefill: Optional[Callable[[PrefillProgress], Any]], cancel: Optional[threading.Event]):
+        self.total, self.cached, self.start = prompt_length, cached, start
+        self.on_prefill, self.cancel = on_prefill, cancel
+
+    def report(self, length: int) -> None:
+        if self.on_prefill is not None:
+            self.on_prefill(PrefillProgress(min(length, self.total), self.total, self.cached,
+                                            time.perf_counter() - self.start))
+
+    def __call__(self, length: int) -> None:
+        """Between two calls of a feed, the cache holding `length` tokens."""
+        if length >= self.total:  # a later round's calls
             return
-        if on_prefill is not None:
-            on_prefill(PrefillProgress(length, prompt_length, cached, time.perf_counter() - start))
-        if cancel is not None and cancel.is_set():  # (set before the run, meanwhile, or by on_prefill itself)
+        self.report(length)
+        if self.cancel is not None and self.cancel.is_set():  # (set before the run, meanwhile, or by on_prefill)
             raise PrefillStopped
-    return watch
 
 
 @dataclass
@@ -285,6 +295,7 @@ class Run:
     floors: tuple[int, int] = (1, 1)     # the target's min_block in a round that drafts, and in one that does not
     grammar: Optional[GrammarState] = None  # structured output: what the output must match
     prompt_length: int = 0               # the sequence's first tokens that are the prompt, not the output
+    prefill: Optional[PrefillWatch] = None  # reports the prompt's prefill and stops it when cancelled
 
 
 def decode(r: Run, seq: list[int]) -> str:
@@ -321,6 +332,8 @@ def decode(r: Run, seq: list[int]) -> str:
             # hears the outcome at once; in concurrent mode, after it drafted the next round on its guess
             rows = (r.ahead.target_pass(r.target, seq, proposal, r.drafter, k) if r.ahead
                     else r.target.sync(seq, proposal.tokens))
+            if r.stats.rounds == 0 and r.prefill is not None:  # the prompt is in the cache: its prefill is done
+                r.prefill.report(r.prompt_length)
             # (_make: a stand-in rule, such as the tests' deliberately broken ones, may return a plain tuple)
             verdict = Verdict._make(verify(rows, proposal, r.config, r.rng, seq, r.grammar,
                                            prompt_length=r.prompt_length))

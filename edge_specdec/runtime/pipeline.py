@@ -730,9 +730,10 @@ class Pipeline(Engine):
         """Each prompt on a session of its own, up to SESSIONS_AT_ONCE at once, each session in a thread of its own:
         on an engine with batching (EngineConfig.batching) their target calls join in batched calls. The first
         failure is raised once every prompt has run."""
-        if options.get("on_text") is not None:
-            raise EdgeSpecdecError("on_text streams the text of one prompt: give one prompt per call to stream it, "
-                                   "or leave on_text out to generate several at once.")
+        for callback, what in (("on_text", "streams the text"), ("on_prefill", "reports the prefill")):
+            if options.get(callback) is not None:
+                raise EdgeSpecdecError(f"{callback} {what} of one prompt: give one prompt per call for it, or leave "
+                                       f"{callback} out to generate several at once.")
         pending: "queue.Queue" = queue.Queue()
         for item in enumerate(prompts):
             pending.put(item)

@@ -400,7 +400,7 @@ class Server:
         count("requests_total", endpoint=job.request.kind, outcome="cancelled" if cancelled else "ok")
         count("prompt_tokens_total", len(job.prompt_ids))
         count("prompt_tokens_reused_total", stats.prompt_tokens_reused)
-        count("prompt_tokens_prefilled_total", len(job.prompt_ids) - stats.prompt_tokens_reused)
+        count("prompt_tokens_prefilled_total", stats.prompt_tokens_prefilled)
         count("slot_prefix_hits_total", int(stats.prompt_tokens_reused > 0 and not job.prepared.restored))
         count("generation_tokens_total", stats.new_tokens)
         count("draft_tokens_proposed_total", stats.draft_tokens_proposed)
