@@ -5,8 +5,8 @@ next request on the same prompt reuses of what was computed.
 
 Starts `edge-specdec serve BUNDLE --slots 1` on a free loopback port and sends the long-prompt suite's summary prompt
 of --length tokens as a completion (its token ids), three times, 8 new tokens each, greedy:
-1. streamed with return_progress, read up to its first progress chunk (the prefill's first call is done), then the
-   connection is closed: the seconds until /health shows the slot free again, against the whole prefill's (3.);
+1. streamed with return_progress, read up to the progress chunk that says the prefill's first call is done, then
+   the connection is closed: the seconds until /health shows the slot free again, against the whole prefill's (3.);
 2. the same prompt whole: its time to the first token and the prompt tokens it reused (cached_tokens);
 3. the prompt with another first token (nothing to reuse): its time to the first token, the whole prefill.
 """
@@ -72,9 +72,10 @@ def main() -> int:
         for line in response:
             if b"prompt_progress" in line:
                 progress = json.loads(line[6:])["prompt_progress"]
-                break
+                if progress["cache"] < progress["processed"] < progress["total"]:  # between two calls
+                    break
         else:
-            raise SystemExit("no progress chunk came: is the prompt prefilled in one call?")
+            raise SystemExit("no progress between two calls came: is the prompt prefilled in one call?")
         first_call = time.perf_counter() - start
         response.close()  # the client leaves
         left = time.perf_counter()
