@@ -178,7 +178,8 @@ def test_the_system_prompt_and_the_last_message_that_alone_do_not_fit_are_refuse
     alone = engine.chat_prompt([chat.messages[0], {"role": "user", "content": question}])
     over = len(alone) + CONFIG.max_new_tokens - CONTEXT
     assert over > 0
-    with pytest.raises(ContextOverflowError, match=f"{over} tokens over. The system prompt and the last user turn alone"):
+    with pytest.raises(ContextOverflowError,
+                       match=f"{over} tokens over. The system prompt and the last user turn alone"):
         chat.ask(question, CONFIG, algorithm="standard")
     assert [m["content"] for m in chat.messages[1:]] == [TURNS[3], "ok"]
 

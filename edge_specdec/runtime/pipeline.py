@@ -587,8 +587,9 @@ class DecodingSession:
         how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults); its fields may be given
         as keyword arguments instead, `generate(prompt, algorithm="slem")`. on_text receives the text as it
         becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round
-        and between the calls of a long prompt's prefill, from any thread). on_prefill hears, between those calls,
-        where the prefill stands (a PrefillProgress: a progress bar for a long prompt). A seeded sampled run reproduces with every setting: the cost policy then prices its
+        and between the calls of a long prompt's prefill, from any thread). on_prefill hears where the prompt's
+        prefill stands (a PrefillProgress, at its start, between its calls and at its end: a progress bar for a
+        long prompt). A seeded sampled run reproduces with every setting: the cost policy then prices its
         rounds from the models' weight sizes instead of the clock (see `weight_prices`). The output is the
         target's whatever `speculative` says. record_target_calls: keep each target pass's size, past length and
         seconds in result.stats.target_calls (a measurement, see generate.TargetCall; off by default).
