@@ -500,8 +500,8 @@ class Job:
     """One request's generate() call on a slot's session, in a worker thread; its text pieces (TextPiece), and with
     return_progress its prefill's progress (PrefillProgress), come to the event loop through `pieces`, then None.
     When the call returns, the slot goes back to the pool and the run is counted in the metrics, whether or not a
-    client is still there to read it. dropped_messages: how many
-    messages the context shift took from the request (reported in the result's extra["context_shift"])."""
+    client is still there to read it. dropped_messages: how many messages the context shift took from the request
+    (reported in the result's extra["context_shift"])."""
 
     def __init__(self, server: Server, session: DecodingSession, prompt_ids: list[int], request: ParsedRequest,
                  queued_seconds: float, dropped_messages: int = 0):
