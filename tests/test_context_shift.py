@@ -139,7 +139,7 @@ def test_the_refusal_names_the_tool_results_of_the_last_turn():
     messages = [{"role": "system", "content": "s" * 5}, {"role": "user", "content": "u" * 10},
                 {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
                 {"role": "tool", "content": "r" * 90}]
-    with pytest.raises(ContextOverflowError, match="15 tokens over. The system prompt and the last user turn with "
+    with pytest.raises(ContextOverflowError, match="15 tokens over. The system messages and the last user turn with "
                                                    "its tool calls and results alone do not fit.*a tool result"):
         shift(messages, chars, context=100, wanted=10)
 
@@ -179,7 +179,7 @@ def test_the_system_prompt_and_the_last_message_that_alone_do_not_fit_are_refuse
     over = len(alone) + CONFIG.max_new_tokens - CONTEXT
     assert over > 0
     with pytest.raises(ContextOverflowError,
-                       match=f"{over} tokens over. The system prompt and the last user turn alone"):
+                       match=f"{over} tokens over. The system messages and the last user turn alone"):
         chat.ask(question, CONFIG, algorithm="standard")
     assert [m["content"] for m in chat.messages[1:]] == [TURNS[3], "ok"]
 

@@ -78,15 +78,20 @@ def test_a_run_cancelled_during_its_prefill_stops_and_the_next_reuses_what_was_f
     assert again.token_ids == fresh.token_ids and bits(again.logprobs) == bits(fresh.logprobs)
 
 
-def test_a_run_cancelled_before_it_starts_stops_after_its_first_prefill_call(engines, small_threshold):
-    """A request whose client left while it waited for its slot: one call, not the whole prompt."""
+def test_a_run_cancelled_before_it_starts_stops_before_its_prefill(engines, small_threshold):
+    """A request whose client left while it waited for its slot: not one call of its prompt."""
     engine = engines(SAME_VOCAB)
     cancel = threading.Event()
     cancel.set()
     session = engine.session()
-    stopped = session.generate(LONG, GREEDY, algorithm="none", cancel=cancel)
-    assert stopped.stop_reason == "stopped" and stopped.token_ids == []
-    assert 0 < session.target.length < len(engine.tokenizer.encode(LONG)) and prefill_calls(engine) >= 2
+    session.generate(LONG[:200], GREEDY, algorithm="none")  # a cache to keep
+    kept = list(session.target.tokens)
+    heard: list[PrefillProgress] = []
+    stopped = session.generate(LONG, GREEDY, algorithm="none", cancel=cancel, on_prefill=heard.append)
+    assert stopped.stop_reason == "stopped" and stopped.token_ids == [] and stopped.stats.prompt_tokens_prefilled == 0
+    reused = stopped.stats.prompt_tokens_reused
+    assert reused > 0 and session.target.tokens == kept[:reused]  # the prefix it kept, nothing computed
+    assert [(p.done, p.cached) for p in heard] == [(reused, reused)]  # the start, reported
 
 
 class Terminal(io.StringIO):
@@ -95,19 +100,21 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.slow  # opens the demo's engine
-def test_run_on_a_terminal_shows_the_prefills_line_then_erases_it_before_the_text(monkeypatch, capsys):
+def test_run_on_a_terminal_shows_the_prefills_line_then_erases_it_before_the_text(monkeypatch):
     from edge_specdec.cli import main
-    err = Terminal()
-    monkeypatch.setattr(sys, "stderr", err)
+    screen = Terminal()  # stdout and stderr on one terminal: what comes in which order
+    monkeypatch.setattr(sys, "stderr", screen)
+    monkeypatch.setattr(sys, "stdout", screen)
     prompt = "def parse(text):\n    words = []\n    for w in text.split():\n        words.append(w)\n" * 30 + "def "
     assert main(["run", "--prompt", prompt, "--max-new-tokens", "4", "--algorithm", "none"]) == 0
-    shown = err.getvalue()
+    shown = screen.getvalue()
     lines = re.findall(r"\r\x1b\[Kprefilling the prompt: (\d+) of (\d+) tokens \((\d+) %\)", shown)
     assert len(lines) >= 2 and len({total for _, total, _ in lines}) == 1, shown
     assert [int(done) for done, _, _ in lines] == sorted(int(done) for done, _, _ in lines)
     last = shown.rindex("prefilling the prompt")
-    assert "\r\x1b[K" in shown[last:]  # erased before the statistics line
-    assert capsys.readouterr().out  # the text went to stdout
+    erased = shown.index("\r\x1b[K", last)
+    text = shown[erased + len("\r\x1b[K"):shown.index("[none]", erased)]
+    assert text.strip() and "\x1b" not in text  # the line erased, then the text, then the statistics line
 
 
 def test_the_prefills_line_is_only_for_a_terminal(monkeypatch):

@@ -384,9 +384,9 @@ def test_a_client_that_disconnects_frees_its_slot(chat_bundle, engine):
 LONG_PROMPT = "def parse(text):\n    words = text.split()\n    return [w.strip() for w in words]\n\n" * 12 + "x = "
 
 
-def stream_events(running, body: dict) -> list[dict]:
-    """The data objects of a streamed completion, [DONE] left out."""
-    request = urllib.request.Request(running.url + "/v1/completions", data=json.dumps(body).encode(), method="POST",
+def stream_events(running, body: dict, path: str = "/v1/completions") -> list[dict]:
+    """The data objects of a streamed completion (or chat), [DONE] left out."""
+    request = urllib.request.Request(running.url + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
         lines = response.read().decode().splitlines()
@@ -412,6 +412,17 @@ def test_return_progress_streams_the_prefills_progress_before_the_text(server):
     assert not any("prompt_progress" in e for e in plain)
     text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
     assert text == "".join(e["choices"][0]["text"] for e in plain if e["choices"])
+    # not streamed: nothing to send it in, so it is left out (as llama-server does), the answer the same
+    status, _, whole = post(server, "/v1/completions", json.dumps(
+        {**body, "stream": False, "stream_options": None, "return_progress": True}).encode())
+    assert status == 200 and whole["choices"][0]["text"] == text
+    # a chat: the progress chunks carry an empty delta, after the one that opens the stream
+    chat = stream_events(server, {"messages": [{"role": "user", "content": LONG_PROMPT}], "max_tokens": 4,
+                                  "stream": True, "return_progress": True, "temperature": 0},
+                         "/v1/chat/completions")
+    progress = [e for e in chat if "prompt_progress" in e]
+    assert len(progress) >= 3 and chat[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all(e["object"] == "chat.completion.chunk" and e["choices"][0]["delta"] == {} for e in progress)
 
 
 def test_a_client_that_leaves_during_a_long_prefill_stops_it_there(chat_bundle, engine):
@@ -430,8 +441,13 @@ def test_a_client_that_leaves_during_a_long_prefill_stops_it_there(chat_bundle, 
         request = urllib.request.Request(running.url + "/v1/completions", data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
         response = urllib.request.urlopen(request, timeout=30)
-        while b"prompt_progress" not in (line := response.readline()):
-            assert line, "no progress chunk came"
+        while True:  # up to the chunk after the prefill's first call
+            line = response.readline()
+            assert line, "no progress chunk between the prefill's calls came"
+            if b"prompt_progress" in line:
+                progress = json.loads(line[6:])["prompt_progress"]
+                if progress["cache"] < progress["processed"] < progress["total"]:
+                    break
         response.close()  # the client leaves during the prefill
         deadline = time.monotonic() + 10
         while metric(running, "requests_total", endpoint="completion", outcome="cancelled") < 1:

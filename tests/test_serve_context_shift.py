@@ -109,7 +109,7 @@ def test_a_system_prompt_and_last_message_past_the_context_get_a_400_even_with_t
     with serve(engine, context_shift=True) as running:
         status, answer = chat(running, messages)
     assert status == 400 and answer["error"]["code"] == "context_length_exceeded", answer
-    assert f"{over} tokens over. The system prompt and the last user turn alone" in answer["error"]["message"]
+    assert f"{over} tokens over. The system messages and the last user turn alone" in answer["error"]["message"]
 
 
 def test_a_chat_without_max_tokens_is_answered_with_the_shift_where_it_is_without(engine):
@@ -130,3 +130,14 @@ def test_a_chat_without_max_tokens_is_answered_with_the_shift_where_it_is_withou
         assert status == 200, answer
     assert answers[True][1]["edge_specdec"]["context_shift"]["dropped_messages"] == 2
     assert answers[True][1]["usage"]["prompt_tokens"] == alone
+
+
+def test_a_chat_over_the_servers_max_tokens_is_told_so_with_the_shift_on(engine):
+    """--max-tokens is the server's limit whether or not it shifts: a request over it gets that 400, not one that
+    blames the messages."""
+    settings = ServerSettings(bundle=str(engine.bundle.path), slots=1, warm_up=False, context_shift=True,
+                              max_tokens=100)
+    with serve_in_thread(settings, engine) as running:
+        status, answer = chat(running, long_history(6), max_tokens=480)
+    assert status == 400 and answer["error"]["param"] == "max_tokens", answer
+    assert "over this server's limit of 100 (--max-tokens)" in answer["error"]["message"]

@@ -15,7 +15,7 @@ from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
 from ..runtime.session import ContextOverflowError
 from .common import (add_decoding_options, add_engine_options, decoding_settings, open_pipeline, plural,
-                     prefill_line, printing_text, say, stats_line)
+                     prefill_line, say, stats_line)
 
 CHAT_EXAMPLES = """\
 examples:
@@ -72,7 +72,8 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
         progress = prefill_line() if interactive else None
         try:
             result = chat.ask(line.rstrip("\r\n"), config,  # an answer stopped by Ctrl-C stays in the conversation
-                              on_text=printing_text(out, progress), on_prefill=progress, speculative=speculative)
+                              on_text=lambda piece: print(piece, end="", flush=True, file=out),
+                              on_prefill=progress, speculative=speculative)
         except ContextOverflowError as exc:
             if not interactive:
                 raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Callable, Optional, TextIO
+from typing import Optional, TextIO
 
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
 from ..runtime.devices import AUTO_PREFILL_RATIO, KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
@@ -24,8 +24,8 @@ def say(message: str) -> None:
 
 class PrefillLine:
     """A long prompt's prefill progress on a terminal (Pipeline.generate's on_prefill): one line on stderr, shown
-    between the prefill's calls where it takes several, rewritten at each, and erased once the prefill is done or
-    before any other output (`clear`), which shares the screen."""
+    between the prefill's calls where it takes several, rewritten at each, and erased once the prefill is done (the
+    text comes after that) or by `clear` where a run ends otherwise (stopped, failed), before other output."""
 
     def __init__(self, stream: TextIO):
         self.stream, self.shown = stream, False
@@ -49,15 +49,6 @@ class PrefillLine:
 def prefill_line() -> Optional[PrefillLine]:
     """A PrefillLine where stderr is a terminal; None where it goes to a file or a pipe (a log keeps no such line)."""
     return PrefillLine(sys.stderr) if sys.stderr.isatty() else None
-
-
-def printing_text(out: TextIO, progress: Optional[PrefillLine]) -> Callable[[str], None]:
-    """An on_text that prints each piece of the answer to `out` as it comes, the prefill's line erased first."""
-    def show(text: str) -> None:
-        if progress is not None:
-            progress.clear()
-        print(text, end="", flush=True, file=out)
-    return show
 
 
 def plural(count: int, noun: str, nouns: str = "") -> str:

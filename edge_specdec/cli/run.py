@@ -12,7 +12,7 @@ from ..errors import EdgeSpecdecError
 from ..runtime.algorithms import DRAFT_TOKENS, algorithms_help
 from .chat import chat_loop
 from .common import (add_constraint_options, add_decoding_options, add_engine_options, decoding_settings, open_pipeline,
-                     prefill_line, printing_text, say, stats_line)
+                     prefill_line, say, stats_line)
 
 RUN_EXAMPLES = f"""\
 examples:
@@ -112,7 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.compare:
         compare.warm_up(pipe, prompt, config, speculative)
     progress = None if args.json else prefill_line()
-    stream = None if args.json else printing_text(sys.stdout, progress)
+    stream = None if args.json else (lambda text: print(text, end="", flush=True))
     try:
         result = pipe.generate(prompt, config, speculative, on_text=stream, on_prefill=progress)
     finally:

@@ -62,15 +62,16 @@ def shift(messages: list[dict], tokenize: Callable[[list[dict]], list[int]], con
     if len(ids) + needed > context:
         tools = any(m.get("role") == "tool" for m in messages[spans[-1][0]:]) if spans else False
         raise ContextOverflowError(overflow_message(
-            context, len(ids), needed, "The system prompt and the last user turn"
+            context, len(ids), needed, "The system messages and the last user turn"
             + (" with its tool calls and results" if tools else "") + " alone do not fit, even with the older "
-            "messages dropped: shorten " + ("a tool result, " if tools else "") + "them or ask for fewer tokens."))
+            "messages dropped: shorten " + ("a tool result, " if tools else "") + "them"
+            + (" or ask for fewer tokens." if needed > 1 else ".")))
     return kept, ids, len(messages) - len(kept)
 
 
-def shift_record(dropped: int, prompt_tokens: int, reused: int) -> Optional[dict]:
+def shift_record(dropped: int, prefilled: int) -> Optional[dict]:
     """What a shifted turn reports (Result.extra["context_shift"]): the messages dropped and the prompt tokens
-    prefilled again; None when nothing was dropped."""
+    prefilled again (Stats.prompt_tokens_prefilled); None when nothing was dropped."""
     if not dropped:
         return None
-    return {"dropped_messages": dropped, "prefilled_tokens": prompt_tokens - reused}
+    return {"dropped_messages": dropped, "prefilled_tokens": prefilled}

@@ -112,7 +112,7 @@ class Conversation:
         # as it was, the older messages too
         kept, prompt, dropped = self._fit(self.prompt_ids(), config)
         result = self.session.generate(prompt, config, on_text=on_text, **options)
-        record = shift_record(dropped, len(prompt), result.stats.prompt_tokens_reused)
+        record = shift_record(dropped, result.stats.prompt_tokens_prefilled)
         if record is not None:
             result.extra["context_shift"] = record
         self.messages[:] = kept

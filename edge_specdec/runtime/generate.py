@@ -223,7 +223,6 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
     watch = PrefillWatch(len(prompt_ids), stats.prompt_tokens_reused, start, on_prefill, cancel)
     target.between_calls = watch
     try:
-        watch.report(stats.prompt_tokens_reused)
         reason = decode(Run(target, config, rng, drafter, draft_length, ahead, stats, output, cancel, start,
                             floors, grammar, len(prompt_ids), watch), list(prompt_ids))
     finally:
@@ -241,9 +240,9 @@ def generate(target: ModelSession, prompt_ids: list[int], config: GenerationConf
 
 
 class PrefillProgress(NamedTuple):
-    """Where a long prompt's prefill stands, between two of its calls (on_prefill's argument; llama-server's
-    prompt_progress): `done` of the prompt's `total` tokens are in the cache, `cached` of them kept from before the
-    run (a reused prefix), `seconds` since the run started."""
+    """Where a prompt's prefill stands, at its start, between its calls and at its end (on_prefill's argument;
+    llama-server's prompt_progress): `done` of the prompt's `total` tokens are in the cache, `cached` of them kept
+    from before the run (a reused prefix), `seconds` since the run started."""
     done: int
     total: int
     cached: int
@@ -271,7 +270,7 @@ class PrefillWatch:
                                             time.perf_counter() - self.start))
 
     def __call__(self, length: int) -> None:
-        """Between two calls of a feed, the cache holding `length` tokens."""
+        """Before the prefill's first call and between two calls of a feed, the cache holding `length` tokens."""
         if length >= self.total:  # a later round's calls
             return
         self.report(length)
@@ -303,6 +302,8 @@ def decode(r: Run, seq: list[int]) -> str:
     returns why it stopped."""
     reason = "length"
     try:
+        if r.prefill is not None:  # the prefill starts: its first report, and a run cancelled already stops here
+            r.prefill(r.stats.prompt_tokens_reused)
         while r.output.room and reason == "length":
             t0 = time.perf_counter()
             # draft: up to k tokens in the target's vocabulary (k 0: the target alone this round)

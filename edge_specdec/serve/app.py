@@ -245,7 +245,8 @@ class Server:
         without max_tokens is refused only where a server without the shift refuses it too (no room for one
         token); otherwise its answer gets the room left (fit_context)."""
         context = engine.target_model.max_context
-        if not self.settings.context_shift or parsed.kind != "chat" or context is None:
+        over_cap = parsed.max_tokens is not None and parsed.max_tokens > self.settings.max_tokens  # (fit_context)
+        if not self.settings.context_shift or parsed.kind != "chat" or context is None or over_cap:
             return prompt_ids, 0
         wanted = min(parsed.max_tokens or context - int(context * SHIFT_FILL), self.settings.max_tokens)
         needed = parsed.max_tokens or 1
@@ -522,7 +523,7 @@ class Job:
             result = session.generate(prompt_ids, request.config, on_text=on_text if request.stream else None,
                                       on_prefill=on_text if request.return_progress else None,
                                       speculative=request.speculative, cancel=self.cancel)
-            shifted = shift_record(dropped_messages, len(prompt_ids), result.stats.prompt_tokens_reused)
+            shifted = shift_record(dropped_messages, result.stats.prompt_tokens_prefilled)
             if shifted is not None:
                 result.extra["context_shift"] = shifted
             return result

@@ -264,9 +264,13 @@ async function send(text) {
         $("stats").dataset.usage = JSON.stringify(chunk.usage);
         if (summary) $("final-stats").textContent = summaryText(summary, chunk.usage);
       }
-      if (chunk.prompt_progress) {  // a long prompt is being read: how far, until the text comes
+      if (chunk.prompt_progress) {  // how far the prompt's prefill got: shown between its calls (a long prompt)
         const p = chunk.prompt_progress;
-        setStatus(`reading the prompt: ${p.processed} of ${p.total} tokens`, "busy");
+        if (p.cache < p.processed && p.processed < p.total) {
+          setStatus(`reading the prompt: ${p.processed} of ${p.total} tokens`, "busy");
+        } else if (p.processed >= p.total) {
+          setStatus("generating…", "busy");
+        }
         continue;
       }
       const choice = chunk.choices && chunk.choices[0];
@@ -274,7 +278,6 @@ async function send(text) {
       const piece = state.chat ? (choice.delta || {}).content : choice.text;
       const info = chunk.edge_specdec || {};
       if (piece) {
-        if (!reply) setStatus("generating…", "busy");  // (after the prompt's progress, if any)
         const source = ["draft", "grammar"].includes(info.source) ? info.source : "target";
         const tokens = info.tokens || 0;
         const span = element("span", "tok " + source, piece);
