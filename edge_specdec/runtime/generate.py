@@ -250,7 +250,7 @@ class PrefillProgress(NamedTuple):
 
 
 class PrefillStopped(Exception):
-    """A run was cancelled between two calls of its prompt's prefill."""
+    """A run was cancelled before or between the calls of its prompt's prefill."""
 
 
 class PrefillWatch:
