@@ -90,6 +90,20 @@ def test_the_statistics_line_takes_the_plural_of_its_counts():
     line = stats_line(many)
     assert "5 tokens in" in line and "2 target passes," in line and "; 3 tokens copied" in line
     assert "(1 from the request, 2 from earlier requests)" in line
+    assert "the first after" not in line  # no first token's time measured
+
+
+def test_the_statistics_line_puts_the_prefill_apart_from_decoding():
+    stats = Stats()
+    stats.new_tokens, stats.target_passes, stats.seconds, stats.first_token_seconds = 5, 5, 10.0, 8.0
+    stats.prompt_tokens_prefilled = 2048
+    line = stats_line(SimpleNamespace(stats=stats, extra={"algorithm": "slem"}, stop_reason="length"))
+    # 5 tokens in 10 s, the first after 8 s: the other 4 in 2 s
+    assert "5 tokens in 10.00 s = 0.5 tokens/s (the first after 8.00 s, 2048 prompt tokens prefilled; then 2.0 " \
+           "tokens/s); 5 target passes" in line
+    stats.new_tokens = 1
+    assert "the first after" not in stats_line(SimpleNamespace(stats=stats, extra={"algorithm": "slem"},
+                                                               stop_reason="length"))
 
 
 def test_pyproject_has_an_spdx_license():

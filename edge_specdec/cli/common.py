@@ -297,8 +297,14 @@ def open_pipeline(args: argparse.Namespace, announce: bool = True):
 def stats_line(result) -> str:
     """The statistics of one generation, in one line for stderr."""
     st = result.stats.as_dict()
+    # the prompt's prefill apart from decoding (after a long prompt the run's own rate is mostly the prefill's)
+    first = (f" (the first after {st['first_token_seconds']:.2f} s, "
+             f"{plural(st['prompt_tokens_prefilled'], 'prompt token')} prefilled; then "
+             f"{1000 / st['time_per_output_token_ms']:.1f} tokens/s)"
+             if st["new_tokens"] > 1 and st["first_token_seconds"] and st["time_per_output_token_ms"] else "")
     line = (f"[{result.extra['algorithm']}] {plural(st['new_tokens'], 'token')} in {st['seconds']:.2f} s = "
-            f"{st['tokens_per_s']:.1f} tokens/s; {plural(st['target_passes'], 'target pass', 'target passes')}, "
+            f"{st['tokens_per_s']:.1f} tokens/s{first}; "
+            f"{plural(st['target_passes'], 'target pass', 'target passes')}, "
             f"{st['mean_tokens_per_target_pass']:.2f} tokens per pass; acceptance {st['acceptance']:.2f} "
             f"({st['draft_tokens_accepted']}/{st['draft_tokens_proposed']}); time: draft {st['draft_seconds']:.2f} s, "
             f"target {st['target_seconds']:.2f} s, loop {st['loop_seconds']:.2f} s; stop: {result.stop_reason}")
