@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Optional, TextIO
+from typing import Optional, TextIO
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
