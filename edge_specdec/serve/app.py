@@ -245,8 +245,7 @@ class Server:
         without max_tokens is refused only where a server without the shift refuses it too (no room for one
         token); otherwise its answer gets the room left (fit_context)."""
         context = engine.target_model.max_context
-        over_cap = parsed.max_tokens is not None and parsed.max_tokens > self.settings.max_tokens  # (fit_context)
-        if not self.settings.context_shift or parsed.kind != "chat" or context is None or over_cap:
+        if not self.settings.context_shift or parsed.kind != "chat" or context is None:
             return prompt_ids, 0
         wanted = min(parsed.max_tokens or context - int(context * SHIFT_FILL), self.settings.max_tokens)
         needed = parsed.max_tokens or 1
@@ -263,14 +262,19 @@ class Server:
             raise RequestError(str(exc), param="messages", code="context_length_exceeded") from None
         return prompt_ids, dropped
 
-    def fit_context(self, engine: Engine, parsed: ParsedRequest, prompt_tokens: int) -> None:
-        """Set the request's token budget: what it asked for, or (chat) the room left, up to --max-tokens."""
-        cap, context = self.settings.max_tokens, engine.target_model.max_context
-        room = cap if context is None else min(cap, context - prompt_tokens)
-        asked = parsed.max_tokens
+    def check_max_tokens(self, parsed: ParsedRequest) -> None:
+        """A request that asks for more tokens than --max-tokens is refused, before its prompt is fitted."""
+        asked, cap = parsed.max_tokens, self.settings.max_tokens
         if asked is not None and asked > cap:
             raise RequestError(f"max_tokens {asked} is over this server's limit of {cap} (--max-tokens).",
                                param="max_tokens")
+
+    def fit_context(self, engine: Engine, parsed: ParsedRequest, prompt_tokens: int) -> None:
+        """Set the request's token budget: what it asked for (at most --max-tokens: check_max_tokens), or (chat) the
+        room left, up to --max-tokens."""
+        cap, context = self.settings.max_tokens, engine.target_model.max_context
+        room = cap if context is None else min(cap, context - prompt_tokens)
+        asked = parsed.max_tokens
         if room < (asked or 1):
             chat = parsed.kind == "chat"
             fix = ("Shorten the messages or lower max_tokens; a server started with --context-shift drops the "
@@ -286,7 +290,9 @@ class Server:
         parsed = parse_request(await self.read_json(request), kind, engine.default_config.repetition_penalty)
         parsed.speculative = dataclasses.replace(parsed.speculative, pool_scope=self.pool_scope(request))
         tool_format = self.tool_format(engine, parsed)
-        prompt_ids, dropped = await self.fit_prompt(engine, parsed, await self.prompt_ids(engine, parsed))
+        ids = await self.prompt_ids(engine, parsed)
+        self.check_max_tokens(parsed)
+        prompt_ids, dropped = await self.fit_prompt(engine, parsed, ids)
         self.fit_context(engine, parsed, len(prompt_ids))
         self.check_settings(engine, parsed)
         session = await acquire_slot(request, self.slots,
