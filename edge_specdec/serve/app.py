@@ -518,7 +518,7 @@ class Job:
         self.pieces: asyncio.Queue = asyncio.Queue()
         self.prepared = Prepared()  # what the prefix store did for this request's slot
 
-        def on_text(piece) -> None:  # (a PrefillProgress too, with return_progress)
+        def to_loop(piece) -> None:  # a TextPiece (on_text) or a PrefillProgress (on_prefill)
             loop.call_soon_threadsafe(self.pieces.put_nowait, piece)
 
         def run() -> Result:
@@ -526,8 +526,8 @@ class Job:
                 self.prepared = server.store.prepare(session, prompt_ids)
                 server.metrics.count("prefix_store_hits_total", int(self.prepared.restored))
                 server.metrics.count("prefix_store_evictions_total", self.prepared.evicted)
-            result = session.generate(prompt_ids, request.config, on_text=on_text if request.stream else None,
-                                      on_prefill=on_text if request.return_progress else None,
+            result = session.generate(prompt_ids, request.config, on_text=to_loop if request.stream else None,
+                                      on_prefill=to_loop if request.return_progress else None,
                                       speculative=request.speculative, cancel=self.cancel)
             shifted = shift_record(dropped_messages, result.stats.prompt_tokens_prefilled)
             if shifted is not None:

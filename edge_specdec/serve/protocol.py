@@ -594,8 +594,8 @@ def run_summary(result: Result) -> dict:
     keep = ("draft_tokens_proposed", "draft_tokens_accepted", "target_passes", "mean_tokens_per_target_pass",
             "acceptance", "tokens_per_s", "first_token_seconds", "time_per_output_token_ms", "seconds",
             "prompt_tokens_reused", "prompt_tokens_prefilled", "rounds_drafting_paused", "grammar_tokens_proposed",
-            "grammar_tokens_accepted",
-            "suffix_tokens_proposed", "suffix_tokens_accepted", "pool_tokens_proposed", "pool_tokens_accepted")
+            "grammar_tokens_accepted", "suffix_tokens_proposed", "suffix_tokens_accepted", "pool_tokens_proposed",
+            "pool_tokens_accepted")
     return {"algorithm": result.extra.get("algorithm"), "exact": result.exact, "stop_reason": result.stop_reason,
             **{k: stats[k] for k in keep}, "drafting_note": result.stats.drafting_note,
             **{k: result.extra[k] for k in ("context_shift",) if k in result.extra}}
