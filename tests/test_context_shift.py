@@ -4,10 +4,12 @@ writes on the kept messages."""
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import pytest
 
+import edge_specdec.runtime.session as session_module
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import Engine, GenerationConfig
 from edge_specdec.runtime.chat import ChatTemplate
@@ -168,6 +170,62 @@ def test_a_shifted_turn_that_fails_leaves_the_conversation_as_it_was(engine):
     assert chat.messages == before  # the dropped messages too, not only the question
     result = chat.ask("and now?", CONFIG, algorithm="standard")  # and the turn, asked again, shifts as it would
     assert result.extra["context_shift"]["dropped_messages"] > 0
+
+
+def test_a_shifted_turn_stopped_during_its_prefill_leaves_the_conversation_as_it_was(engine, monkeypatch):
+    """A user's stop (or a client that leaves) while a shifted turn's prompt is prefilled: no answer, so neither the
+    question nor an empty answer joins the conversation and no message goes; asked again, the turn reuses what the
+    stopped prefill fed and writes what a fresh session writes on the kept messages."""
+    monkeypatch.setattr(session_module, "SEQUENCES_AFTER", 48)  # the shifted prompt goes in several calls
+    chat = engine.start_chat(system=SYSTEM, on_overflow="shift")
+    for message in history(len(TURNS))[1:]:
+        chat.add(message["role"], message["content"])
+    before = list(chat.messages)
+    cancel, at = threading.Event(), []
+
+    def stop_after_the_first_call(progress):
+        if progress.done > progress.cached:
+            at.append(progress.done)
+            cancel.set()
+    stopped = chat.ask("and now?", CONFIG, cancel=cancel, on_prefill=stop_after_the_first_call, algorithm="standard")
+    assert stopped.stop_reason == "stopped" and stopped.token_ids == [] and len(at) == 1
+    assert chat.messages == before and "context_shift" not in stopped.extra
+    result = chat.ask("and now?", CONFIG, algorithm="standard")
+    assert result.extra["context_shift"]["dropped_messages"] > 0
+    assert result.stats.prompt_tokens_reused >= at[0]  # the stopped turn's calls, kept
+    fresh = engine.session().generate(engine.chat_prompt(chat.messages[:-1]), CONFIG, algorithm="standard")
+    assert result.token_ids == fresh.token_ids and bits(result) == bits(fresh)
+
+
+def test_chat_leaves_out_a_question_stopped_before_its_answer_began(engine, capsys, monkeypatch):
+    """Ctrl-C while a turn's prompt is prefilled (between two of its calls): chat says the question was left out,
+    and the conversation goes on without it."""
+    from edge_specdec.cli.chat import chat_loop
+    from edge_specdec.runtime import SpeculativeConfig
+    from edge_specdec.runtime.generate import PrefillWatch
+
+    # the second turn's prompt goes in two calls: the first turn's (kept in the cache) up to its answer, then the
+    # rest as one-token sequences (session.py, "A chat's turns")
+    monkeypatch.setattr(session_module, "SEQUENCES_AFTER", 48)
+    real_watch, stops = PrefillWatch.__call__, []
+
+    def ctrl_c_between_two_calls(self, length):
+        real_watch(self, length)
+        if 0 < length < self.total and not stops:
+            stops.append(length)
+            raise KeyboardInterrupt
+    monkeypatch.setattr(PrefillWatch, "__call__", ctrl_c_between_two_calls)
+    chats = []
+    real_start = type(engine).start_chat
+    monkeypatch.setattr(type(engine), "start_chat", lambda self, *a: chats.append(real_start(self, *a)) or chats[0])
+    questions = [TURNS[0], "the second question", "the third question"]
+    status = chat_loop(engine, CONFIG.with_defaults(engine.default_config), SpeculativeConfig(algorithm="standard"),
+                       system=SYSTEM, lines=io.StringIO("\n".join(questions) + "\n"), interactive=True,
+                       out=io.StringIO())
+    err = capsys.readouterr().err
+    assert status == 0 and len(stops) == 1 and err.count("the question was left out of the conversation") == 1
+    asked = [m["content"] for m in chats[0].messages if m["role"] == "user"]
+    assert asked == [questions[0], questions[2]] and chats[0].messages[-1]["role"] == "assistant"
 
 
 def test_the_system_prompt_and_the_last_message_that_alone_do_not_fit_are_refused(engine):

@@ -359,6 +359,41 @@ def test_a_long_prompt_shows_how_far_its_prefill_got(demo_server, browser):
             del session.generate  # the class's method again
 
 
+def test_a_chat_message_stopped_while_its_prompt_is_read_leaves_the_conversation(browser):
+    """Stop while the server still reads a message's prompt (no reply yet): the message comes back to the box, marked
+    failed, and the next request's conversation does not hold it."""
+    from edge_specdec.serve import ServerSettings
+
+    with serve_in_thread(ServerSettings()) as running:
+        sessions, prompts = list(running.server.slots.free), []
+
+        def slowed(real):
+            def slow(prompt, *args, on_prefill=None, **kwargs):
+                prompts.append(list(prompt))
+                return real(prompt, *args, on_prefill=lambda progress: (on_prefill(progress), time.sleep(1.0)),
+                            **kwargs)
+            return slow
+        for session in sessions:
+            session.generate = slowed(session.generate)
+        open_page(browser, running.url)
+        assert browser.find_element("id", "mode").get_attribute("data-mode") == "chat"
+        set_field(browser, "max-tokens", 8)
+        long_message = "values = [1, 2, 3]; total = sum(values); " * 20
+        type_and_enter(browser, long_message)
+        wait_for(browser, lambda d: re.fullmatch(r"reading the prompt: \d+ of \d+ tokens", text_of(d, "status")),
+                 "the prefill's progress in the status")
+        browser.find_element("id", "stop").click()
+        assert wait_state(browser, "stopped", "done", "error", timeout=10) == "stopped"
+        assert browser.find_element("id", "prompt").get_attribute("value") == long_message  # back in the box
+        assert browser.find_elements("css selector", "#transcript .msg.user.failed")
+        assert browser.execute_script("return state.history") == []
+        browser.find_element("id", "prompt").clear()
+        type_and_enter(browser, "import os")
+        assert wait_state(browser, "done", "error", timeout=60) == "done", text_of(browser, "error")
+        alone = running.server.engine.chat_prompt([{"role": "user", "content": "import os"}])
+        assert prompts[-1] == alone  # the stopped message is not in the conversation the server was sent
+
+
 def test_server_errors_are_shown(demo_server, browser):
     """A request the server refuses shows the server's own message."""
     limit = demo_server.server.settings.max_tokens

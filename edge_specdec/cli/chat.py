@@ -13,6 +13,7 @@ from typing import Optional, TextIO
 
 from ..demo import DEMO_BUNDLE
 from ..errors import EdgeSpecdecError
+from ..runtime.conversation import answered
 from ..runtime.session import ContextOverflowError
 from .common import (add_decoding_options, add_engine_options, decoding_settings, open_pipeline, plural,
                      prefill_line, say, stats_line)
@@ -24,8 +25,9 @@ examples:
   printf 'Write a function that reverses a string.\\nNow add a docstring.\\n' | edge-specdec chat bundles/qwen
 
 On a terminal: type a message and press Enter. /reset starts a new conversation, /exit (or Ctrl-D) ends it,
-Ctrl-C stops an answer, and Ctrl-C at the prompt ends the chat. From a pipe: one user message per line (blank
-lines are skipped), and only the answers on stdout, each ended by a newline. Statistics go to stderr.
+Ctrl-C stops an answer (before it began: the message is left out), and Ctrl-C at the prompt ends the chat. From
+a pipe: one user message per line (blank lines are skipped), and only the answers on stdout, each ended by a
+newline. Statistics go to stderr.
 A turn past the model's context is refused (on a terminal the chat goes on: /reset, or a shorter message; from a
 pipe the chat ends with status 1); with --context-shift the oldest exchanges after the system message go instead.
 The demo pair is a code model: your message becomes a Python comment, and its answer is the code that follows.
@@ -83,6 +85,8 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
             if progress is not None:
                 progress.clear()  # (an answer that wrote no text, or a failed turn)
         print(file=out, flush=True)
+        if not answered(result):
+            say("chat: stopped before the answer began; the question was left out of the conversation.")
         if "context_shift" in result.extra:
             shifted = result.extra["context_shift"]
             say(f"chat: the {plural(shifted['dropped_messages'], 'oldest message')} went to fit the context; "

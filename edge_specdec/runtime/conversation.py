@@ -18,7 +18,8 @@ turn writes exactly what a fresh session writes on the same prompt.
 A turn whose prompt and max_new_tokens do not fit in the target's context is refused with the count of tokens over
 (on_overflow="error", the default); with on_overflow="shift" the oldest exchanges after the system prompt go instead
 (see context_shift.py), and the turn's `result.extra["context_shift"]` says how many messages went and how many
-prompt tokens were prefilled again.
+prompt tokens were prefilled again. A turn stopped before its first token (a cancel or Ctrl-C during a long prompt's
+prefill) leaves the conversation as it was: `ask`'s question does not join it, and no messages go.
 """
 from __future__ import annotations
 
@@ -96,10 +97,13 @@ class Conversation:
         with self._lock:
             self.add("user", text)
             try:
-                return self._answer(config, on_text, options)
+                result = self._answer(config, on_text, options)
             except BaseException:  # no answer: the question leaves too, so that the conversation stays as it was
                 self.messages.pop()
                 raise
+            if not answered(result):
+                self.messages.pop()
+            return result
 
     def answer(self, config: Optional[GenerationConfig] = None,
                on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result:
@@ -108,10 +112,13 @@ class Conversation:
             return self._answer(config, on_text, options)
 
     def _answer(self, config, on_text, options) -> Result:
-        # the kept messages replace the conversation's only once the turn is answered: a turn that fails leaves it
-        # as it was, the older messages too
+        # the kept messages replace the conversation's only once the turn is answered: a turn that fails, or that
+        # is stopped before its first token (during a long prompt's prefill), leaves it as it was, the older
+        # messages too
         kept, prompt, dropped = self._fit(self.prompt_ids(), config)
         result = self.session.generate(prompt, config, on_text=on_text, **options)
+        if not answered(result):
+            return result
         record = shift_record(dropped, result.stats.prompt_tokens_prefilled)
         if record is not None:
             result.extra["context_shift"] = record
@@ -176,3 +183,8 @@ class Conversation:
         if bos is not None and ids[:1] == [bos] and not text.startswith(self._special_text.get(bos, "\0")):
             ids = ids[1:]
         return ids
+
+
+def answered(result: Result) -> bool:
+    """Whether a turn has an answer for the conversation: not one stopped (a cancel, Ctrl-C) before its first token."""
+    return bool(result.token_ids) or result.stop_reason not in ("stopped", "interrupted")

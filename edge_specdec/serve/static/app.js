@@ -313,7 +313,9 @@ async function send(text) {
     state.controller = null;
     setBusy(false);
   }
-  if (outcome === "error") {
+  // a request that failed, or was stopped before its reply began (while the server read its prompt), leaves the
+  // conversation as it was
+  if (outcome === "error" || (outcome === "stopped" && !reply)) {
     turn.forEach((el) => el.classList.add("failed"));
     if (!$("prompt").value) $("prompt").value = text;  // the prompt is not lost: edit, resend
   } else if (state.chat) {  // a stopped reply stays in the conversation as far as it got
