@@ -57,6 +57,34 @@ def test_a_partial_config_through_the_api_writes_what_run_writes(capsys):
     assert off.token_ids == json.loads(capsys.readouterr().out)["token_ids"] != api.token_ids
 
 
+def test_generation_fields_are_keyword_arguments_of_generate_as_in_genai():
+    """OpenVINO GenAI's `generate(prompt, max_new_tokens=64)`: GenerationConfig's fields as keywords, beside
+    SpeculativeConfig's, the bundle's defaults kept for the rest; a chat turn's fit to the context counts them."""
+    import pytest
+
+    from edge_specdec import GenerationConfig, Pipeline
+    from edge_specdec.errors import EdgeSpecdecError
+    from edge_specdec.runtime.session import ContextOverflowError
+
+    pipe = Pipeline(static_shapes=False)
+    given = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=24, seed=3), algorithm="none")
+    keywords = pipe.generate("def fib(n):", max_new_tokens=24, seed=3, algorithm="none")
+    assert keywords.token_ids == given.token_ids and len(keywords.token_ids) == 24
+    off = pipe.generate("def fib(n):", max_new_tokens=24, repetition_penalty=1.0, algorithm="none")
+    assert off.token_ids != given.token_ids  # the demo's recorded penalty applies unless a keyword sets it
+    assert len(pipe.generate("def fib(n):", max_new_tokens=4, logprobs=True).logprobs) == 4  # the README's
+    with pytest.raises(EdgeSpecdecError, match="either as config=GenerationConfig.* not both"):
+        pipe.generate("def fib(n):", GenerationConfig(), max_new_tokens=8)
+    with pytest.raises(TypeError, match="unknown generate.. argument 'max_tokens'.*GenerationConfig's fields "
+                                        r"\(max_new_tokens"):
+        pipe.generate("def fib(n):", max_tokens=8)
+    chat = pipe.start_chat()
+    room = pipe.target_model.max_context - len(pipe.chat_prompt([{"role": "user", "content": "def fib(n):"}]))
+    with pytest.raises(ContextOverflowError, match="1 tokens over|1 token over"):
+        chat.ask("def fib(n):", max_new_tokens=room + 1)
+    assert chat.messages == [] and chat.ask("def fib(n):", max_new_tokens=4).stats.new_tokens == 4
+
+
 def test_every_generation_field_records_whether_it_was_set():
     """Generic: any field of GenerationConfig, those added later too, is tracked without a list to maintain."""
     import dataclasses

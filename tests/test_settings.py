@@ -5,6 +5,7 @@ import pytest
 from edge_specdec.errors import EdgeSpecdecError
 from edge_specdec.runtime import EngineConfig, SpeculativeConfig
 from edge_specdec.runtime.algorithms import CONFIDENCE, REGISTRY
+from edge_specdec.runtime.settings import generate_configs
 
 
 @pytest.mark.parametrize("field, value", [
@@ -31,13 +32,17 @@ def test_configs_are_frozen_and_keyword_arguments_become_them_in_one_place():
         EngineConfig().threads = 2
     assert EngineConfig.of(None, {"threads": 2}) == EngineConfig(threads=2)
     given = SpeculativeConfig(algorithm="slem")
-    assert SpeculativeConfig.of(given, {}) is given
+    assert generate_configs(None, given, {}) == (None, given) and generate_configs(None, given, {})[1] is given
+    config, speculative = generate_configs(None, None, {"max_new_tokens": 8, "algorithm": "tli"})
+    assert config.fields_set == {"max_new_tokens"} and speculative == SpeculativeConfig(algorithm="tli")
     with pytest.raises(EdgeSpecdecError, match="not both"):
         EngineConfig.of(EngineConfig(), {"threads": 2})
     with pytest.raises(TypeError, match="unknown Engine setting 'verify'"):
         EngineConfig.of(None, {"verify": False})
     with pytest.raises(TypeError, match="unknown generate"):
-        SpeculativeConfig.of(None, {"k": 3})
+        generate_configs(None, None, {"k": 3})
+    with pytest.raises(EdgeSpecdecError, match="not both"):
+        generate_configs(None, given, {"algorithm": "tli"})
 
 
 def test_the_defaults_of_a_request_are_the_algorithms():

@@ -57,7 +57,7 @@ from .session import CALL_LAYOUT, SEQUENCES_AFTER, BlockPool, ModelSession, open
 from .sources import FreeFirst
 from .spare_memory import releasing_mapped
 from .suffix import DraftPool
-from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig
+from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig, generate_configs
 from .text import PromptTokenizer, TextStream, decode
 
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
@@ -584,8 +584,8 @@ class DecodingSession:
 
         config: what to generate, the sampling and stopping; a field it leaves unset takes the bundle's default
         (the engine's default_config, as the manifest records it; see GenerationConfig). speculative:
-        how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults); its fields may be given
-        as keyword arguments instead, `generate(prompt, algorithm="slem")`. on_text receives the text as it
+        how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults). Either's fields may be
+        given as keyword arguments instead, `generate(prompt, max_new_tokens=64, algorithm="slem")`. on_text receives the text as it
         becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round
         and between the calls of a long prompt's prefill, from any thread). on_prefill hears where the prompt's
         prefill stands (a PrefillProgress, at its start, between its calls and at its end: a progress bar for a
@@ -595,7 +595,7 @@ class DecodingSession:
         seconds in result.stats.target_calls (a measurement, see generate.TargetCall; off by default).
         """
         engine = self.engine
-        speculative = SpeculativeConfig.of(speculative, settings)
+        config, speculative = generate_configs(config, speculative, settings)
         config = engine.default_config if config is None else config.with_defaults(engine.default_config)
         if config.eos_token_ids is None:  # a copy: the caller's config may serve other bundles too
             config = dataclasses.replace(config, eos_token_ids=engine.bundle.target.eos_token_ids)

@@ -24,6 +24,7 @@ from .batching import MAX_WAIT
 from .devices import KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
 from .draft_window import DRAFT_WINDOW, MIN_WINDOW
 from .drafters import DRAFT_POLICIES
+from .sampling import GenerationConfig
 from .session import ROLLBACK_METHODS
 from .suffix import DRAFT_POOL_TOKENS
 
@@ -211,12 +212,29 @@ class SpeculativeConfig:
         size = size if draft_context is None else min(size, draft_context)
         return size if size >= MIN_WINDOW else None  # a context too short for a window: the whole sequence
 
-    @classmethod
-    def of(cls, speculative: Optional["SpeculativeConfig"], settings: dict[str, Any]) -> "SpeculativeConfig":
-        """The one way generate()'s keyword arguments become a SpeculativeConfig: `generate(p, algorithm="slem")`
-        is `generate(p, speculative=SpeculativeConfig(algorithm="slem"))`. Both at once is refused."""
-        return _given_or_built(cls, speculative, settings, "the speculative settings",
-                               "speculative=SpeculativeConfig(...)", "generate() argument")
+
+
+def generate_configs(config: Optional[GenerationConfig], speculative: Optional[SpeculativeConfig],
+                     settings: dict[str, Any]) -> tuple[Optional[GenerationConfig], SpeculativeConfig]:
+    """The one way generate()'s keyword arguments become its two configs: GenerationConfig's fields, as OpenVINO
+    GenAI's generate takes them (`generate(p, max_new_tokens=64)` is `generate(p, GenerationConfig(max_new_tokens=
+    64))`), and SpeculativeConfig's (`generate(p, algorithm="slem")`). A config given beside keyword arguments of
+    its own fields is refused, and so is a keyword that is a field of neither."""
+    generation = {name: value for name, value in settings.items() if name in GENERATION_FIELDS}
+    drafting = {name: value for name, value in settings.items() if name not in GENERATION_FIELDS}
+    unknown = sorted(set(drafting) - {f.name for f in fields(SpeculativeConfig)})
+    if unknown:
+        raise TypeError(f"unknown generate() argument {unknown[0]!r}: its keyword arguments are GenerationConfig's "
+                        f"fields ({', '.join(f.name for f in fields(GenerationConfig))}) and SpeculativeConfig's "
+                        f"({', '.join(f.name for f in fields(SpeculativeConfig))}).")
+    if config is not None or generation:
+        config = _given_or_built(GenerationConfig, config, generation, "what to generate",
+                                 "config=GenerationConfig(...)", "generate() argument")
+    return config, _given_or_built(SpeculativeConfig, speculative, drafting, "the speculative settings",
+                                   "speculative=SpeculativeConfig(...)", "generate() argument")
+
+
+GENERATION_FIELDS = frozenset(f.name for f in fields(GenerationConfig))
 
 
 def _whole(value: Any, least: int) -> bool:
