@@ -73,11 +73,26 @@ def test_generation_fields_are_keyword_arguments_of_generate_as_in_genai():
     off = pipe.generate("def fib(n):", max_new_tokens=24, repetition_penalty=1.0, algorithm="none")
     assert off.token_ids != given.token_ids  # the demo's recorded penalty applies unless a keyword sets it
     assert len(pipe.generate("def fib(n):", max_new_tokens=4, logprobs=True).logprobs) == 4  # the README's
-    with pytest.raises(EdgeSpecdecError, match="either as config=GenerationConfig.* not both"):
-        pipe.generate("def fib(n):", GenerationConfig(), max_new_tokens=8)
-    with pytest.raises(TypeError, match="unknown generate.. argument 'max_tokens'.*GenerationConfig's fields "
-                                        r"\(max_new_tokens"):
+    # beside a config, keywords override its fields (as GenAI's update_config_from_kwargs does); its unset fields
+    # still take the bundle's
+    over = pipe.generate("def fib(n):", GenerationConfig(max_new_tokens=8, seed=3), max_new_tokens=24,
+                         algorithm="none")
+    assert over.token_ids == given.token_ids
+    # another tool's name for an argument, or a misspelt one: what was meant
+    with pytest.raises(TypeError, match="unknown generate.. argument 'max_tokens': did you mean max_new_tokens"):
         pipe.generate("def fib(n):", max_tokens=8)
+    with pytest.raises(TypeError, match="'streamer': did you mean on_text"):
+        pipe.generate("def fib(n):", streamer=print)
+    with pytest.raises(TypeError, match="'on_prefil': did you mean on_prefill"):
+        pipe.stream("def fib(n):", on_prefil=print)  # where stream() is called, not at its first piece
+    # a keyword of the wrong type: one line that names it, before anything runs
+    for keywords, named in (({"max_new_tokens": "12"}, "max_new_tokens"), ({"seed": "1"}, "seed"),
+                            ({"stop_strings": "\n\n"}, r"stop_strings=\[text\]"),
+                            ({"eos_token_ids": 0}, "eos_token_ids"), ({"logprobs": 5}, "top_logprobs=N")):
+        with pytest.raises(EdgeSpecdecError, match=named):
+            pipe.generate("def fib(n):", **keywords)
+        with pytest.raises(EdgeSpecdecError, match=named):
+            pipe.start_chat().ask("def fib(n):", **keywords)
     chat = pipe.start_chat()
     room = pipe.target_model.max_context - len(pipe.chat_prompt([{"role": "user", "content": "def fib(n):"}]))
     with pytest.raises(ContextOverflowError, match="1 tokens over|1 token over"):

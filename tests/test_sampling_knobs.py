@@ -48,6 +48,16 @@ def test_logit_bias_is_added_before_the_repetition_penalty():
     assert rows[0].tolist() == [1.0, 2.0, -1.0, 0.5]          # the caller's rows are left alone
 
 
+def test_logits_no_knob_adjusts_are_left_as_they_are():
+    """penalize() copies and walks the rows only where a bias or a penalty is on: a run without them (the default)
+    does no work per row for it."""
+    rows = np.array([[1.0, -2.0, 3.0]], dtype=np.float32)
+    assert penalize(rows, GenerationConfig(), [0, 1, 2], [1], prompt_length=1) is rows
+    assert not GenerationConfig().adjusts_logits and GenerationConfig(repetition_penalty=1.1).adjusts_logits
+    penalized = penalize(rows, GenerationConfig(repetition_penalty=2.0), [0, 1, 2], [], prompt_length=1)
+    assert penalized is not rows and penalized.tolist() == [[0.5, -4.0, 1.5]]
+
+
 def test_min_p_drops_tokens_under_a_share_of_the_most_likely():
     probabilities = np.array([0.5, 0.3, 0.15, 0.05])
     logits = np.log(probabilities)[None]

@@ -41,8 +41,8 @@ def test_configs_are_frozen_and_keyword_arguments_become_them_in_one_place():
         EngineConfig.of(None, {"verify": False})
     with pytest.raises(TypeError, match="unknown generate"):
         generate_configs(None, None, {"k": 3})
-    with pytest.raises(EdgeSpecdecError, match="not both"):
-        generate_configs(None, given, {"algorithm": "tli"})
+    assert generate_configs(None, given, {"num_assistant_tokens": 3})[1] == SpeculativeConfig(algorithm="slem",
+                                                                                           num_assistant_tokens=3)
 
 
 def test_the_defaults_of_a_request_are_the_algorithms():

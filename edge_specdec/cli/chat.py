@@ -73,7 +73,8 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
             continue
         progress = prefill_line() if interactive else None
         try:
-            result = chat.ask(line.rstrip("\r\n"), config,  # an answer stopped by Ctrl-C stays in the conversation
+            # an answer stopped by Ctrl-C stays in the conversation as far as it got (if it began: see below)
+            result = chat.ask(line.rstrip("\r\n"), config,
                               on_text=lambda piece: print(piece, end="", flush=True, file=out),
                               on_prefill=progress, speculative=speculative)
         except ContextOverflowError as exc:

@@ -93,8 +93,9 @@ class Conversation:
     def ask(self, text: str, config: Optional[GenerationConfig] = None,
             on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result:
         """Add a user message and generate the assistant's answer, which joins the messages. Options as for
-        DecodingSession.generate (speculative=SpeculativeConfig(...), or its fields); `result.stats.
-        prompt_tokens_reused` counts the prompt tokens whose KV the session kept from the turns before."""
+        DecodingSession.generate (speculative=SpeculativeConfig(...), a config's fields as keywords, cancel=, ...);
+        `result.stats.prompt_tokens_reused` counts the prompt tokens whose KV the session kept from the turns
+        before. A turn stopped before its first token leaves the conversation as it was, without the question."""
         with self._lock:
             self.add("user", text)
             try:
@@ -108,7 +109,8 @@ class Conversation:
 
     def answer(self, config: Optional[GenerationConfig] = None,
                on_text: Optional[Callable[[str], Optional[bool]]] = None, **options) -> Result:
-        """Generate the assistant's answer to the messages as they stand (after `add`)."""
+        """Generate the assistant's answer to the messages as they stand (after `add`); options as for `ask`. A turn
+        stopped before its first token leaves the messages as they stand."""
         with self._lock:
             return self._answer(config, on_text, options)
 

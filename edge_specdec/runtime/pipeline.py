@@ -57,7 +57,8 @@ from .session import CALL_LAYOUT, SEQUENCES_AFTER, BlockPool, ModelSession, open
 from .sources import FreeFirst
 from .spare_memory import releasing_mapped
 from .suffix import DraftPool
-from .settings import SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig, generate_configs
+from .settings import (GENERATE_CALL_OPTIONS, SMALL_MODEL_BYTES, STATIC_MAX_BYTES, EngineConfig, SpeculativeConfig,
+                       generate_configs)
 from .text import PromptTokenizer, TextStream, decode
 
 DRAFT_BLOCK = 4  # a draft's calls (a sync of a few tokens, then single steps) widened to this many tokens
@@ -585,7 +586,8 @@ class DecodingSession:
         config: what to generate, the sampling and stopping; a field it leaves unset takes the bundle's default
         (the engine's default_config, as the manifest records it; see GenerationConfig). speculative:
         how to draft (default SpeculativeConfig(): auto, with the algorithm's defaults). Either's fields may be
-        given as keyword arguments instead, `generate(prompt, max_new_tokens=64, algorithm="slem")`. on_text receives the text as it
+        given as keyword arguments, `generate(prompt, max_new_tokens=64, algorithm="slem")`, as in OpenVINO
+        GenAI; beside a config they override its fields. on_text receives the text as it
         becomes final; returning True from it stops generation, and so does setting `cancel` (checked every round
         and between the calls of a long prompt's prefill, from any thread). on_prefill hears where the prompt's
         prefill stands (a PrefillProgress, at its start, between its calls and at its end: a progress bar for a
@@ -834,8 +836,11 @@ class TextIterator:
     (abandoned before its end, or never iterated) cancels its generation within a round."""
 
     def __init__(self, pipe: Union[Pipeline, DecodingSession], prompt, config, options):
-        self._pieces: "queue.Queue" = queue.Queue()
         self._cancel = threading.Event()
+        # settings generate() would refuse are refused here, where stream() is called, not at the first piece
+        generate_configs(config, options.get("speculative"),
+                         {name: value for name, value in options.items() if name not in GENERATE_CALL_OPTIONS})
+        self._pieces: "queue.Queue" = queue.Queue()
         self._outcome: dict = {}  # "result" or "error", set by the thread
         self._thread = threading.Thread(target=_stream_worker, daemon=True,
                                         args=(pipe, prompt, config, options, self._pieces, self._cancel,

@@ -101,6 +101,23 @@ class GenerationConfig:
         cannot slip through (`not low <= x <= high`), after the value is known to be a finite number."""
         for name in ("max_new_tokens", "top_k", "top_logprobs"):
             _integer(name, getattr(self, name))
+        for name in ("logprobs", "ignore_eos"):
+            if not isinstance(getattr(self, name), bool):
+                raise EdgeSpecdecError(f"{name} must be True or False (got {getattr(self, name)!r})"
+                                       + ("; top_logprobs=N asks for the N most likely tokens too."
+                                          if name == "logprobs" else "."))
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, Integral)
+                                      or self.seed < 0):
+            raise EdgeSpecdecError(f"seed must be a whole number from 0, or None (got {self.seed!r}).")
+        if isinstance(self.stop_strings, str) or not isinstance(self.stop_strings, (list, tuple)) \
+                or not all(isinstance(stop, str) and stop for stop in self.stop_strings):
+            raise EdgeSpecdecError(f"stop_strings must be a list of strings, not empty ones (got "
+                                   f"{self.stop_strings!r}); one stop string is stop_strings=[text].")
+        if self.eos_token_ids is not None and (
+                not isinstance(self.eos_token_ids, (list, tuple))
+                or not all(isinstance(t, Integral) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids)):
+            raise EdgeSpecdecError(f"eos_token_ids must be a list of token ids, or None for the bundle's (got "
+                                   f"{self.eos_token_ids!r}); one id is eos_token_ids=[id].")
         for name in ("temperature", "top_p", "repetition_penalty", "min_p", "presence_penalty", "frequency_penalty"):
             _finite(name, getattr(self, name))
         if self.max_new_tokens < 1:
@@ -153,6 +170,7 @@ class GenerationConfig:
         is then what its config says, on any bundle."""
         return dataclasses.replace(self)
 
+    @property
     def adjusts_logits(self) -> bool:
         """Whether penalize() changes anything: a logit bias or a penalty is on."""
         return bool(self.logit_bias) or self.repetition_penalty != 1.0 or self.counts_output
@@ -195,8 +213,8 @@ def penalize(rows: np.ndarray, config: GenerationConfig, context: list[int], blo
     those of the output only. Row by row the counts are exactly what one-token-at-a-time decoding would have seen,
     so a speculative round and the target alone compute the same distributions: the penalties stay lossless.
     """
-    if not config.adjusts_logits:
-        return rows
+    if not config.adjusts_logits:  # (the rows as they are: the caller's own copy, float32 as the models write them)
+        return rows if rows.dtype == np.float32 else rows.astype(np.float32)
     rows = np.array(rows, dtype=np.float32)
     if config.logit_bias:
         ids = np.fromiter(config.logit_bias, dtype=np.int64, count=len(config.logit_bias))

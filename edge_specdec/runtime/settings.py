@@ -1,4 +1,5 @@
-"""The settings of an Engine and of a request's speculative decoding, each a frozen object checked once, when built.
+"""The settings of an Engine and of a request's speculative decoding, each a frozen object checked once, when built;
+and the one way generate()'s keyword arguments become a request's configs (generate_configs).
 
     from edge_specdec.runtime import EngineConfig, GenerationConfig, Pipeline, SpeculativeConfig
     pipe = Pipeline("bundles/qwen", config=EngineConfig(target_device="CPU", draft_device="GPU"))
@@ -12,6 +13,8 @@ them down; a wrong value is refused here, in one line that names the field and t
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, fields
 from numbers import Integral, Real
@@ -213,28 +216,46 @@ class SpeculativeConfig:
         return size if size >= MIN_WINDOW else None  # a context too short for a window: the whole sequence
 
 
-
 def generate_configs(config: Optional[GenerationConfig], speculative: Optional[SpeculativeConfig],
                      settings: dict[str, Any]) -> tuple[Optional[GenerationConfig], SpeculativeConfig]:
-    """The one way generate()'s keyword arguments become its two configs: GenerationConfig's fields, as OpenVINO
-    GenAI's generate takes them (`generate(p, max_new_tokens=64)` is `generate(p, GenerationConfig(max_new_tokens=
-    64))`), and SpeculativeConfig's (`generate(p, algorithm="slem")`). A config given beside keyword arguments of
-    its own fields is refused, and so is a keyword that is a field of neither."""
+    """The one way generate()'s keyword arguments become its two configs, as OpenVINO GenAI's generate takes them:
+    GenerationConfig's fields (`generate(p, max_new_tokens=64)` is `generate(p, GenerationConfig(max_new_tokens=64))`)
+    and SpeculativeConfig's (`generate(p, algorithm="slem")`); beside a config, they override its fields. The
+    generation config comes back checked (GenerationConfig.validate), None where neither was given."""
     generation = {name: value for name, value in settings.items() if name in GENERATION_FIELDS}
     drafting = {name: value for name, value in settings.items() if name not in GENERATION_FIELDS}
-    unknown = sorted(set(drafting) - {f.name for f in fields(SpeculativeConfig)})
-    if unknown:
-        raise TypeError(f"unknown generate() argument {unknown[0]!r}: its keyword arguments are GenerationConfig's "
-                        f"fields ({', '.join(f.name for f in fields(GenerationConfig))}) and SpeculativeConfig's "
-                        f"({', '.join(f.name for f in fields(SpeculativeConfig))}).")
+    for name in drafting:
+        if name not in SPECULATIVE_FIELDS:
+            raise TypeError(unknown_argument(name))
     if config is not None or generation:
-        config = _given_or_built(GenerationConfig, config, generation, "what to generate",
-                                 "config=GenerationConfig(...)", "generate() argument")
-    return config, _given_or_built(SpeculativeConfig, speculative, drafting, "the speculative settings",
-                                   "speculative=SpeculativeConfig(...)", "generate() argument")
+        if config is not None:  # the fields the config set, then the keywords: the others still take the bundle's
+            generation = {**{name: getattr(config, name) for name in config.fields_set}, **generation}
+        config = GenerationConfig(**generation).validate()
+    if speculative is not None and drafting:
+        return config, dataclasses.replace(speculative, **drafting)
+    return config, speculative if speculative is not None else SpeculativeConfig(**drafting)
+
+
+def unknown_argument(name: str) -> str:
+    """The error for a generate() keyword that is no argument of it: what was probably meant (a name GenAI, Hugging
+    Face or OpenAI's API gives it, or a close spelling), then what it takes."""
+    meant = GENERATE_ALIASES.get(name) or next(iter(difflib.get_close_matches(name, sorted(GENERATE_ARGUMENTS), 1)),
+                                               None)
+    return (f"unknown generate() argument {name!r}" + (f": did you mean {meant}?" if meant else ".")
+            + " It takes a GenerationConfig's and a SpeculativeConfig's fields as keywords, and config, speculative, "
+              "on_text, on_prefill, cancel and record_target_calls.")
 
 
 GENERATION_FIELDS = frozenset(f.name for f in fields(GenerationConfig))
+SPECULATIVE_FIELDS = frozenset(f.name for f in fields(SpeculativeConfig))
+# generate()'s arguments that are not a config's field
+GENERATE_CALL_OPTIONS = frozenset({"config", "speculative", "on_text", "on_prefill", "cancel", "record_target_calls"})
+GENERATE_ARGUMENTS = GENERATION_FIELDS | SPECULATIVE_FIELDS | GENERATE_CALL_OPTIONS
+# other tools' names for generate()'s arguments
+GENERATE_ALIASES = {"generation_config": "config", "streamer": "on_text (a callable that gets each piece of text)",
+                    "max_tokens": "max_new_tokens", "max_length": "max_new_tokens (it counts the new tokens only)",
+                    "stop": "stop_strings", "eos_token_id": "eos_token_ids (a list)", "rng_seed": "seed",
+                    "do_sample": "temperature (0 is greedy, the default)"}
 
 
 def _whole(value: Any, least: int) -> bool:
