@@ -115,12 +115,12 @@ class Conversation:
             return self._answer(config, on_text, options)
 
     def _answer(self, config, on_text, options) -> Result:
-        # the kept messages replace the conversation's only once the turn is answered: a turn that fails, or that
-        # is stopped before its first token (during a long prompt's prefill), leaves it as it was, the older
-        # messages too
         # a GenerationConfig field given as a keyword (ask(text, max_new_tokens=512)) counts in the fit too
         config = generate_configs(config, None, {name: options.pop(name) for name in list(options)
                                                  if name in GENERATION_FIELDS})[0]
+        # the kept messages replace the conversation's only once the turn is answered: a turn that fails, or that
+        # is stopped before its first token (during a long prompt's prefill), leaves it as it was, the older
+        # messages too
         kept, prompt, dropped = self._fit(self.prompt_ids(), config)
         result = self.session.generate(prompt, config, on_text=on_text, **options)
         if not answered(result):
