@@ -120,7 +120,8 @@ def test_run_on_a_terminal_shows_the_prefills_line_then_erases_it_before_the_tex
 def test_the_prefills_line_is_only_for_a_terminal(monkeypatch):
     from edge_specdec.cli.common import PrefillLine, prefill_line
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert prefill_line() is None  # a log or a pipe keeps no rewritten line
+    with prefill_line() as none:
+        assert none is None  # a log or a pipe keeps no rewritten line
     out = Terminal()
     line = PrefillLine(out)
     line.clear()  # nothing shown: nothing to erase

@@ -71,20 +71,17 @@ def chat_loop(pipe, config, speculative, system: Optional[str] = None, lines: Op
         if command == "/help":
             say("\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items()))
             continue
-        progress = prefill_line() if interactive else None
         try:
-            # an answer stopped by Ctrl-C stays in the conversation as far as it got (if it began: see below)
-            result = chat.ask(line.rstrip("\r\n"), config,
-                              on_text=lambda piece: print(piece, end="", flush=True, file=out),
-                              on_prefill=progress, speculative=speculative)
+            with prefill_line(interactive) as progress:
+                # an answer stopped by Ctrl-C stays in the conversation as far as it got (if it began: see below)
+                result = chat.ask(line.rstrip("\r\n"), config,
+                                  on_text=lambda piece: print(piece, end="", flush=True, file=out),
+                                  on_prefill=progress, speculative=speculative)
         except ContextOverflowError as exc:
             if not interactive:
                 raise
             say(f"chat: {exc}")
             continue
-        finally:
-            if progress is not None:
-                progress.clear()  # (an answer that wrote no text, or a failed turn)
         print(file=out, flush=True)
         if not answered(result):
             say("chat: stopped before the answer began; the question was left out of the conversation.")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Optional, TextIO
+from contextlib import contextmanager
+from typing import Iterator, Optional, TextIO
 
 from ..runtime.algorithms import ALGORITHMS, CONFIDENCE, DRAFT_TOKENS, LOOKUP_TOKENS
 from ..runtime.devices import AUTO_PREFILL_RATIO, KV_CACHES, LONG_PROMPT_PRECISIONS, NPU_MAX_PROMPT, PRECISIONS
@@ -46,9 +47,16 @@ class PrefillLine:
             self.shown = False
 
 
-def prefill_line() -> Optional[PrefillLine]:
-    """A PrefillLine where stderr is a terminal; None where it goes to a file or a pipe (a log keeps no such line)."""
-    return PrefillLine(sys.stderr) if sys.stderr.isatty() else None
+@contextmanager
+def prefill_line(shown: bool = True) -> Iterator[Optional[PrefillLine]]:
+    """A PrefillLine for one run where it is shown and stderr is a terminal, None where not (a log or a pipe keeps
+    no such line); erased when the run ends, however it ends (a run that wrote no text, stopped or failed)."""
+    line = PrefillLine(sys.stderr) if shown and sys.stderr.isatty() else None
+    try:
+        yield line
+    finally:
+        if line is not None:
+            line.clear()
 
 
 def plural(count: int, noun: str, nouns: str = "") -> str:

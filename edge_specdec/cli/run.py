@@ -111,13 +111,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         prompt = pipe.chat_prompt([{"role": "user", "content": prompt}])
     if args.compare:
         compare.warm_up(pipe, prompt, config, speculative)
-    progress = None if args.json else prefill_line()
     stream = None if args.json else (lambda text: print(text, end="", flush=True))
-    try:
+    with prefill_line(not args.json) as progress:
         result = pipe.generate(prompt, config, speculative, on_text=stream, on_prefill=progress)
-    finally:
-        if progress is not None:
-            progress.clear()  # (a run that wrote no text, or one that failed)
     comparison = compare.against_target_alone(pipe, prompt, config, result) if args.compare else None
     if not result.exact:
         why = pipe.target_model.exactness_note or ("the target's session is not block-invariant: --kv-rollback "
